@@ -1,0 +1,102 @@
+#pragma once
+// Define-by-run autograd. Each non-leaf result holds a Node (its grad_fn) with one Edge per differentiable input,
+// pointing at the input's grad_fn or, for a leaf that requires grad, at the leaf's AccumulateGrad node.
+// backward() walks the graph in dependency order, summing gradients that meet; the graph may span several devices.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/grad_mode.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::autograd {
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: the input does not need a gradient
+  uint32_t input_nr = 0;       // which of node's outputs this edge feeds
+  bool valid() const { return node != nullptr; }
+};
+
+// What backward needs to know of each output to materialize a zero gradient for it.
+struct OutputMeta {
+  Shape shape;
+  Device device;
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // grad_outputs[i] is the gradient of output i (always defined: zeros are filled in for outputs that got none).
+  // Returns one gradient per next edge (undefined where that input gets none), on that input's device.
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  virtual std::string name() const = 0;
+  // Frees saved tensors once backward has used them (the graph is not kept after backward).
+  virtual void release() {}
+
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  const std::vector<OutputMeta>& outputs() const { return outputs_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+
+  // Used when wiring a node into the graph (see make_differentiable below).
+  void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }
+  uint32_t add_output(const Tensor& output);
+
+ private:
+  std::vector<Edge> next_edges_;
+  std::vector<OutputMeta> outputs_;
+  uint64_t sequence_nr_;  // creation order: later nodes run first among those that are ready
+};
+
+// Accumulates the incoming gradient into a leaf's .grad (added in place when one exists, so that storage stays
+// stable across steps; see Note [Gradient buffers] in autograd.cpp).
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// The edge through which a gradient for `tensor` flows: its grad_fn, its leaf accumulator, or none.
+Edge gradient_edge(const Tensor& tensor);
+// Whether any of `inputs` needs a gradient and grad mode is on.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+// Connects `node` to `inputs` (one edge each) and makes it the grad_fn of each output (in order).
+void make_differentiable(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& outputs);
+
+// Runs backward from `roots` seeded with `grad_roots` (same length; each the root's shape and device).
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
+
+// ---- custom differentiable operations -------------------------------------------------------------------------
+// Subclass Function, implement forward (runs with grad mode off) and backward, and call apply:
+//
+//   struct Square : autograd::Function {
+//     Tensor x;
+//     std::vector<Tensor> forward(const std::vector<Tensor>& in) override { x = in[0]; return {x * x}; }
+//     std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0] * x * 2.0f}; }
+//   };
+//   Tensor y = autograd::apply(std::make_shared<Square>(), {x})[0];
+//
+// backward returns one gradient per input (undefined for inputs that get none). Saving outputs of forward in the
+// Function is allowed; they are released after backward.
+class Function {
+ public:
+  virtual ~Function() = default;
+  virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs) = 0;
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+  virtual std::string name() const { return "Function"; }
+};
+
+std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
+
+}  // namespace tandem::autograd

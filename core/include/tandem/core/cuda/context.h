@@ -1,0 +1,58 @@
+#pragma once
+// Per-device CUDA state shared by the CUDA backends (core ops, comm): the compute stream, the communication
+// stream, the cuBLAS handle, an RAII device guard, and the error checks that turn CUDA/cuBLAS failures into
+// tandem::Error. Only CUDA backend translation units include this header.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem::cuda {
+
+// Note [Streams]: each device has one compute stream on which every op for that device is issued (whatever host
+// thread issues it), and one communication stream for collectives. Both are non-blocking streams created on
+// first use and kept for the life of the process. Work crosses streams and devices only through events.
+cudaStream_t compute_stream(int device);
+cudaStream_t comm_stream(int device);
+cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
+
+// Makes `consumer` wait (on the device) for all work issued so far on `producer`; no host synchronization.
+void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device);
+
+// Sets the current device, restoring the previous one when destroyed.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Blocks the host until all work on the device's compute and comm streams is done.
+void synchronize(int device);
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+
+}  // namespace tandem::cuda
+
+#define TANDEM_CUDA_CHECK(expr)                                                          \
+  do {                                                                                   \
+    cudaError_t tandem_status_ = (expr);                                                 \
+    if (tandem_status_ != cudaSuccess) [[unlikely]]                                      \
+      ::tandem::cuda::throw_cuda_error(tandem_status_, #expr, __FILE__, __LINE__);       \
+  } while (false)
+
+#define TANDEM_CUBLAS_CHECK(expr)                                                        \
+  do {                                                                                   \
+    cublasStatus_t tandem_status_ = (expr);                                              \
+    if (tandem_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                            \
+      ::tandem::cuda::throw_cublas_error(tandem_status_, #expr, __FILE__, __LINE__);     \
+  } while (false)
+
+// Checks for an error from the last kernel launch.
+#define TANDEM_CUDA_CHECK_LAUNCH() TANDEM_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,20 @@
+#pragma once
+// Shapes and the small helpers every op uses to check them.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+using Shape = std::vector<int64_t>;
+
+std::string to_string(const Shape& shape);          // "[5, 4]", "[]" for a scalar
+int64_t numel_of(const Shape& shape);               // product of sizes (1 for a scalar)
+Shape contiguous_strides(const Shape& shape);       // row-major strides in elements
+// Wraps a possibly negative dimension into [0, ndim); throws Error naming `caller` when out of range.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller);
+// NumPy broadcasting of two shapes; throws Error naming `caller` when they are incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* caller);
+
+}  // namespace tandem

@@ -1,0 +1,40 @@
+#pragma once
+// Storage: a block of bytes that knows its device. Tensors (and views of them) share one Storage.
+
+#include <cstddef>
+#include <memory>
+
+#include "tandem/core/device.h"
+
+namespace tandem {
+
+class Storage {
+ public:
+  // Allocates `nbytes` on `device` through that device's allocator (64-byte aligned host memory for CPU devices,
+  // the per-device caching allocator for CUDA devices). Zero bytes is allowed and allocates nothing.
+  Storage(Device device, size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  size_t nbytes_;
+  void* data_;
+};
+
+// Allocator statistics for one device (CUDA: the caching allocator; CPU: plain counters).
+struct MemoryStats {
+  size_t allocated_bytes = 0;    // bytes held by live storages
+  size_t reserved_bytes = 0;     // bytes obtained from the driver / OS and not yet released
+  size_t device_allocations = 0; // number of cudaMalloc (or aligned_alloc) calls so far
+};
+MemoryStats memory_stats(Device device);
+// Releases cached, unused blocks of a CUDA device back to the driver (no-op for CPU devices).
+void empty_cache(Device device);
+
+}  // namespace tandem

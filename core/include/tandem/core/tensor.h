@@ -1,0 +1,120 @@
+#pragma once
+// Tensor: a cheap handle to shared state (storage, offset, shape, strides, autograd metadata). float32 for now; the
+// element type is kept in the metadata so that half types can follow.
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/shape.h"
+#include "tandem/core/storage.h"
+
+namespace tandem {
+
+enum class DType : uint8_t { Float32 };
+size_t element_size(DType dtype);
+
+namespace autograd {
+class Node;
+class AccumulateGrad;
+}  // namespace autograd
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  Shape strides;       // in elements
+  DType dtype = DType::Float32;
+
+  // autograd metadata
+  bool requires_grad = false;                 // leaves only; non-leaves require grad iff grad_fn is set
+  std::shared_ptr<autograd::Node> grad_fn;    // set on results of differentiable ops
+  uint32_t output_nr = 0;                     // which output of grad_fn this tensor is
+  std::shared_ptr<TensorImpl> grad;           // accumulated gradient (leaves)
+  std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: the node that accumulates into grad
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories (float32) ----
+  static Tensor empty(const Shape& shape, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, Device device = Device::cpu());
+  static Tensor ones(const Shape& shape, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
+  static Tensor randn(const Shape& shape, Device device = Device::cpu());  // from the global generator
+  static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
+  static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor scalar(float value, Device device = Device::cpu());  // shape {}
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& strides() const;
+  int64_t storage_offset() const;
+  int64_t dim() const;
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  Device device() const;
+  DType dtype() const;
+  bool is_contiguous() const;
+  const void* data_ptr() const;   // address of the first element (a device address on CUDA)
+  void* mutable_data_ptr() const;
+  const float* data() const { return static_cast<const float*>(data_ptr()); }
+  float* mutable_data() const { return static_cast<float*>(mutable_data_ptr()); }
+  const std::shared_ptr<Storage>& storage() const;
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  bool shares_storage_with(const Tensor& other) const;
+
+  // ---- host access ----
+  std::vector<float> to_vector() const;  // row-major values, copied to the host
+  float item() const;                    // one-element tensors only
+  std::string str() const;               // values and metadata, for printing
+
+  // ---- copies and views (differentiable) ----
+  Tensor to(Device device) const;        // same device: returns *this (no copy)
+  Tensor clone() const;
+  Tensor contiguous() const;             // *this when already contiguous
+  Tensor view(const Shape& shape) const; // contiguous tensors only; -1 allowed once
+  Tensor reshape(const Shape& shape) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;       // a view
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;      // torch.chunk rules (may return fewer)
+  std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;  // views
+  Tensor t() const;                      // 2-D transpose (a view)
+  Tensor expand(const Shape& shape) const;  // broadcast view (stride 0 on expanded dims)
+  Tensor sum_to(const Shape& shape) const;  // sums broadcast dimensions away (the backward of expand)
+
+  // ---- in-place (never recorded; throws on a leaf that requires grad while grad mode is on) ----
+  Tensor& zero_();
+  Tensor& fill_(float value);
+  Tensor& copy_(const Tensor& src);                       // any devices, same shape (or broadcastable src)
+  Tensor& add_(const Tensor& other, float alpha = 1.0f);  // this += alpha * other (same device)
+  Tensor& mul_(float factor);
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad = true);  // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;                                   // undefined until a backward reaches it
+  void set_grad(const Tensor& grad) const;               // replaces (or with an undefined tensor, clears) .grad
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  void backward() const;                                 // one-element tensors: seeds with 1
+  void backward(const Tensor& grad_output) const;
+  Tensor detach() const;                                 // shares storage, no autograd history
+
+ private:
+  void check_defined(const char* caller) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+}  // namespace tandem

@@ -1,0 +1,22 @@
+#pragma once
+// Allocators behind Storage. CPU: 64-byte aligned host memory (cpu/cpu_allocator.cpp). CUDA: one caching
+// allocator per device (cuda/caching_allocator.cpp), so that a training step does no cudaMalloc/cudaFree after
+// warm-up; without CUDA these throw (nocuda/).
+
+#include <cstddef>
+
+#include "tandem/core/storage.h"
+
+namespace tandem::alloc {
+
+void* cpu_allocate(size_t nbytes);
+void cpu_free(void* ptr, size_t nbytes);
+MemoryStats cpu_stats();
+
+void* cuda_allocate(int device, size_t nbytes);
+void cuda_free(int device, void* ptr);
+MemoryStats cuda_stats(int device);
+void cuda_empty_cache(int device);
+int cuda_visible_devices();  // cudaGetDeviceCount, 0 on any error (no driver, no GPU)
+
+}  // namespace tandem::alloc

@@ -1,0 +1,78 @@
+#pragma once
+// The compute backend interface: one implementation per device type, exactly one compiled in for each
+// (cpu/ = Eigen; cuda/ = cuBLAS + own kernels, or a stub that throws when tandem is built without CUDA).
+// Code above this interface (core/src/*.cpp) allocates outputs, checks shapes and devices, and handles autograd;
+// a backend only computes. All tensors passed to one call live on one device of the backend's type.
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::backend {
+
+enum class BinaryOp { Add, Sub, Mul };
+enum class UnaryOp { Relu, Tanh };
+
+// Parameters of one SGD update, torch.optim.SGD's rule:
+//   d = grad + weight_decay * param
+//   buf = first_step ? d : momentum * buf + (1 - dampening) * d      (only when momentum != 0)
+//   d = nesterov ? d + momentum * buf : buf                           (only when momentum != 0)
+//   param -= lr * d
+struct SgdUpdate {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // out (any strides) = value
+  virtual void fill(const Tensor& out, float value) = 0;
+  // dst = src; same shape, any strides (src may have stride-0 broadcast dims), same device
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // out = a op b; a and b are already expanded to out's shape (their strides may be 0 or arbitrary);
+  // out is contiguous and may be the same memory as a (in-place accumulation)
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // y += alpha * x; both contiguous with equal numel
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;
+  // out = s * x; both contiguous with equal numel (out may be x)
+  virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;
+  // out = f(x); contiguous
+  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out) = 0;
+  // out = grad * f'(.): Relu: saved is the input x (f' = x > 0); Tanh: saved is the output y (f' = 1 - y^2)
+  virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) = 0;
+  // out[m, n] = a[m, k] @ b[k, n] (+ bias[n] on every row when bias is defined). a and b are 2-D and either
+  // row-major (stride(1) == 1) or transposed views (stride(0) == 1); out is contiguous. m, n or k may be 0.
+  virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
+  // out = sum of x over `dim`; x contiguous; out contiguous with x's shape minus `dim`
+  virtual void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) = 0;
+  // out (shape {}) = scale * sum(x); x contiguous
+  virtual void sum_all(const Tensor& x, float scale, const Tensor& out) = 0;
+  // out (any shape, contiguous) = scale * scalar, where scalar is a one-element tensor on the device
+  // (no host round trip: this is the backward of sum/mean)
+  virtual void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) = 0;
+  // out (shape {}) = mean((input - target)^2); input, target contiguous with equal shapes
+  virtual void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) = 0;
+  // grad_input = grad * 2 / n * (input - target), grad a one-element tensor; all contiguous
+  virtual void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                            const Tensor& grad_input) = 0;
+  // One fused SGD update over a contiguous parameter, its gradient and (when momentum != 0) its momentum buffer.
+  virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                          const SgdUpdate& update) = 0;
+  // Host transfers of contiguous tensors; to_host returns once the values are on the host.
+  virtual void to_host(const Tensor& src, void* host) = 0;
+  virtual void from_host(const void* host, const Tensor& dst) = 0;
+};
+
+Backend& cpu();
+Backend& cuda();  // throws Error when tandem was built without CUDA
+inline Backend& for_device(const Device& device) { return device.is_cpu() ? cpu() : cuda(); }
+
+// Copies between two contiguous tensors of equal numel on different devices, at least one of them CUDA
+// (host <-> GPU, GPU <-> GPU peer copies), ordered after the producers and before later consumers on both sides.
+void cuda_copy_across_devices(const Tensor& src, const Tensor& dst);
+
+}  // namespace tandem::backend
