@@ -4,6 +4,7 @@
 // Code above this interface (core/src/*.cpp) allocates outputs, checks shapes and devices, and handles autograd;
 // a backend only computes. All tensors passed to one call live on one device of the backend's type.
 
+#include "tandem/core/fused.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::backend {
@@ -11,19 +12,7 @@ namespace tandem::backend {
 enum class BinaryOp { Add, Sub, Mul };
 enum class UnaryOp { Relu, Tanh };
 
-// Parameters of one SGD update, torch.optim.SGD's rule:
-//   d = grad + weight_decay * param
-//   buf = first_step ? d : momentum * buf + (1 - dampening) * d      (only when momentum != 0)
-//   d = nesterov ? d + momentum * buf : buf                           (only when momentum != 0)
-//   param -= lr * d
-struct SgdUpdate {
-  float lr = 0.01f;
-  float momentum = 0.0f;
-  float dampening = 0.0f;
-  float weight_decay = 0.0f;
-  bool nesterov = false;
-  bool first_step = true;
-};
+using tandem::SgdUpdate;
 
 class Backend {
  public:

@@ -1,0 +1,2 @@
+#pragma once
+// comm: aggregate header (filled in as the layer grows).

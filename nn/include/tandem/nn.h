@@ -1,0 +1,2 @@
+#pragma once
+// nn: aggregate header (filled in as the layer grows).

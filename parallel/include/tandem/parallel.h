@@ -1,0 +1,2 @@
+#pragma once
+// parallel: aggregate header (filled in as the layer grows).

@@ -1,0 +1,126 @@
+#include "support/test_support.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace tandem::testing {
+
+std::string missing_gpus_reason(int needed) {
+  std::ostringstream os;
+  os << "needs " << needed << " CUDA device(s), " << cuda_device_count() << " visible"
+     << (cuda_built() ? "" : " (tandem was built without CUDA)");
+  return os.str();
+}
+
+void EveryDevice::SetUp() {
+  if (GetParam() == DeviceType::CUDA) TANDEM_REQUIRE_GPUS(1);
+}
+
+std::string device_type_name(const ::testing::TestParamInfo<DeviceType>& info) {
+  return info.param == DeviceType::CPU ? "CPU" : "CUDA";
+}
+
+void EveryDeviceSet::SetUp() {
+  if (GetParam() == DeviceSet::MultiCUDA) TANDEM_REQUIRE_GPUS(2);
+  if (GetParam() == DeviceSet::Mixed) TANDEM_REQUIRE_GPUS(1);
+}
+
+std::vector<Device> EveryDeviceSet::devices() const {
+  switch (GetParam()) {
+    case DeviceSet::CPU2: return {Device::cpu(0), Device::cpu(1)};
+    case DeviceSet::CPU3: return {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+    case DeviceSet::MultiCUDA: return {Device::cuda(0), Device::cuda(1)};
+    case DeviceSet::Mixed: return {Device::cpu(0), Device::cuda(0)};
+  }
+  return {};
+}
+
+std::string device_set_name(const ::testing::TestParamInfo<DeviceSet>& info) {
+  switch (info.param) {
+    case DeviceSet::CPU2: return "CPU2";
+    case DeviceSet::CPU3: return "CPU3";
+    case DeviceSet::MultiCUDA: return "MultiCUDA";
+    case DeviceSet::Mixed: return "Mixed_CUDA";
+  }
+  return "unknown";
+}
+
+std::vector<double> to_double(const Tensor& tensor) {
+  std::vector<float> values = tensor.to_vector();
+  return {values.begin(), values.end()};
+}
+
+void expect_values(const Tensor& actual, const std::vector<double>& expected, const Shape& shape, double rtol,
+                   double atol) {
+  ASSERT_TRUE(actual.defined());
+  ASSERT_EQ(to_string(actual.shape()), to_string(shape));
+  std::vector<double> values = to_double(actual);
+  ASSERT_EQ(values.size(), expected.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_LE(std::abs(values[i] - expected[i]), atol + rtol * std::abs(expected[i]))
+        << "at flat index " << i << ": got " << values[i] << ", expected " << expected[i] << " (on "
+        << actual.device() << ")";
+  }
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  ASSERT_TRUE(expected.defined());
+  expect_values(actual, to_double(expected), expected.shape(), rtol, atol);
+}
+
+std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                                     int64_t k, int64_t n) {
+  std::vector<double> out(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] += a[i * k + p] * b[p * n + j];
+  return out;
+}
+
+namespace {
+
+// Projects f(inputs) onto fixed weights so that the check covers every output element with one backward.
+double projected(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                 const std::vector<double>& weights) {
+  NoGradGuard no_grad;
+  std::vector<double> out = to_double(f(inputs));
+  double total = 0;
+  for (size_t i = 0; i < out.size(); ++i) total += out[i] * weights[i];
+  return total;
+}
+
+}  // namespace
+
+void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+               double eps, double rtol, double atol) {
+  Tensor output = f(inputs);
+  ASSERT_TRUE(output.requires_grad()) << "gradcheck: f's output does not require grad";
+  std::vector<double> weights(static_cast<size_t>(output.numel()));
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5 + 0.25 * std::sin(1.7 * static_cast<double>(i));
+  std::vector<float> weights_f(weights.begin(), weights.end());
+  for (const Tensor& input : inputs)
+    if (input.requires_grad()) input.set_grad(Tensor());
+  output.backward(Tensor::from_vector(weights_f, output.shape(), output.device()));
+
+  for (size_t which = 0; which < inputs.size(); ++which) {
+    const Tensor& input = inputs[which];
+    if (!input.requires_grad()) continue;
+    ASSERT_TRUE(input.grad().defined()) << "input " << which << " got no gradient";
+    std::vector<double> analytic = to_double(input.grad());
+    std::vector<float> base = input.to_vector();
+    for (size_t e = 0; e < base.size(); ++e) {
+      auto evaluate = [&](double delta) {
+        std::vector<float> moved = base;
+        moved[e] = static_cast<float>(base[e] + delta);
+        std::vector<Tensor> perturbed = inputs;
+        perturbed[which] = Tensor::from_vector(moved, input.shape(), input.device());
+        return projected(f, perturbed, weights);
+      };
+      double numeric = (evaluate(eps) - evaluate(-eps)) / (2 * eps);
+      ASSERT_LE(std::abs(analytic[e] - numeric), atol + rtol * std::abs(numeric))
+          << "input " << which << ", element " << e << ": analytic " << analytic[e] << ", numeric " << numeric;
+    }
+  }
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,83 @@
+#pragma once
+// Shared test helpers: the same test body on every device, references, finite-difference gradient checks.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <tandem/tandem.h>
+
+namespace tandem::testing {
+
+// Skips the current test unless `count` GPUs are visible, saying how many there are.
+#define TANDEM_REQUIRE_GPUS(count)                                                                   \
+  do {                                                                                                \
+    if (::tandem::cuda_device_count() < (count))                                                      \
+      GTEST_SKIP() << ::tandem::testing::missing_gpus_reason(count);                                  \
+  } while (false)
+
+std::string missing_gpus_reason(int needed);
+
+// Value-parameterized base: the same body runs on CPU and CUDA; the CUDA instance skips without a GPU.
+// Instantiate with TANDEM_INSTANTIATE_ON_EVERY_DEVICE(Suite): test names end in /CPU and /CUDA.
+class EveryDevice : public ::testing::TestWithParam<DeviceType> {
+ protected:
+  void SetUp() override;
+  Device device() const { return GetParam() == DeviceType::CPU ? Device::cpu(0) : Device::cuda(0); }
+};
+std::string device_type_name(const ::testing::TestParamInfo<DeviceType>& info);
+#define TANDEM_INSTANTIATE_ON_EVERY_DEVICE(Suite)                                                    \
+  INSTANTIATE_TEST_SUITE_P(Devices, Suite, ::testing::Values(::tandem::DeviceType::CPU,                  \
+                                                             ::tandem::DeviceType::CUDA),              \
+                           ::tandem::testing::device_type_name)
+
+// Device lists for multi-device tests: "CPU2" = {cpu:0, cpu:1}, "CPU3", "MultiCUDA" = {cuda:0, cuda:1},
+// "Mixed" = {cpu:0, cuda:0} (needs 1 GPU). Instances skip when the GPUs are missing.
+enum class DeviceSet { CPU2, CPU3, MultiCUDA, Mixed };
+class EveryDeviceSet : public ::testing::TestWithParam<DeviceSet> {
+ protected:
+  void SetUp() override;
+  std::vector<Device> devices() const;
+};
+std::string device_set_name(const ::testing::TestParamInfo<DeviceSet>& info);
+#define TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(Suite)                                                 \
+  INSTANTIATE_TEST_SUITE_P(Sets, Suite,                                                                \
+                           ::testing::Values(::tandem::testing::DeviceSet::CPU2,                       \
+                                             ::tandem::testing::DeviceSet::CPU3,                       \
+                                             ::tandem::testing::DeviceSet::MultiCUDA,                  \
+                                             ::tandem::testing::DeviceSet::Mixed),                     \
+                           ::tandem::testing::device_set_name)
+
+// Expects `actual` (any device) to equal `expected` elementwise within atol + rtol * |expected|, and its shape to
+// be `shape`. Reports the first mismatching index.
+void expect_values(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
+                   double rtol = 1e-5, double atol = 1e-6);
+// Same, for two tensors on any devices.
+void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5, double atol = 1e-6);
+// Expects `statement` to throw tandem::Error whose message contains `fragment`.
+#define EXPECT_ERROR(statement, fragment)                                                            \
+  do {                                                                                                \
+    try {                                                                                             \
+      statement;                                                                                      \
+      ADD_FAILURE() << "expected tandem::Error containing \"" << (fragment) << "\"";                  \
+    } catch (const ::tandem::Error& e) {                                                              \
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)                              \
+          << "message: " << e.what() << "\nexpected to contain: " << (fragment);                      \
+    }                                                                                                 \
+  } while (false)
+
+// Finite-difference check of f's gradients with respect to every input that requires grad. f's output is
+// reduced with a fixed random projection; central differences with step eps are computed in float64 on the host
+// (the inputs are perturbed and f re-evaluated on their device). Fails the test when any analytic gradient
+// element differs from the numeric one by more than atol + rtol * |numeric|.
+void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+               double eps = 1e-2, double rtol = 2e-2, double atol = 2e-3);
+
+// Host-side float64 references.
+std::vector<double> to_double(const Tensor& tensor);
+std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                                     int64_t k, int64_t n);
+
+}  // namespace tandem::testing

@@ -1,0 +1,2 @@
+#pragma once
+// trainers: aggregate header (filled in as the layer grows).
