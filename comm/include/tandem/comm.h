@@ -1,2 +1,4 @@
 #pragma once
-// comm: aggregate header (filled in as the layer grows).
+// comm: device-to-device communication (broadcast, reduce_add, scatter, gather, coalesced variants, all_reduce).
+
+#include "tandem/comm/comm.h"

@@ -1,0 +1,78 @@
+#pragma once
+// Device-to-device communication with torch.cuda.comm semantics (see COMM.md). Every function accepts any mix of
+// devices: CUDA devices (NCCL collectives and peer copies, one process driving all GPUs) and virtual CPU devices
+// (host copies and adds). Results are not recorded by autograd; parallel/ builds the differentiable versions.
+//
+// Ordering: on CUDA every function is asynchronous with respect to the host and ordered after the work already
+// issued on the participating devices' compute streams; its results may be used on those streams at once.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::comm {
+
+inline constexpr size_t kDefaultBufferSize = 10485760;  // 10 MiB
+
+// Returns one tensor per entry of `devices`, in that order, each equal to `tensor`.
+// Ensures: an entry equal to tensor.device() is `tensor` itself (shares storage, no copy); every other entry is a
+// new contiguous tensor on that device. Zero-element tensors keep their full shape.
+// Errors: undefined tensor; empty `devices`; a device that does not exist (cuda:7 with 2 GPUs).
+std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& devices);
+
+// Broadcasts several tensors at once: they are packed in order into flat buckets of up to `buffer_size` bytes (a
+// tensor larger than that gets a bucket of its own), each bucket is broadcast once and unpacked.
+// Requires: every tensor is on devices[0] (the error names the first offender).
+// Ensures: result[d][i] is tensors[i] on devices[d]; result[0][i] is tensors[i] itself. Outputs on the other
+// devices are contiguous and alias neither each other nor the temporary buckets.
+// Errors: empty `devices`; a device that does not exist; a tensor not on devices[0]; buffer_size 0.
+std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& tensors,
+                                                     const std::vector<Device>& devices,
+                                                     size_t buffer_size = kDefaultBufferSize);
+
+// Sums tensors of equal shape that live on distinct devices; the result is on `destination`, which defaults to
+// the first input's device and need not hold an input (tandem: PyTorch requires it to).
+// Ensures: a single input (on the destination) is returned itself; otherwise the result is a new contiguous
+// tensor that aliases no input. CUDA: one NCCL reduce when every input is a contiguous CUDA tensor on distinct
+// devices. CPU: the sum is accumulated in input order.
+// Errors: empty `inputs`; an undefined input; shapes differ ("input 1 has shape [5, 4] but expected [5, 5]");
+// two inputs on one device; a destination that does not exist.
+Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination = std::nullopt);
+
+// inputs[d] is a list of tensors on one device per d (distinct devices); all lists have the same length and
+// matching shapes position by position. Result [i] is the sum over d of inputs[d][i], on `destination` (default:
+// the device of inputs[0]). Packed into buckets like broadcast_coalesced, one reduction per bucket.
+// Ensures: results are contiguous and alias neither the buckets nor each other; with a single list, the result
+// holds those tensors themselves when they are on the destination.
+// Errors: empty `inputs`; lists of different lengths; a shape mismatch (naming list and position); a list whose
+// tensors are not all on one device; two lists on one device; buffer_size 0.
+std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs,
+                                         std::optional<Device> destination = std::nullopt,
+                                         size_t buffer_size = kDefaultBufferSize);
+
+// Splits `tensor` along `dim` (negative wraps) and places chunk i on devices[i].
+// Without chunk_sizes: Tensor::chunk(devices.size(), dim) rules: each chunk has ceil(n / k) rows, the last fewer,
+// and there may be FEWER chunks than devices (1 row over 2 devices gives 1 chunk; 13 over 6 gives 5).
+// With chunk_sizes: exactly one size per device, each >= 0, summing to the size of `dim`.
+// Ensures: a chunk whose device is the source's is a view of `tensor` (no copy); the others are contiguous copies.
+// Errors: undefined tensor; empty `devices`; a device that does not exist; "got 3 chunk sizes for 2 devices";
+// "chunk_sizes sum to 7 but dim 0 has size 6"; a negative size; a 0-dim tensor; `dim` out of range.
+std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
+                            const std::vector<int64_t>& chunk_sizes = {}, int64_t dim = 0);
+
+// Concatenates `tensors` along `dim` (negative wraps) onto `destination` (default: the first tensor's device).
+// Ensures: the result is a new contiguous tensor (also when there is one input on the destination).
+// Errors: empty list; an undefined tensor; different numbers of dimensions; a size that differs outside `dim`
+// ("tensor 1 has shape [2, 4] but expected [*, 5]"); a destination that does not exist.
+Tensor gather(const std::vector<Tensor>& tensors, int64_t dim = 0, std::optional<Device> destination = std::nullopt);
+
+// In place (tandem): every tensor (one per device, equal shapes) becomes the elementwise sum of all of them.
+// CUDA: one NCCL all-reduce when every tensor is a contiguous CUDA tensor.
+// Errors: empty list; an undefined tensor; shapes differ; two tensors on one device.
+void all_reduce(std::vector<Tensor>& tensors);
+
+}  // namespace tandem::comm
