@@ -1,2 +1,10 @@
 #pragma once
-// nn: aggregate header (filled in as the layer grows).
+// nn: modules, layers, losses, optimizers, save/load.
+
+#include "tandem/nn/activation.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/loss.h"
+#include "tandem/nn/module.h"
+#include "tandem/nn/sequential.h"
+#include "tandem/nn/serialize.h"
+#include "tandem/optim/sgd.h"

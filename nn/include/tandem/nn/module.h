@@ -1,0 +1,193 @@
+#pragma once
+// nn::Module: the base of every layer. A module keeps an ordered registry of its parameters and submodules, from
+// which parameters(), named_parameters() (PyTorch state_dict names such as "fc1.weight"), to(), zero_grad(),
+// clone() and save/load all work. User layers derive from nn::Cloneable<Self> (one line) to get clone() and with
+// it parallel::replicate:
+//
+//   class Net : public nn::Cloneable<Net> {
+//    public:
+//     Net() { register_module("fc1", fc1); register_module("fc2", fc2); register_parameter("scale", scale); }
+//     Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))) * scale; }
+//     std::shared_ptr<nn::Linear> fc1 = std::make_shared<nn::Linear>(10, 20);
+//     std::shared_ptr<nn::Linear> fc2 = std::make_shared<nn::Linear>(20, 1);
+//     Tensor scale = Tensor::ones({1});
+//   };
+//
+// Note [Member slots]: the registry does not keep raw pointers to the members it names. It keeps each member's
+// byte offset from the Module subobject and, for submodule members, a type-erased get/set pair. A copy-constructed
+// module of the same dynamic type has its members at the same offsets, so Cloneable<Self>::clone can copy-construct
+// Self and then find and replace the copy's own members, with no per-layer code. The rules that follow:
+//   * register only direct members of the module object (not elements of a std::vector or other container; for a
+//     variable number of children, use the owning form register_module(name, std::move(ptr)), as Sequential does);
+//   * no virtual inheritance on the way from Module to the registering class;
+//   * a module copy-constructed by hand (`Linear b = a;`) shares a's parameter tensors (tensors are handles).
+
+#include <cstddef>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/error.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::nn {
+
+template <class Derived>
+class Cloneable;
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = default;             // copies the registry; parameter tensors are shared (see above)
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  virtual Tensor forward(const Tensor& input) = 0;
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // The class name without namespaces ("Linear"), used in messages and printing. Defaults to the dynamic type.
+  virtual std::string name() const;
+  // Extra text printed inside the parentheses by operator<< ("in_features=10, out_features=20, bias=true").
+  virtual std::string extra_repr() const { return {}; }
+
+  // ---- registry ----
+  // Own parameters first, then each child's (recursively), each in registration order (as PyTorch).
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;  // "fc1.weight", "0.bias", ...
+  std::vector<std::shared_ptr<Module>> children() const;                 // direct submodules, registration order
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  int64_t num_parameters() const;                                         // total number of elements
+
+  // ---- state ----
+  // Moves every parameter to `device`: a parameter on another device is replaced by a copy there (a new leaf with
+  // the same requires_grad; its .grad moved along). Parameters already there are kept as they are. Optimizers hold
+  // parameter tensors, so build them after moving the model.
+  void to(Device device);
+  // The device of the first parameter; throws Error for a module without parameters.
+  Device device() const;
+  // set_to_none (the default, as PyTorch): every .grad becomes undefined, so the next backward allocates fresh
+  // gradients. set_to_none = false: existing gradients are zeroed in place (their storage is kept).
+  void zero_grad(bool set_to_none = true);
+  void train(bool training = true);  // recursive; a flag layers may consult (none of the built-in ones do)
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // ---- copies ----
+  // Deep copy: same structure, every parameter copied (detached, requires_grad true) to `device` (default: where
+  // it is). Modules that do not derive from Cloneable<Self> throw Error.
+  virtual std::shared_ptr<Module> clone(std::optional<Device> device = std::nullopt) const;
+  // Structural copy whose parameters (in parameters() order) are exactly `parameters`: no data is copied and the
+  // tensors are used as given (for parallel::replicate, whose broadcast outputs carry gradient edges back to the
+  // master). The count and every shape must match.
+  std::shared_ptr<Module> clone_with_parameters(const std::vector<Tensor>& parameters) const;
+  // Replaces the parameter tensors (in parameters() order) by `parameters`, as given; count and shapes must match.
+  void set_parameters(const std::vector<Tensor>& parameters);
+
+ protected:
+  // Registers the member tensor `parameter` under `name` and sets requires_grad on it. It must be a defined leaf
+  // and a direct member of this module (see Note [Member slots]).
+  void register_parameter(const std::string& name, Tensor& parameter);
+  // Registers the member `module` (a std::shared_ptr<M> with M derived from Module, not null) under `name`.
+  template <class M>
+  void register_module(const std::string& name, std::shared_ptr<M>& module);
+  // Registers a child owned by the registry itself (containers such as Sequential); reach it through children().
+  void register_module(const std::string& name, std::shared_ptr<Module>&& module);
+
+  // Direct children by registration index (no copies of the whole list), for containers.
+  size_t child_count() const { return module_slots_.size(); }
+  std::shared_ptr<Module> child(size_t index) const;
+
+  // Throws unless every member slot lies inside [object, object + object_size) (used by Cloneable).
+  void check_slots_inside(const void* object, size_t object_size, const char* caller) const;
+  // Throws unless `actual` is `expected` (a Cloneable<X> reached from a class derived from X).
+  void check_clone_type(const std::type_info& actual, const std::type_info& expected, const char* caller) const;
+
+ private:
+  template <class Derived>
+  friend class Cloneable;
+
+  struct ParameterSlot {
+    std::string name;
+    std::ptrdiff_t offset;  // of the Tensor member from this Module subobject
+  };
+  struct ModuleSlot {
+    std::string name;
+    std::ptrdiff_t offset = 0;  // of the std::shared_ptr<M> member (member slots only)
+    std::shared_ptr<Module> (*get)(const void* member) = nullptr;  // null: an owned child, kept in `owned`
+    bool (*set)(void* member, std::shared_ptr<Module> module) = nullptr;  // false when the type does not fit
+    std::shared_ptr<Module> owned;
+  };
+
+  // Copy-constructs the dynamic type (Cloneable overrides it); throws Error naming `caller` here.
+  virtual std::shared_ptr<Module> shallow_copy(const char* caller) const;
+
+  std::ptrdiff_t offset_of(const void* member) const;
+  Tensor& parameter_at(const ParameterSlot& slot) const;
+  std::shared_ptr<Module> module_at(const ModuleSlot& slot) const;
+  void replace_module(ModuleSlot& slot, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name, const char* caller) const;
+  void add_module_slot(ModuleSlot slot);
+  void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>& out);
+  std::shared_ptr<Module> structural_copy(const char* caller) const;
+
+  std::vector<ParameterSlot> parameter_slots_;
+  std::vector<ModuleSlot> module_slots_;
+  bool training_ = true;
+};
+
+// Prints the module tree like PyTorch:
+//   Sequential(
+//     (0): Linear(in_features=10, out_features=20, bias=true)
+//     (1): Tanh()
+//   )
+std::ostream& operator<<(std::ostream& os, const Module& module);
+
+// Derive user layers from Cloneable<Self> (instead of Module) to make them clonable: clone() copy-constructs Self
+// and then deep-copies every registered parameter and submodule of the copy (see Note [Member slots]). Self must be
+// copy-constructible; members that are not registered are copied as they are.
+template <class Derived>
+class Cloneable : public Module {
+ private:
+  std::shared_ptr<Module> shallow_copy(const char* caller) const override {
+    static_assert(std::is_copy_constructible_v<Derived>,
+                  "nn::Cloneable<Derived>: Derived must be copy-constructible to be cloned");
+    static_assert(std::is_base_of_v<Cloneable<Derived>, Derived>,
+                  "nn::Cloneable<Derived>: Derived must derive from nn::Cloneable<Derived>");
+    const auto& self = static_cast<const Derived&>(*this);
+    check_clone_type(typeid(self), typeid(Derived), caller);
+    check_slots_inside(&self, sizeof(Derived), caller);
+    return std::make_shared<Derived>(self);
+  }
+};
+
+// ---- template definitions -------------------------------------------------------------------------------------
+
+template <class M>
+void Module::register_module(const std::string& name, std::shared_ptr<M>& module) {
+  static_assert(std::is_base_of_v<Module, M>, "nn::Module::register_module: M must derive from nn::Module");
+  check_new_name(name, "nn::Module::register_module");
+  TANDEM_CHECK(module != nullptr, "nn::Module::register_module: submodule '", name, "' of ", this->name(),
+               " is null");
+  ModuleSlot slot;
+  slot.name = name;
+  slot.offset = offset_of(&module);
+  slot.get = [](const void* member) -> std::shared_ptr<Module> {
+    return *static_cast<const std::shared_ptr<M>*>(member);
+  };
+  slot.set = [](void* member, std::shared_ptr<Module> value) -> bool {
+    std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>(std::move(value));
+    if (!typed) return false;
+    *static_cast<std::shared_ptr<M>*>(member) = std::move(typed);
+    return true;
+  };
+  add_module_slot(std::move(slot));
+}
+
+}  // namespace tandem::nn
