@@ -2,6 +2,7 @@
 // The global generator. Values are generated on the host and copied to the device, so the same seed gives the
 // same tensor on every device, and a model initialized on CPU equals one initialized on a GPU.
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -1,0 +1,79 @@
+#include <atomic>
+#include <mutex>
+
+#include "raw_ops.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+
+namespace tandem::autograd {
+
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+std::mutex accumulator_mutex;  // leaves may be used by several worker threads at once
+}  // namespace
+
+Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+uint32_t Node::add_output(const Tensor& output) {
+  outputs_.push_back({output.shape(), output.device()});
+  return static_cast<uint32_t>(outputs_.size() - 1);
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+
+// Note [Gradient buffers]: the first gradient that reaches a leaf becomes its .grad (taken over without a copy
+// when nothing else references it); later ones are added in place. So .grad keeps one storage across
+// accumulations, and optimizers and gradient buckets that hold it see every update.
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+  Tensor incoming = std::move(grad_outputs[0]);
+  Tensor leaf(leaf_);
+  Tensor current = leaf.grad();
+  if (!current.defined()) {
+    const bool exclusive = incoming.impl_ptr().use_count() == 1 && incoming.storage().use_count() == 1;
+    leaf.set_grad(exclusive && incoming.is_contiguous() ? incoming : incoming.clone());
+  } else {
+    current.add_(incoming);
+  }
+  return {};
+}
+
+Edge gradient_edge(const Tensor& tensor) {
+  if (!tensor.defined()) return {};
+  TensorImpl* impl = tensor.impl();
+  if (impl->grad_fn) return {impl->grad_fn, impl->output_nr};
+  if (!impl->requires_grad) return {};
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
+  std::shared_ptr<AccumulateGrad> accumulator = impl->grad_accumulator.lock();
+  if (!accumulator) {
+    accumulator = std::make_shared<AccumulateGrad>(tensor.impl_ptr());
+    accumulator->add_output(tensor);
+    impl->grad_accumulator = accumulator;
+  }
+  return {accumulator, 0};
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& input : inputs)
+    if (input.requires_grad()) return true;
+  return false;
+}
+
+void make_differentiable(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& outputs) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& input : inputs) edges.push_back(gradient_edge(input));
+  node->set_next_edges(std::move(edges));
+  for (Tensor& output : outputs) {
+    if (!output.defined()) continue;
+    // An output that is an input (or already belongs to a graph) gets its own handle on the same storage, so
+    // that setting its history does not rewrite the input's.
+    if (output.impl()->grad_fn || output.impl()->requires_grad || output.impl_ptr().use_count() > 1)
+      output = raw::alias(output, output.shape(), output.strides(), output.storage_offset());
+    output.impl()->output_nr = node->add_output(output);
+    output.impl()->grad_fn = node;
+  }
+}
+
+}  // namespace tandem::autograd

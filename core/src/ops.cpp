@@ -1,0 +1,318 @@
+// Differentiable arithmetic. Each op is an autograd::Function: forward computes with raw ops (no history),
+// backward returns one gradient per input on that input's device.
+#include "tandem/core/ops.h"
+
+#include <cmath>
+
+#include "raw_ops.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+using autograd::Function;
+using backend::BinaryOp;
+using backend::UnaryOp;
+
+namespace {
+
+Tensor apply_one(std::shared_ptr<Function> function, const std::vector<Tensor>& inputs) {
+  return autograd::apply(function, inputs)[0];
+}
+
+// a op b with broadcasting; backward reduces each gradient back to its input's shape.
+class Binary final : public Function {
+ public:
+  Binary(BinaryOp op, const char* name) : op_(op), name_(name) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    a_shape_ = in[0].shape();
+    b_shape_ = in[1].shape();
+    if (op_ == BinaryOp::Mul) saved_ = in;
+    return {raw::binary(op_, in[0], in[1], name_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    switch (op_) {
+      case BinaryOp::Add: return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
+      case BinaryOp::Sub: return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
+      case BinaryOp::Mul:
+        return {raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[1], name_), a_shape_),
+                raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[0], name_), b_shape_)};
+    }
+    return {};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  BinaryOp op_;
+  const char* name_;
+  Shape a_shape_, b_shape_;
+  std::vector<Tensor> saved_;
+};
+
+class Scale final : public Function {
+ public:
+  explicit Scale(float s) : s_(s) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    raw::check_defined("mul", in[0]);
+    return {raw::scale(in[0], s_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {raw::scale(grads[0], s_)}; }
+  std::string name() const override { return "ScaleBackward"; }
+
+ private:
+  float s_;
+};
+
+void check_matrix(const char* caller, const Tensor& t, const char* what) {
+  raw::check_defined(caller, t, what);
+  TANDEM_CHECK(t.dim() == 2, caller, ": ", what, " must be 2-D, got shape ", to_string(t.shape()));
+}
+
+class Matmul final : public Function {
+ public:
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor& a = in[0];
+    const Tensor& b = in[1];
+    check_matrix("matmul", a, "a");
+    check_matrix("matmul", b, "b");
+    raw::check_same_device("matmul", a, b);
+    TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+                 " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
+    a_ = a;
+    b_ = b;
+    return {raw::gemm(a, b, Tensor())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    return {raw::gemm(g, b_.t(), Tensor()), raw::gemm(a_.t(), g, Tensor())};
+  }
+  std::string name() const override { return "MatmulBackward"; }
+
+ private:
+  Tensor a_, b_;
+};
+
+// y = x W^T + b: one GEMM with the bias in its epilogue. W^T is a transposed view, never a copy.
+class Linear final : public Function {
+ public:
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const Tensor& b = in[2];
+    check_matrix("linear", x, "input");
+    check_matrix("linear", w, "weight");
+    raw::check_same_device("linear", x, w);
+    TANDEM_CHECK(x.size(1) == w.size(1), "linear: input has shape ", to_string(x.shape()), " but weight has shape ",
+                 to_string(w.shape()), " (expected input [*, ", w.size(1), "])");
+    if (b.defined()) {
+      raw::check_same_device("linear", x, b);
+      TANDEM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias has shape ", to_string(b.shape()),
+                   " but expected [", w.size(0), "]");
+    }
+    x_ = x;
+    w_ = w;
+    has_bias_ = b.defined();
+    return {raw::gemm(x, w.t(), b)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    return {raw::gemm(g, w_, Tensor()), raw::gemm(g.t(), x_, Tensor()),
+            has_bias_ ? raw::sum_dim(g, 0, false) : Tensor()};
+  }
+  std::string name() const override { return "LinearBackward"; }
+
+ private:
+  Tensor x_, w_;
+  bool has_bias_ = false;
+};
+
+class Unary final : public Function {
+ public:
+  Unary(UnaryOp op, const char* name) : op_(op), name_(name) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    raw::check_defined(name_, in[0]);
+    Tensor out = raw::unary(op_, in[0]);
+    saved_ = op_ == UnaryOp::Relu ? in[0] : out;  // relu' needs x, tanh' needs y
+    return {out};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    return {raw::unary_backward(op_, grads[0], saved_)};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  UnaryOp op_;
+  const char* name_;
+  Tensor saved_;
+};
+
+// scale * sum(x) over all elements: sum (scale 1) and mean (scale 1/n).
+class ScaledSum final : public Function {
+ public:
+  explicit ScaledSum(bool mean) : mean_(mean) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    raw::check_defined(mean_ ? "mean" : "sum", in[0]);
+    shape_ = in[0].shape();
+    scale_ = mean_ ? 1.0f / static_cast<float>(in[0].numel()) : 1.0f;
+    if (mean_ && in[0].numel() == 0) return {Tensor::full({}, std::nanf(""), in[0].device())};
+    return {raw::sum_all(in[0], scale_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    return {raw::broadcast_scalar(grads[0], scale_, shape_)};
+  }
+  std::string name() const override { return mean_ ? "MeanBackward" : "SumBackward"; }
+
+ private:
+  bool mean_;
+  float scale_ = 1.0f;
+  Shape shape_;
+};
+
+class SumDim final : public Function {
+ public:
+  SumDim(int64_t dim, bool keepdim) : dim_(dim), keepdim_(keepdim) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    raw::check_defined("sum", in[0]);
+    shape_ = in[0].shape();
+    dim_ = wrap_dim(dim_, in[0].dim(), "sum");
+    return {raw::sum_dim(in[0], dim_, keepdim_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    Shape kept = shape_;
+    kept[dim_] = 1;
+    const Tensor g = raw::contiguous(grads[0]);
+    return {raw::expand(raw::alias(g, kept, contiguous_strides(kept), g.storage_offset()), shape_, "sum")};
+  }
+  std::string name() const override { return "SumDimBackward"; }
+
+ private:
+  int64_t dim_;
+  bool keepdim_;
+  Shape shape_;
+};
+
+class Cat final : public Function {
+ public:
+  explicit Cat(int64_t dim) : dim_(dim) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    TANDEM_CHECK(!in.empty(), "cat: expected a non-empty list of tensors");
+    for (size_t i = 0; i < in.size(); ++i) raw::check_defined("cat", in[i], "a tensor in the list");
+    const Tensor& first = in[0];
+    dim_ = wrap_dim(dim_, first.dim(), "cat");
+    Shape out_shape = first.shape();
+    out_shape[dim_] = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      raw::check_same_device("cat", first, in[i]);
+      TANDEM_CHECK(in[i].dim() == first.dim(), "cat: tensor ", i, " has ", in[i].dim(), " dimensions but expected ",
+                   first.dim());
+      for (int64_t d = 0; d < first.dim(); ++d)
+        TANDEM_CHECK(d == dim_ || in[i].size(d) == first.size(d), "cat: tensor ", i, " has shape ",
+                     to_string(in[i].shape()), " but expected size ", first.size(d), " at dimension ", d);
+      sizes_.push_back(in[i].size(dim_));
+      out_shape[dim_] += in[i].size(dim_);
+    }
+    Tensor out = Tensor::empty(out_shape, first.device());
+    int64_t start = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      raw::copy(in[i], out.narrow(dim_, start, sizes_[i]));
+      start += sizes_[i];
+    }
+    return {out};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    std::vector<Tensor> result;
+    int64_t start = 0;
+    for (int64_t size : sizes_) {
+      result.push_back(grads[0].narrow(dim_, start, size));
+      start += size;
+    }
+    return result;
+  }
+  std::string name() const override { return "CatBackward"; }
+
+ private:
+  int64_t dim_;
+  std::vector<int64_t> sizes_;
+};
+
+class MseLoss final : public Function {
+ public:
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    raw::check_defined("mse_loss", in[0], "input");
+    raw::check_defined("mse_loss", in[1], "target");
+    raw::check_same_device("mse_loss", in[0], in[1]);
+    TANDEM_CHECK(in[0].shape() == in[1].shape(), "mse_loss: input has shape ", to_string(in[0].shape()),
+                 " but target has shape ", to_string(in[1].shape()));
+    input_ = in[0];
+    target_ = in[1];
+    if (input_.numel() == 0) return {Tensor::full({}, std::nanf(""), input_.device())};
+    return {raw::mse_forward(input_, target_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    Tensor grad_input = raw::mse_backward(grads[0], input_, target_);
+    return {grad_input, raw::scale(grad_input, -1.0f)};
+  }
+  std::string name() const override { return "MseLossBackward"; }
+
+ private:
+  Tensor input_, target_;
+};
+
+}  // namespace
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Add, "add"), {a, b}); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Sub, "sub"), {a, b}); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Mul, "mul"), {a, b}); }
+Tensor operator*(const Tensor& a, float s) { return apply_one(std::make_shared<Scale>(s), {a}); }
+Tensor operator*(float s, const Tensor& a) { return a * s; }
+Tensor operator/(const Tensor& a, float s) { return a * (1.0f / s); }
+Tensor operator-(const Tensor& a) { return a * -1.0f; }
+Tensor matmul(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Matmul>(), {a, b}); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return apply_one(std::make_shared<Linear>(), {x, weight, bias});
+}
+
+Tensor relu(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Relu, "relu"), {x}); }
+Tensor tanh(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Tanh, "tanh"), {x}); }
+Tensor sum(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(false), {x}); }
+Tensor mean(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(true), {x}); }
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  return apply_one(std::make_shared<SumDim>(dim, keepdim), {x});
+}
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  return apply_one(std::make_shared<Cat>(dim), tensors);
+}
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  return apply_one(std::make_shared<MseLoss>(), {input, target});
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  raw::check_defined("max_abs_diff", a);
+  raw::check_defined("max_abs_diff", b);
+  TANDEM_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+               " differ");
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(x[i]) - y[i]);
+    if (std::isnan(diff)) return diff;
+    worst = std::max(worst, diff);
+  }
+  return worst;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  raw::check_defined("allclose", a);
+  raw::check_defined("allclose", b);
+  if (a.shape() != b.shape()) return false;
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(x[i]) - y[i]);
+    if (!(diff <= atol + rtol * std::abs(static_cast<double>(y[i])))) return false;
+  }
+  return true;
+}
+
+}  // namespace tandem

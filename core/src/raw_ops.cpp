@@ -1,0 +1,201 @@
+#include "raw_ops.h"
+
+#include <algorithm>
+
+#include "tandem/core/error.h"
+
+namespace tandem::raw {
+
+using backend::BinaryOp;
+using backend::UnaryOp;
+
+void check_defined(const char* caller, const Tensor& t, const char* what) {
+  TANDEM_CHECK(t.defined(), caller, ": ", what, " is an undefined tensor");
+}
+
+void check_same_device(const char* caller, const Tensor& a, const Tensor& b) {
+  TANDEM_CHECK(a.device() == b.device(), caller, ": expected all tensors on one device, got ", a.device(), " and ",
+               b.device());
+}
+
+Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.device()); }
+
+Tensor expand(const Tensor& x, const Shape& shape, const char* caller) {
+  const int64_t extra = static_cast<int64_t>(shape.size()) - x.dim();
+  TANDEM_CHECK(extra >= 0, caller, ": cannot expand shape ", to_string(x.shape()), " to ", to_string(shape));
+  Shape out_shape(shape.size());
+  Shape strides(shape.size(), 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    const int64_t want = shape[i];
+    if (i < extra) {
+      TANDEM_CHECK(want >= 0, caller, ": cannot expand shape ", to_string(x.shape()), " to ", to_string(shape));
+      out_shape[i] = want;
+      continue;
+    }
+    const int64_t have = x.shape()[i - extra];
+    if (want == -1 || want == have) {
+      out_shape[i] = have;
+      strides[i] = x.strides()[i - extra];
+    } else {
+      TANDEM_CHECK(have == 1 && want >= 0, caller, ": cannot expand shape ", to_string(x.shape()), " to ",
+                   to_string(shape), " (size ", have, " at dimension ", i - extra, " is not 1)");
+      out_shape[i] = want;
+    }
+  }
+  return alias(x, out_shape, strides, x.storage_offset());
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* caller) {
+  check_defined(caller, a);
+  check_defined(caller, b);
+  check_same_device(caller, a, b);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), caller);
+  Tensor out = Tensor::empty(shape, a.device());
+  if (out.numel() == 0) return out;
+  backend::for_device(a.device()).binary(op, expand(a, shape, caller), expand(b, shape, caller), out);
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = empty_like(x);
+  if (out.numel() > 0) backend::for_device(x.device()).copy(x, out);
+  return out;
+}
+
+Tensor scale(const Tensor& x, float s) {
+  Tensor in = contiguous(x);
+  Tensor out = empty_like(x);
+  if (out.numel() > 0) backend::for_device(x.device()).scale(in, s, out);
+  return out;
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  Tensor in = contiguous(x);
+  Tensor out = empty_like(x);
+  if (out.numel() > 0) backend::for_device(x.device()).unary(op, in, out);
+  return out;
+}
+
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) {
+  Tensor g = contiguous(grad);
+  Tensor s = contiguous(saved);
+  Tensor out = empty_like(saved);
+  if (out.numel() > 0) backend::for_device(saved.device()).unary_backward(op, g, s, out);
+  return out;
+}
+
+namespace {
+
+// BLAS takes a 2-D operand as row-major or transposed with a leading dimension; anything else is copied.
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const bool row_major = t.strides()[1] == 1 && t.strides()[0] >= std::max<int64_t>(cols, 1);
+  const bool transposed = t.strides()[0] == 1 && t.strides()[1] >= std::max<int64_t>(rows, 1);
+  return row_major || transposed ? t : contiguous(t);
+}
+
+}  // namespace
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.device());
+  if (out.numel() == 0) return out;
+  backend::for_device(a.device()).gemm(gemm_operand(a), gemm_operand(b), bias.defined() ? contiguous(bias) : bias,
+                                       out);
+  return out;
+}
+
+Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  Shape kept = x.shape();
+  kept[dim] = 1;
+  Shape reduced = x.shape();
+  reduced.erase(reduced.begin() + dim);
+  Tensor out = Tensor::empty(reduced, x.device());
+  if (out.numel() > 0) {
+    if (x.size(dim) == 0) {
+      backend::for_device(x.device()).fill(out, 0.0f);
+    } else {
+      backend::for_device(x.device()).sum_dim(contiguous(x), dim, out);
+    }
+  }
+  return keepdim ? alias(out, kept, contiguous_strides(kept), 0) : out;
+}
+
+Tensor sum_all(const Tensor& x, float scale) {
+  Tensor out = Tensor::empty({}, x.device());
+  if (x.numel() == 0) {
+    backend::for_device(x.device()).fill(out, 0.0f * scale);
+  } else {
+    backend::for_device(x.device()).sum_all(contiguous(x), scale, out);
+  }
+  return out;
+}
+
+Tensor broadcast_scalar(const Tensor& scalar, float scale, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, scalar.device());
+  if (out.numel() > 0) backend::for_device(scalar.device()).broadcast_scalar(scalar, scale, out);
+  return out;
+}
+
+Tensor mse_forward(const Tensor& input, const Tensor& target) {
+  Tensor out = Tensor::empty({}, input.device());
+  backend::for_device(input.device()).mse_forward(contiguous(input), contiguous(target), out);
+  return out;
+}
+
+Tensor mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target) {
+  Tensor out = empty_like(input);
+  if (out.numel() > 0)
+    backend::for_device(input.device()).mse_backward(grad, contiguous(input), contiguous(target), out);
+  return out;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  Tensor result = x;
+  const int64_t extra = x.dim() - static_cast<int64_t>(shape.size());
+  TANDEM_CHECK(extra >= 0, "sum_to: cannot reduce shape ", to_string(x.shape()), " to ", to_string(shape));
+  for (int64_t i = 0; i < extra; ++i) result = sum_dim(result, 0, false);
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    if (shape[i] == result.size(i)) continue;
+    TANDEM_CHECK(shape[i] == 1, "sum_to: cannot reduce shape ", to_string(x.shape()), " to ", to_string(shape));
+    result = sum_dim(result, i, true);
+  }
+  return result;
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  Tensor out = Tensor::empty(x.shape(), device);
+  copy(x, out);
+  return out;
+}
+
+void copy(const Tensor& src, const Tensor& dst) {
+  TANDEM_CHECK(src.shape() == dst.shape(), "copy: source has shape ", to_string(src.shape()),
+               " but destination has shape ", to_string(dst.shape()));
+  if (dst.numel() == 0) return;
+  if (src.device() == dst.device() || (src.device().is_cpu() && dst.device().is_cpu())) {
+    // Virtual CPU devices share host memory, so a copy between them is a host copy.
+    backend::for_device(dst.device()).copy(src, dst);
+    return;
+  }
+  const Tensor source = contiguous(src);
+  if (dst.is_contiguous()) {
+    backend::cuda_copy_across_devices(source, dst);
+    return;
+  }
+  const Tensor staged = Tensor::empty(dst.shape(), dst.device());
+  backend::cuda_copy_across_devices(source, staged);
+  backend::for_device(dst.device()).copy(staged, dst);
+}
+
+}  // namespace tandem::raw

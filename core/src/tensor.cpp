@@ -1,0 +1,288 @@
+// Tensor: factories, metadata, host access, printing and in-place updates. Views and copies that record autograd
+// history live in views.cpp; arithmetic in ops.cpp.
+#include "tandem/core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "raw_ops.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+#include "tandem/core/random.h"
+
+namespace tandem {
+
+size_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return sizeof(float);
+  }
+  return 0;
+}
+
+// ---- factories ----------------------------------------------------------------------------------------------------
+
+Tensor Tensor::empty(const Shape& shape, Device device) {
+  for (int64_t size : shape)
+    TANDEM_CHECK(size >= 0, "Tensor::empty: negative size ", size, " in shape ", to_string(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(device, static_cast<size_t>(numel_of(shape)) * sizeof(float));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::full(const Shape& shape, float value, Device device) {
+  Tensor out = empty(shape, device);
+  if (out.numel() > 0) backend::for_device(device).fill(out, value);
+  return out;
+}
+
+Tensor Tensor::zeros(const Shape& shape, Device device) { return full(shape, 0.0f, device); }
+Tensor Tensor::ones(const Shape& shape, Device device) { return full(shape, 1.0f, device); }
+Tensor Tensor::scalar(float value, Device device) { return full({}, value, device); }
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
+  Tensor out = empty(shape, device);
+  TANDEM_CHECK(static_cast<int64_t>(values.size()) == out.numel(), "Tensor::from_vector: got ", values.size(),
+               " values for shape ", to_string(shape), " (", out.numel(), " elements)");
+  if (out.numel() > 0) backend::for_device(device).from_host(values.data(), out);
+  return out;
+}
+
+Tensor Tensor::randn(const Shape& shape, Device device) {
+  return from_vector(random::normal(static_cast<size_t>(numel_of(shape))), shape, device);
+}
+
+Tensor Tensor::rand(const Shape& shape, Device device) { return uniform(shape, 0.0f, 1.0f, device); }
+
+Tensor Tensor::uniform(const Shape& shape, float low, float high, Device device) {
+  TANDEM_CHECK(low < high, "Tensor::uniform: low (", low, ") must be less than high (", high, ")");
+  return from_vector(random::uniform(static_cast<size_t>(numel_of(shape)), low, high), shape, device);
+}
+
+// ---- metadata -----------------------------------------------------------------------------------------------------
+
+void Tensor::check_defined(const char* caller) const {
+  TANDEM_CHECK(impl_ != nullptr, "Tensor::", caller, ": the tensor is undefined");
+}
+
+const Shape& Tensor::shape() const {
+  check_defined("shape");
+  return impl_->shape;
+}
+const Shape& Tensor::strides() const {
+  check_defined("strides");
+  return impl_->strides;
+}
+int64_t Tensor::storage_offset() const {
+  check_defined("storage_offset");
+  return impl_->offset;
+}
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "Tensor::size")]; }
+int64_t Tensor::numel() const { return numel_of(shape()); }
+Device Tensor::device() const {
+  check_defined("device");
+  return impl_->storage->device();
+}
+DType Tensor::dtype() const {
+  check_defined("dtype");
+  return impl_->dtype;
+}
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  check_defined("storage");
+  return impl_->storage;
+}
+
+bool Tensor::is_contiguous() const {
+  const Shape& sizes = shape();
+  if (numel() == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;  // the stride of a size-1 dimension never matters
+    if (impl_->strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+const void* Tensor::data_ptr() const { return mutable_data_ptr(); }
+
+void* Tensor::mutable_data_ptr() const {
+  check_defined("data_ptr");
+  char* base = static_cast<char*>(impl_->storage->data());
+  return base == nullptr ? nullptr : base + impl_->offset * static_cast<int64_t>(element_size(impl_->dtype));
+}
+
+bool Tensor::shares_storage_with(const Tensor& other) const {
+  return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+// ---- host access --------------------------------------------------------------------------------------------------
+
+std::vector<float> Tensor::to_vector() const {
+  const Tensor source = raw::contiguous(*this);
+  std::vector<float> values(static_cast<size_t>(numel()));
+  if (!values.empty()) backend::for_device(device()).to_host(source, values.data());
+  return values;
+}
+
+float Tensor::item() const {
+  TANDEM_CHECK(numel() == 1, "Tensor::item: expected a one-element tensor, got shape ", to_string(shape()));
+  return to_vector()[0];
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  constexpr int64_t kShown = 6;  // per dimension, from each end
+  const std::vector<float> values = to_vector();
+  const Shape& sizes = shape();
+  std::ostringstream os;
+  os << std::setprecision(6);
+  // Prints the block of values starting at flat index `base` for dimensions d.. (row-major).
+  auto print = [&](auto&& self, size_t d, int64_t base, int64_t stride) -> void {
+    if (d == sizes.size()) {
+      os << values[static_cast<size_t>(base)];
+      return;
+    }
+    const int64_t inner = stride / std::max<int64_t>(sizes[d], 1);
+    os << "[";
+    for (int64_t i = 0; i < sizes[d]; ++i) {
+      if (sizes[d] > 2 * kShown && i == kShown) {
+        os << "..., ";
+        i = sizes[d] - kShown;
+      }
+      if (i > 0 && !(sizes[d] > 2 * kShown && i == sizes[d] - kShown)) os << (d + 1 == sizes.size() ? ", " : ",\n ");
+      self(self, d + 1, base + i * inner, inner);
+    }
+    os << "]";
+  };
+  os << "tensor(";
+  print(print, 0, 0, numel());
+  os << ", shape=" << to_string(sizes) << ", device=" << device();
+  if (requires_grad()) os << ", requires_grad";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }
+
+// ---- in-place updates ---------------------------------------------------------------------------------------------
+
+namespace {
+
+void check_inplace_allowed(const Tensor& t, const char* caller) {
+  TANDEM_CHECK(t.defined(), "Tensor::", caller, ": the tensor is undefined");
+  TANDEM_CHECK(!(GradMode::is_enabled() && t.requires_grad()), "Tensor::", caller,
+               ": in-place update of a tensor that requires grad; do it under NoGradGuard (or on detach())");
+}
+
+void check_contiguous_target(const Tensor& t, const char* caller) {
+  TANDEM_CHECK(t.is_contiguous(), "Tensor::", caller, ": the target must be contiguous, got shape ",
+               to_string(t.shape()), " with strides ", to_string(t.strides()));
+}
+
+}  // namespace
+
+Tensor& Tensor::fill_(float value) {
+  check_inplace_allowed(*this, "fill_");
+  if (numel() > 0) backend::for_device(device()).fill(*this, value);
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0.0f); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace_allowed(*this, "copy_");
+  raw::check_defined("Tensor::copy_", src, "source");
+  if (src.shape() == shape()) {
+    raw::copy(src, *this);
+  } else {
+    const Tensor local = src.device() == device() ? src : raw::to_device(src, device());
+    raw::copy(raw::expand(local, shape(), "Tensor::copy_"), *this);
+  }
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, float alpha) {
+  check_inplace_allowed(*this, "add_");
+  raw::check_defined("Tensor::add_", other, "other");
+  raw::check_same_device("Tensor::add_", *this, other);
+  check_contiguous_target(*this, "add_");
+  if (numel() == 0) return *this;
+  if (other.shape() == shape() && other.is_contiguous()) {
+    backend::for_device(device()).axpy(alpha, other, *this);
+  } else {
+    const Tensor scaled = alpha == 1.0f ? other : raw::scale(other, alpha);
+    backend::for_device(device()).binary(backend::BinaryOp::Add, *this,
+                                         raw::expand(scaled, shape(), "Tensor::add_"), *this);
+  }
+  return *this;
+}
+
+Tensor& Tensor::mul_(float factor) {
+  check_inplace_allowed(*this, "mul_");
+  check_contiguous_target(*this, "mul_");
+  if (numel() > 0) backend::for_device(device()).scale(*this, factor, *this);
+  return *this;
+}
+
+// ---- autograd accessors -------------------------------------------------------------------------------------------
+
+bool Tensor::requires_grad() const { return defined() && (impl_->requires_grad || impl_->grad_fn != nullptr); }
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  check_defined("set_requires_grad");
+  TANDEM_CHECK(impl_->grad_fn == nullptr, "Tensor::set_requires_grad: only leaves can be set; this tensor is the "
+               "result of ", impl_->grad_fn->name(), " (use detach() first)");
+  impl_->requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return defined() && impl_->grad_fn == nullptr; }
+
+Tensor Tensor::grad() const {
+  check_defined("grad");
+  return Tensor(impl_->grad);
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  check_defined("set_grad");
+  if (grad.defined()) {
+    TANDEM_CHECK(grad.shape() == shape(), "Tensor::set_grad: gradient has shape ", to_string(grad.shape()),
+                 " but the tensor has shape ", to_string(shape()));
+    TANDEM_CHECK(grad.device() == device(), "Tensor::set_grad: gradient is on ", grad.device(),
+                 " but the tensor is on ", device());
+  }
+  impl_->grad = grad.impl_ptr();
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  check_defined("grad_fn");
+  return impl_->grad_fn;
+}
+
+void Tensor::backward() const {
+  check_defined("backward");
+  TANDEM_CHECK(numel() == 1, "Tensor::backward: a gradient can be created implicitly only for one-element "
+               "tensors, got shape ", to_string(shape()), "; pass grad_output");
+  backward(Tensor::ones(shape(), device()));
+}
+
+void Tensor::backward(const Tensor& grad_output) const {
+  check_defined("backward");
+  TANDEM_CHECK(requires_grad(), "Tensor::backward: the tensor does not require grad and has no grad_fn");
+  raw::check_defined("Tensor::backward", grad_output, "grad_output");
+  TANDEM_CHECK(grad_output.shape() == shape(), "Tensor::backward: grad_output has shape ",
+               to_string(grad_output.shape()), " but the tensor has shape ", to_string(shape()));
+  autograd::run_backward({*this}, {grad_output.device() == device() ? grad_output : raw::to_device(grad_output, device())});
+}
+
+Tensor Tensor::detach() const {
+  check_defined("detach");
+  return raw::alias(*this, impl_->shape, impl_->strides, impl_->offset);
+}
+
+}  // namespace tandem

@@ -1,0 +1,184 @@
+// Views (sharing storage) and copies between devices, with their gradients.
+#include <algorithm>
+
+#include "raw_ops.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem {
+
+using autograd::Function;
+
+namespace {
+
+Tensor apply_one(std::shared_ptr<Function> function, const Tensor& input) {
+  return autograd::apply(function, {input})[0];
+}
+
+// A view with new geometry over the input's storage; backward maps the gradient back through `inverse`.
+template <typename Forward, typename Backward>
+class ViewFunction final : public Function {
+ public:
+  ViewFunction(const char* name, Forward forward, Backward backward)
+      : name_(name), forward_(std::move(forward)), backward_(std::move(backward)) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    input_shape_ = in[0].shape();
+    return {forward_(in[0])};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    return {backward_(grads[0], input_shape_)};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  const char* name_;
+  Forward forward_;
+  Backward backward_;
+  Shape input_shape_;
+};
+
+template <typename Forward, typename Backward>
+Tensor apply_view(const char* name, const Tensor& input, Forward forward, Backward backward) {
+  return apply_one(std::make_shared<ViewFunction<Forward, Backward>>(name, std::move(forward), std::move(backward)),
+                   input);
+}
+
+Shape infer_shape(const Shape& requested, int64_t numel, const char* caller) {
+  Shape shape = requested;
+  int64_t known = 1;
+  int64_t inferred = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      TANDEM_CHECK(inferred < 0, caller, ": only one dimension can be -1, got ", to_string(requested));
+      inferred = static_cast<int64_t>(i);
+    } else {
+      TANDEM_CHECK(shape[i] >= 0, caller, ": invalid size ", shape[i], " in shape ", to_string(requested));
+      known *= shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    TANDEM_CHECK(known != 0 && numel % known == 0, caller, ": shape ", to_string(requested),
+                 " is invalid for a tensor of ", numel, " elements");
+    shape[inferred] = numel / known;
+  }
+  TANDEM_CHECK(numel_of(shape) == numel, caller, ": shape ", to_string(requested), " is invalid for a tensor of ",
+               numel, " elements");
+  return shape;
+}
+
+}  // namespace
+
+Tensor Tensor::to(Device device) const {
+  check_defined("to");
+  if (device == this->device()) return *this;
+  check_device_available(device, "Tensor::to");
+  const Device source = this->device();
+  return apply_view(
+      "ToBackward", *this, [device](const Tensor& x) { return raw::to_device(x, device); },
+      [source](const Tensor& g, const Shape&) { return raw::to_device(g, source); });
+}
+
+Tensor Tensor::clone() const {
+  check_defined("clone");
+  return apply_view(
+      "CloneBackward", *this, [](const Tensor& x) { return raw::to_device(x, x.device()); },
+      [](const Tensor& g, const Shape&) { return g; });
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::view(const Shape& shape) const {
+  check_defined("view");
+  const Shape target = infer_shape(shape, numel(), "Tensor::view");
+  TANDEM_CHECK(is_contiguous(), "Tensor::view: the tensor (shape ", to_string(this->shape()), ", strides ",
+               to_string(strides()), ") is not contiguous; use reshape()");
+  return apply_view(
+      "ViewBackward", *this,
+      [target](const Tensor& x) { return raw::alias(x, target, contiguous_strides(target), x.storage_offset()); },
+      [](const Tensor& g, const Shape& input_shape) {
+        const Tensor c = raw::contiguous(g);
+        return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
+      });
+}
+
+Tensor Tensor::reshape(const Shape& shape) const { return contiguous().view(shape); }
+
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  check_defined("narrow");
+  const int64_t d = wrap_dim(dim, this->dim(), "Tensor::narrow");
+  const int64_t size = shape()[d];
+  TANDEM_CHECK(start >= 0 && length >= 0 && start + length <= size, "Tensor::narrow: range [", start, ", ",
+               start + length, ") is out of bounds for dimension ", d, " of size ", size);
+  return apply_view(
+      "NarrowBackward", *this,
+      [d, start, length](const Tensor& x) {
+        Shape shape = x.shape();
+        shape[d] = length;
+        return raw::alias(x, shape, x.strides(), x.storage_offset() + start * x.strides()[d]);
+      },
+      [d, start, length](const Tensor& g, const Shape& input_shape) {
+        Tensor full = Tensor::zeros(input_shape, g.device());
+        Shape shape = input_shape;
+        shape[d] = length;
+        raw::copy(g, raw::alias(full, shape, full.strides(), start * full.strides()[d]));
+        return full;
+      });
+}
+
+std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t dim) const {
+  check_defined("split");
+  const int64_t d = wrap_dim(dim, this->dim(), "Tensor::split");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    TANDEM_CHECK(size >= 0, "Tensor::split: negative size ", size);
+    total += size;
+  }
+  TANDEM_CHECK(total == shape()[d], "Tensor::split: sizes sum to ", total, " but dimension ", d, " has size ",
+               shape()[d]);
+  std::vector<Tensor> parts;
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    parts.push_back(narrow(d, start, size));
+    start += size;
+  }
+  return parts;
+}
+
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
+  check_defined("chunk");
+  TANDEM_CHECK(chunks > 0, "Tensor::chunk: chunks must be positive, got ", chunks);
+  const int64_t d = wrap_dim(dim, this->dim(), "Tensor::chunk");
+  const int64_t size = shape()[d];
+  if (size == 0) return split(std::vector<int64_t>(static_cast<size_t>(chunks), 0), d);
+  const int64_t chunk_size = (size + chunks - 1) / chunks;
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < size; start += chunk_size) sizes.push_back(std::min(chunk_size, size - start));
+  return split(sizes, d);
+}
+
+Tensor Tensor::t() const {
+  check_defined("t");
+  TANDEM_CHECK(dim() == 2, "Tensor::t: expected a 2-D tensor, got shape ", to_string(shape()));
+  const auto transpose = [](const Tensor& x) {
+    return raw::alias(x, {x.size(1), x.size(0)}, {x.strides()[1], x.strides()[0]}, x.storage_offset());
+  };
+  return apply_view("TransposeBackward", *this, transpose,
+                    [transpose](const Tensor& g, const Shape&) { return transpose(g); });
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  check_defined("expand");
+  return apply_view(
+      "ExpandBackward", *this, [shape](const Tensor& x) { return raw::expand(x, shape, "Tensor::expand"); },
+      [](const Tensor& g, const Shape& input_shape) { return raw::sum_to(g, input_shape); });
+}
+
+Tensor Tensor::sum_to(const Shape& shape) const {
+  check_defined("sum_to");
+  return apply_view(
+      "SumToBackward", *this, [shape](const Tensor& x) { return raw::sum_to(x, shape); },
+      [](const Tensor& g, const Shape& input_shape) { return raw::expand(g, input_shape, "Tensor::sum_to"); });
+}
+
+}  // namespace tandem
