@@ -6,6 +6,8 @@
 namespace tandem::nn {
 
 // mean((input - target)^2) over all elements; input and target must have equal shapes and share one device.
+// It has the signature of the core op tandem::mse_loss, so call it qualified (nn::mse_loss): Tensor arguments find
+// tandem::mse_loss by argument-dependent lookup as well.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 
 class MSELoss : public Cloneable<MSELoss> {

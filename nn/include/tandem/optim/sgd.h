@@ -37,7 +37,7 @@ class SGD {
   const std::vector<Tensor>& parameters() const { return parameters_; }
 
   // Optimizer state, for checkpoints: one momentum buffer per parameter, undefined where none exists yet (momentum
-  // 0, or the parameter never had a gradient).
+  // 0, or the parameter never had a gradient). These are the live buffers: step() updates them in place.
   std::vector<Tensor> momentum_buffers() const { return momentum_buffers_; }
   // Restores the state: one entry per parameter, undefined or of the parameter's shape (any device: values are
   // copied onto the parameter's device, never aliased).

@@ -1,0 +1,40 @@
+#include "tandem/nn/linear.h"
+
+#include <cmath>
+
+#include "tandem/core/ops.h"
+#include "tandem/core/shape.h"
+
+namespace tandem::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Device device)
+    : in_features_(in_features), out_features_(out_features) {
+  TANDEM_CHECK(in_features > 0, "nn::Linear: in_features must be positive, got ", in_features);
+  TANDEM_CHECK(out_features > 0, "nn::Linear: out_features must be positive, got ", out_features);
+  // torch.nn.Linear draws the weight with kaiming_uniform(a = sqrt(5)), whose bound is also 1/sqrt(fan_in).
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  weight = Tensor::uniform({out_features, in_features}, -bound, bound, device);
+  register_parameter("weight", weight);
+  if (bias) {
+    this->bias = Tensor::uniform({out_features}, -bound, bound, device);
+    register_parameter("bias", this->bias);
+  }
+}
+
+Tensor Linear::forward(const Tensor& input) {
+  TANDEM_CHECK(input.defined(), "nn::Linear: the input is undefined");
+  TANDEM_CHECK(input.dim() >= 1 && input.size(-1) == in_features_, "nn::Linear: input has shape ",
+               to_string(input.shape()), " but expected [..., ", in_features_, "] (in_features = ", in_features_,
+               ", weight ", to_string(weight.shape()), ")");
+  if (input.dim() == 2) return linear(input, weight, bias);
+  Shape out_shape = input.shape();
+  out_shape.back() = out_features_;
+  return linear(input.reshape({-1, in_features_}), weight, bias).reshape(out_shape);
+}
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features_) + ", out_features=" + std::to_string(out_features_) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,289 @@
+#include "tandem/nn/module.h"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <ostream>
+#include <sstream>
+
+#include "tandem/core/grad_mode.h"
+#include "tandem/core/shape.h"
+
+namespace tandem::nn {
+namespace {
+
+// "tandem::nn::Linear" -> "Linear"; namespaces inside template arguments are kept.
+std::string unqualified(const std::string& name) {
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (depth == 0 && name.compare(i, 2, "::") == 0) start = i + 2;
+  }
+  return name.substr(start);
+}
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string result = status == 0 && demangled != nullptr ? demangled : mangled;
+  std::free(demangled);
+  return result;
+}
+
+// A detached copy of `parameter` on `device` (a fresh buffer even when it is already there).
+Tensor copy_parameter(const Tensor& parameter, std::optional<Device> device) {
+  Tensor detached = parameter.detach();
+  Tensor copy = !device || *device == parameter.device() ? detached.clone() : detached.to(*device);
+  copy.set_requires_grad(true);
+  return copy;
+}
+
+void print_tree(std::ostream& os, const Module& module, const std::string& indent) {
+  os << module.name() << "(" << module.extra_repr();
+  auto children = module.named_children();
+  if (children.empty()) {
+    os << ")";
+    return;
+  }
+  os << "\n";
+  for (const auto& [name, child] : children) {
+    os << indent << "  (" << name << "): ";
+    print_tree(os, *child, indent + "  ");
+    os << "\n";
+  }
+  os << indent << ")";
+}
+
+}  // namespace
+
+std::string Module::name() const { return unqualified(demangle(typeid(*this).name())); }
+
+// ---- registration ---------------------------------------------------------------------------------------------
+
+std::ptrdiff_t Module::offset_of(const void* member) const {
+  return static_cast<const char*>(member) - reinterpret_cast<const char*>(this);
+}
+
+Tensor& Module::parameter_at(const ParameterSlot& slot) const {
+  auto* base = const_cast<char*>(reinterpret_cast<const char*>(this));
+  return *reinterpret_cast<Tensor*>(base + slot.offset);
+}
+
+std::shared_ptr<Module> Module::module_at(const ModuleSlot& slot) const {
+  if (!slot.get) return slot.owned;
+  std::shared_ptr<Module> module = slot.get(reinterpret_cast<const char*>(this) + slot.offset);
+  TANDEM_CHECK(module != nullptr, "nn::Module: submodule '", slot.name, "' of ", name(), " is null");
+  return module;
+}
+
+void Module::replace_module(ModuleSlot& slot, std::shared_ptr<Module> module) {
+  if (!slot.get) {
+    slot.owned = std::move(module);
+    return;
+  }
+  std::string replacement = module->name();
+  TANDEM_CHECK(slot.set(reinterpret_cast<char*>(this) + slot.offset, std::move(module)), "nn::Module: a ",
+               replacement, " does not fit the member slot of submodule '", slot.name, "' of ", name());
+}
+
+void Module::check_new_name(const std::string& name, const char* caller) const {
+  TANDEM_CHECK(!name.empty(), caller, ": empty name in ", this->name());
+  TANDEM_CHECK(name.find('.') == std::string::npos, caller, ": name '", name, "' in ", this->name(),
+               " contains '.', which separates the parts of parameter names");
+  for (const auto& slot : parameter_slots_)
+    TANDEM_CHECK(slot.name != name, caller, ": ", this->name(), " already has a parameter named '", name, "'");
+  for (const auto& slot : module_slots_)
+    TANDEM_CHECK(slot.name != name, caller, ": ", this->name(), " already has a submodule named '", name, "'");
+}
+
+void Module::register_parameter(const std::string& name, Tensor& parameter) {
+  check_new_name(name, "nn::Module::register_parameter");
+  TANDEM_CHECK(parameter.defined(), "nn::Module::register_parameter: parameter '", name, "' of ", this->name(),
+               " is undefined");
+  TANDEM_CHECK(parameter.is_leaf(), "nn::Module::register_parameter: parameter '", name, "' of ", this->name(),
+               " is the result of an operation, but parameters must be leaf tensors (detach() it)");
+  parameter.set_requires_grad(true);
+  parameter_slots_.push_back({name, offset_of(&parameter)});
+}
+
+void Module::register_module(const std::string& name, std::shared_ptr<Module>&& module) {
+  check_new_name(name, "nn::Module::register_module");
+  TANDEM_CHECK(module != nullptr, "nn::Module::register_module: submodule '", name, "' of ", this->name(),
+               " is null");
+  ModuleSlot slot;
+  slot.name = name;
+  slot.owned = std::move(module);
+  module_slots_.push_back(std::move(slot));
+}
+
+void Module::add_module_slot(ModuleSlot slot) { module_slots_.push_back(std::move(slot)); }
+
+std::shared_ptr<Module> Module::child(size_t index) const {
+  TANDEM_CHECK(index < module_slots_.size(), "nn::Module::child: index ", index, " is out of range for ", name(),
+               " with ", module_slots_.size(), " children");
+  return module_at(module_slots_[index]);
+}
+
+// ---- queries --------------------------------------------------------------------------------------------------
+
+void Module::collect_parameters(const std::string& prefix,
+                                std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& slot : parameter_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
+  for (const auto& slot : module_slots_) module_at(slot)->collect_parameters(prefix + slot.name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect_parameters("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& named : named_parameters()) out.push_back(std::move(named.second));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& slot : module_slots_) out.emplace_back(slot.name, module_at(slot));
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& slot : module_slots_) out.push_back(module_at(slot));
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t total = 0;
+  for (const auto& parameter : parameters()) total += parameter.numel();
+  return total;
+}
+
+Device Module::device() const {
+  std::vector<Tensor> all = parameters();
+  TANDEM_CHECK(!all.empty(), "nn::Module::device: ", name(), " has no parameters");
+  return all.front().device();
+}
+
+// Every parameter slot of this module and its descendants, in parameters() order, with its owner.
+void Module::collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>& out) {
+  for (const auto& slot : parameter_slots_) out.emplace_back(this, &slot);
+  for (const auto& slot : module_slots_) module_at(slot)->collect_slots(out);
+}
+
+// ---- state ----------------------------------------------------------------------------------------------------
+
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
+  collect_slots(slots);
+  for (const auto& [owner, slot] : slots) {
+    Tensor& parameter = owner->parameter_at(*slot);
+    if (parameter.device() == device) continue;
+    Tensor moved = parameter.detach().to(device);
+    moved.set_requires_grad(parameter.requires_grad());
+    if (Tensor grad = parameter.grad(); grad.defined()) moved.set_grad(grad.to(device));
+    parameter = moved;
+  }
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& parameter : parameters()) {
+    Tensor grad = parameter.grad();
+    if (!grad.defined()) continue;
+    if (set_to_none) {
+      parameter.set_grad(Tensor());
+    } else {
+      grad.zero_();
+    }
+  }
+}
+
+void Module::train(bool training) {
+  training_ = training;
+  for (const auto& slot : module_slots_) module_at(slot)->train(training);
+}
+
+// ---- copies ---------------------------------------------------------------------------------------------------
+
+std::shared_ptr<Module> Module::shallow_copy(const char* caller) const {
+  TANDEM_FAIL(caller, ": ", name(), " does not derive from nn::Cloneable<", name(),
+              ">; derive it from nn::Cloneable<", name(), "> instead of nn::Module to make it clonable");
+}
+
+void Module::check_clone_type(const std::type_info& actual, const std::type_info& expected,
+                              const char* caller) const {
+  TANDEM_CHECK(actual == expected, caller, ": ", name(), " inherits clone() from nn::Cloneable<",
+               unqualified(demangle(expected.name())), ">, which would copy only that base; derive ", name(),
+               " from nn::Cloneable<", name(), "> itself");
+}
+
+void Module::check_slots_inside(const void* object, size_t object_size, const char* caller) const {
+  const char* begin = static_cast<const char*>(object);
+  const char* base = reinterpret_cast<const char*>(this);
+  auto inside = [&](std::ptrdiff_t offset, size_t size) {
+    const char* member = base + offset;
+    return member >= begin && member + size <= begin + object_size;
+  };
+  for (const auto& slot : parameter_slots_)
+    TANDEM_CHECK(inside(slot.offset, sizeof(Tensor)), caller, ": parameter '", slot.name, "' of ", name(),
+                 " is not a member of the module object; register only direct members (see Note [Member slots])");
+  for (const auto& slot : module_slots_)
+    TANDEM_CHECK(!slot.get || inside(slot.offset, sizeof(std::shared_ptr<Module>)), caller, ": submodule '",
+                 slot.name, "' of ", name(),
+                 " is not a member of the module object; register only direct members (see Note [Member slots])");
+}
+
+// A copy of the whole tree whose modules are new objects and whose parameter members still share the originals.
+std::shared_ptr<Module> Module::structural_copy(const char* caller) const {
+  std::shared_ptr<Module> copy = shallow_copy(caller);
+  for (auto& slot : copy->module_slots_) copy->replace_module(slot, copy->module_at(slot)->structural_copy(caller));
+  return copy;
+}
+
+std::shared_ptr<Module> Module::clone(std::optional<Device> device) const {
+  NoGradGuard no_grad;
+  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone");
+  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
+  copy->collect_slots(slots);
+  for (const auto& [owner, slot] : slots) {
+    Tensor& parameter = owner->parameter_at(*slot);
+    parameter = copy_parameter(parameter, device);
+  }
+  return copy;
+}
+
+void Module::set_parameters(const std::vector<Tensor>& parameters) {
+  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
+  collect_slots(slots);
+  TANDEM_CHECK(parameters.size() == slots.size(), "nn::Module::set_parameters: ", name(), " has ", slots.size(),
+               " parameters but ", parameters.size(), " tensors were given");
+  std::vector<std::pair<std::string, Tensor>> named = named_parameters();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    TANDEM_CHECK(parameters[i].defined(), "nn::Module::set_parameters: the tensor for '", named[i].first,
+                 "' is undefined");
+    TANDEM_CHECK(parameters[i].shape() == named[i].second.shape(), "nn::Module::set_parameters: '", named[i].first,
+                 "' has shape ", to_string(named[i].second.shape()), " but the tensor given for it has shape ",
+                 to_string(parameters[i].shape()));
+  }
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].first->parameter_at(*slots[i].second) = parameters[i];
+}
+
+std::shared_ptr<Module> Module::clone_with_parameters(const std::vector<Tensor>& parameters) const {
+  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone_with_parameters");
+  copy->set_parameters(parameters);
+  return copy;
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& module) {
+  print_tree(os, module, "");
+  return os;
+}
+
+}  // namespace tandem::nn
