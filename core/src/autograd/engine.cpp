@@ -103,4 +103,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   }
 }
 
+void backward(const std::vector<Tensor>& roots) {
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    TANDEM_CHECK(roots[i].defined() && roots[i].numel() == 1, "autograd::backward: root ", i,
+                 " must be a one-element tensor", roots[i].defined() ? ", got shape " + to_string(roots[i].shape()) : "");
+    seeds.push_back(Tensor::ones(roots[i].shape(), roots[i].device()));
+  }
+  run_backward(roots, seeds);
+}
+
 }  // namespace tandem::autograd
