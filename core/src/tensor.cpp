@@ -266,6 +266,7 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
 
 void Tensor::backward() const {
   check_defined("backward");
+  TANDEM_CHECK(requires_grad(), "Tensor::backward: the tensor does not require grad and has no grad_fn");
   TANDEM_CHECK(numel() == 1, "Tensor::backward: a gradient can be created implicitly only for one-element "
                "tensors, got shape ", to_string(shape()), "; pass grad_output");
   backward(Tensor::ones(shape(), device()));

@@ -22,7 +22,7 @@ TEST(Device, RejectsBadText) {
   EXPECT_ERROR(Device::parse("cuda:1x"), "cannot parse");
   EXPECT_ERROR(Device::parse(""), "cannot parse");
   EXPECT_ERROR(Device::parse("cpu:64"), "out of range [0, 63]");
-  EXPECT_ERROR(Device::parse("cuda:-1"), "cannot parse");
+  EXPECT_ERROR(Device::parse("cuda:-1"), "CUDA device index -1 is negative");
   EXPECT_ERROR(Device::cuda(-1), "negative");
   EXPECT_ERROR(Device::cpu(-1), "out of range");
 }
