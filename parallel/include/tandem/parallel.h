@@ -1,2 +1,11 @@
 #pragma once
-// parallel: aggregate header (filled in as the layer grows).
+// parallel: data parallelism over devices (torch.nn.parallel semantics, see COMM.md): differentiable broadcast /
+// reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast training path
+// (ReplicatedModule, ReplicatedSGD).
+
+#include "tandem/parallel/data_parallel.h"
+#include "tandem/parallel/functions.h"
+#include "tandem/parallel/parallel_apply.h"
+#include "tandem/parallel/replicate.h"
+#include "tandem/parallel/replicated.h"
+#include "tandem/parallel/scatter_gather.h"

@@ -1,0 +1,39 @@
+#pragma once
+// parallel::parallel_apply: runs replica i on input i, concurrently, on a persistent pool of worker threads with one
+// worker per device.
+
+#include <concepts>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/module.h"
+
+namespace tandem::parallel {
+
+// Output i is replicas[i]->forward(inputs[i]), run on the worker of inputs[i].device(); replicas whose inputs share
+// a device run one after another on that device's worker. Workers run with the caller's grad mode. `devices`, when
+// not empty, gives one device per replica and output i is moved there. Returns after every replica has finished.
+// Errors: replicas.size() != inputs.size() or != devices.size() (when given); a null replica; an undefined input.
+// An exception thrown by a replica is rethrown here (once all have finished) as tandem::Error with the message
+// "in replica i on device d: <what>", for the lowest such i. Safe to call from several threads at once, and from
+// inside a replica (a nested call runs its work on the calling thread).
+std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                                   const std::vector<Tensor>& inputs, const std::vector<Device>& devices = {});
+
+// Typed convenience for the replicas returned by the typed replicate.
+template <class M>
+  requires std::derived_from<M, nn::Module> && (!std::same_as<M, nn::Module>)
+std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<Tensor>& inputs,
+                                   const std::vector<Device>& devices = {}) {
+  return parallel_apply(std::vector<std::shared_ptr<nn::Module>>(replicas.begin(), replicas.end()), inputs, devices);
+}
+
+// The pool itself, for work that is not a module forward: runs tasks[i] on the worker of devices[i] (same rules:
+// concurrent across devices, in order on one device, caller's grad mode, first failure rethrown as
+// "in replica i on device d: <what>"). tasks.size() must equal devices.size().
+void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices);
+
+}  // namespace tandem::parallel

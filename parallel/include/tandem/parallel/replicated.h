@@ -1,0 +1,109 @@
+#pragma once
+// The fast training path: replicas kept alive across steps, gradients in contiguous buckets, one collective per
+// bucket. It gives the same parameters as the plain path (replicate every step, reduce onto the master), step for
+// step within float tolerance, without cloning anything per step.
+//
+//   parallel::ReplicatedModule model(net, devices);            // net's parameters on devices[0]
+//   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});
+//   for (...) {
+//     model.zero_grad();
+//     std::vector<Tensor> outputs = model.forward(parallel::scatter(x, devices));
+//     Tensor loss = nn::mse_loss(parallel::gather(outputs, devices[0]), y);   // or per-replica losses
+//     loss.backward();
+//     model.reduce_gradients();   // every replica's gradient becomes the sum over replicas
+//     sgd.step();                 // identical updates keep the replicas equal, no broadcast needed
+//   }
+//
+// Note [Flat gradient buffers]: each replica's parameter gradients are views into one contiguous buffer per device,
+// laid out in parameters() order, installed as the parameters' .grad before backward. Backward accumulates into an
+// existing .grad in place (Note [Gradient buffers] in core), so after backward each buffer holds that replica's
+// gradients, and an all_reduce over narrow views of the buffers (one per bucket of about `bucket_size` bytes) sums
+// them on every device at once. If something replaced a .grad (Module::zero_grad() with set_to_none, a fresh
+// optimizer), reduce_gradients() copies it back into the buffer and reinstalls the view.
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/module.h"
+#include "tandem/optim/sgd.h"
+
+namespace tandem::parallel {
+
+struct ReplicatedOptions {
+  size_t bucket_size = 25 * 1024 * 1024;  // bytes per gradient bucket; each bucket is one comm::all_reduce
+};
+
+class ReplicatedModule {
+ public:
+  // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]).
+  // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
+  // on devices[0]; a module without parameters or not clonable; bucket_size 0.
+  ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
+  ReplicatedModule(const ReplicatedModule&) = delete;
+  ReplicatedModule& operator=(const ReplicatedModule&) = delete;
+
+  const std::vector<Device>& devices() const { return devices_; }
+  size_t size() const { return replicas_.size(); }
+  const std::shared_ptr<nn::Module>& module() const { return replicas_.front(); }  // the master, replica 0
+  const std::vector<std::shared_ptr<nn::Module>>& replicas() const { return replicas_; }
+
+  // Runs replica i on inputs[i] (on devices[i]) with parallel_apply. Fewer inputs than devices (a batch with fewer
+  // rows than devices) runs the first inputs.size() replicas; the others contribute zero gradients.
+  // Errors: no inputs or more inputs than devices; input i not on devices[i]; a replica's exception (as
+  // parallel_apply).
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
+
+  // Sums the replicas' gradients: afterwards every replica's .grad holds the sum over replicas (one all_reduce per
+  // bucket, in parameters() order).
+  void reduce_gradients();
+  // Zeroes every gradient buffer in place (and reinstalls the gradient views where something replaced them).
+  void zero_grad();
+  // Copies the master's parameter values into every other replica (after changing the master outside of
+  // ReplicatedSGD, e.g. loading a checkpoint into module()).
+  void sync_parameters();
+
+  size_t bucket_count() const { return buckets_.size(); }
+  // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order).
+  const Tensor& gradient_buffer(size_t replica) const;
+
+ private:
+  struct Bucket {
+    int64_t start;   // in elements of the flat buffers
+    int64_t length;
+  };
+  void install_gradient_views(bool zero);
+
+  std::vector<Device> devices_;
+  std::vector<std::shared_ptr<nn::Module>> replicas_;
+  std::vector<std::vector<Tensor>> parameters_;      // [replica][parameter]
+  std::vector<Tensor> buffers_;                      // [replica]: flat gradient buffer
+  std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into buffers_[replica]
+  std::vector<Bucket> buckets_;
+};
+
+// One optim::SGD per replica with the same options. After ReplicatedModule::reduce_gradients() every replica has
+// the same gradients, so identical steps keep the replicas identical. `model` must outlive the optimizer.
+class ReplicatedSGD {
+ public:
+  ReplicatedSGD(ReplicatedModule& model, optim::SGDOptions options);
+
+  void step();       // steps every replica's optimizer
+  void zero_grad();  // model.zero_grad()
+  void set_lr(double lr);
+  const optim::SGDOptions& options() const { return optimizers_.front().options(); }
+  // Replica d's optimizer; replica 0's updates the master.
+  optim::SGD& optimizer(size_t replica);
+
+  // Checkpoint state: the master's momentum buffers; setting them sets every replica's (values copied).
+  std::vector<Tensor> momentum_buffers() const { return optimizers_.front().momentum_buffers(); }
+  void set_momentum_buffers(const std::vector<Tensor>& buffers);
+
+ private:
+  ReplicatedModule& model_;
+  std::vector<optim::SGD> optimizers_;
+};
+
+}  // namespace tandem::parallel
