@@ -85,7 +85,8 @@ class Matmul final : public Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
-    return {raw::gemm(g, b_.t(), Tensor()), raw::gemm(a_.t(), g, Tensor())};
+    return {needs_input_grad(0) ? raw::gemm(g, b_.t(), Tensor()) : Tensor(),
+            needs_input_grad(1) ? raw::gemm(a_.t(), g, Tensor()) : Tensor()};
   }
   std::string name() const override { return "MatmulBackward"; }
 
@@ -117,8 +118,9 @@ class Linear final : public Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
-    return {raw::gemm(g, w_, Tensor()), raw::gemm(g.t(), x_, Tensor()),
-            has_bias_ ? raw::sum_dim(g, 0, false) : Tensor()};
+    return {needs_input_grad(0) ? raw::gemm(g, w_, Tensor()) : Tensor(),
+            needs_input_grad(1) ? raw::gemm(g.t(), x_, Tensor()) : Tensor(),
+            has_bias_ && needs_input_grad(2) ? raw::sum_dim(g, 0, false) : Tensor()};
   }
   std::string name() const override { return "LinearBackward"; }
 
@@ -251,7 +253,7 @@ class MseLoss final : public Function {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     Tensor grad_input = raw::mse_backward(grads[0], input_, target_);
-    return {grad_input, raw::scale(grad_input, -1.0f)};
+    return {grad_input, needs_input_grad(1) ? raw::scale(grad_input, -1.0f) : Tensor()};
   }
   std::string name() const override { return "MseLossBackward"; }
 

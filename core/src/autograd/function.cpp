@@ -46,6 +46,9 @@ class FunctionNode final : public Node {
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs) {
   TANDEM_CHECK(function != nullptr, "autograd::apply: function is null");
   const bool record = any_requires_grad(inputs);
+  function->needs_input_grad_.assign(inputs.size(), false);
+  if (record)
+    for (size_t i = 0; i < inputs.size(); ++i) function->needs_input_grad_[i] = inputs[i].requires_grad();
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;

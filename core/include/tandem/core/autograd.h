@@ -99,6 +99,14 @@ class Function {
   virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs) = 0;
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
   virtual std::string name() const { return "Function"; }
+
+  // Whether input i gets a gradient (valid in forward and backward); backward may skip the others and return an
+  // undefined tensor for them, e.g. the gradient of a network's input batch.
+  bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
+
+ private:
+  friend std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
+  std::vector<bool> needs_input_grad_;
 };
 
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
