@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
+# every log under $OUT (default: out/). Stages to run are arguments (default: all):
+#   build  tests  examples  comm_bench  step_bench  torch
+# Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-out}"
+mkdir -p "$out"
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch)
+build="${TANDEM_BUILD_DIR:-build-gpu}"
+export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
+cat "$out/gpus.txt"
+
+run_stage() {
+  case "$1" in
+    build)
+      cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
+        cmake --build "$build" --parallel >>"$out/build.log" 2>&1 ||
+        { grep -E "error|FAILED" -A4 "$out/build.log" | head -80; return 1; } ;;
+    tests)
+      ctest --test-dir "$build" --output-on-failure --parallel 4 --timeout 600 >"$out/tests.log" 2>&1
+      grep -E "tests passed|tests failed|Failed|\(Failed\)|\*\*\*" "$out/tests.log" | tail -40 ;;
+    examples)
+      for example in comm_tour seed_training_loop custom_layer tandem-train; do
+        echo "== $example" >>"$out/examples.log"
+        timeout 300 "$build/bin/$example" >>"$out/examples.log" 2>&1
+        echo "exit status $?" >>"$out/examples.log"
+      done
+      tail -60 "$out/examples.log" ;;
+    comm_bench)
+      timeout 400 "$build/bin/comm_bench" --markdown "$out/comm_bench.md" >"$out/comm_bench.log" 2>&1
+      cat "$out/comm_bench.log" | tail -60 ;;
+    step_bench)
+      timeout 400 "$build/bin/train_step_bench" --markdown "$out/step_bench.md" >"$out/step_bench.log" 2>&1
+      tail -40 "$out/step_bench.log" ;;
+    torch)
+      PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/torch_train_step.py >"$out/torch.log" 2>&1
+      PYTHONUNBUFFERED=1 timeout 200 python3 benchmarks/torch_comm_bench.py >>"$out/torch.log" 2>&1
+      tail -40 "$out/torch.log" ;;
+    *) echo "unknown stage $1"; return 2 ;;
+  esac
+}
+
+status=0
+for stage in "${stages[@]}"; do
+  echo "=== $stage"
+  run_stage "$stage" || { status=1; [ "$stage" = build ] && break; }
+done
+exit $status
