@@ -1,0 +1,239 @@
+// The CPU backend: Eigen for GEMM and vectorizable array work, strided row loops for everything that may be
+// broadcast or non-contiguous. Single-threaded; reductions accumulate in double.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/strided_loop.h"
+#include "tandem/core/error.h"
+
+namespace tandem::backend {
+namespace {
+
+using Eigen::Dynamic;
+using RowMajorMatrix = Eigen::Matrix<float, Dynamic, Dynamic, Eigen::RowMajor>;
+using ColMajorMatrix = Eigen::Matrix<float, Dynamic, Dynamic, Eigen::ColMajor>;
+using ConstArray = Eigen::Map<const Eigen::ArrayXf>;
+using MutableArray = Eigen::Map<Eigen::ArrayXf>;
+
+ConstArray array_of(const Tensor& t) { return ConstArray(t.data(), t.numel()); }
+MutableArray mutable_array_of(const Tensor& t) { return MutableArray(t.mutable_data(), t.numel()); }
+
+// out[i] = f(a[i], b[i]) over strided operands; the all-step-1 branch lets the compiler vectorize.
+template <typename F>
+void binary_loop(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const float* pa = a.data();
+  const float* pb = b.data();
+  float* po = out.mutable_data();
+  cpu::for_each_row<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()},
+                       [&](int64_t length, const cpu::Offsets<3>& at, const cpu::Offsets<3>& step) {
+                         float* o = po + at[0];
+                         const float* x = pa + at[1];
+                         const float* y = pb + at[2];
+                         if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
+                           for (int64_t i = 0; i < length; ++i) o[i] = f(x[i], y[i]);
+                         } else {
+                           for (int64_t i = 0; i < length; ++i) o[i * step[0]] = f(x[i * step[1]], y[i * step[2]]);
+                         }
+                       });
+}
+
+// Calls fn with an Eigen map of the 2-D tensor t in its natural storage order (row-major when stride(1) == 1,
+// column-major when stride(0) == 1), so that Eigen's GEMM reads it in place. Any other layout (e.g. a stride-0
+// broadcast along a dimension of size > 1) is packed into `packed` first.
+template <typename Fn>
+void with_matrix(const Tensor& t, std::vector<float>& packed, Fn&& fn) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const int64_t row_stride = t.strides()[0], col_stride = t.strides()[1];
+  if (col_stride == 1 || cols <= 1) {
+    fn(Eigen::Map<const RowMajorMatrix, 0, Eigen::OuterStride<>>(t.data(), rows, cols,
+                                                                  Eigen::OuterStride<>(rows <= 1 ? cols : row_stride)));
+  } else if (row_stride == 1 || rows <= 1) {
+    fn(Eigen::Map<const ColMajorMatrix, 0, Eigen::OuterStride<>>(t.data(), rows, cols,
+                                                                  Eigen::OuterStride<>(col_stride)));
+  } else {
+    packed.resize(static_cast<size_t>(rows * cols));
+    const float* src = t.data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) packed[r * cols + c] = src[r * row_stride + c * col_stride];
+    fn(Eigen::Map<const RowMajorMatrix, 0, Eigen::OuterStride<>>(packed.data(), rows, cols,
+                                                                  Eigen::OuterStride<>(cols)));
+  }
+}
+
+double sum_of(const float* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  void fill(const Tensor& out, float value) override {
+    float* po = out.mutable_data();
+    cpu::for_each_row<1>(out.shape(), {&out.strides()},
+                         [&](int64_t length, const cpu::Offsets<1>& at, const cpu::Offsets<1>& step) {
+                           if (step[0] == 1) {
+                             std::fill_n(po + at[0], length, value);
+                           } else {
+                             for (int64_t i = 0; i < length; ++i) po[at[0] + i * step[0]] = value;
+                           }
+                         });
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    const float* ps = src.data();
+    float* pd = dst.mutable_data();
+    if (ps == pd && src.strides() == dst.strides()) return;
+    cpu::for_each_row<2>(dst.shape(), {&dst.strides(), &src.strides()},
+                         [&](int64_t length, const cpu::Offsets<2>& at, const cpu::Offsets<2>& step) {
+                           if (step[0] == 1 && step[1] == 1) {
+                             std::memmove(pd + at[0], ps + at[1], static_cast<size_t>(length) * sizeof(float));
+                           } else {
+                             for (int64_t i = 0; i < length; ++i) pd[at[0] + i * step[0]] = ps[at[1] + i * step[1]];
+                           }
+                         });
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    switch (op) {
+      case BinaryOp::Add: return binary_loop(std::plus<float>(), a, b, out);
+      case BinaryOp::Sub: return binary_loop(std::minus<float>(), a, b, out);
+      case BinaryOp::Mul: return binary_loop(std::multiplies<float>(), a, b, out);
+    }
+    TANDEM_FAIL("cpu backend binary: unknown op ", static_cast<int>(op));
+  }
+
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override {
+    mutable_array_of(y) += alpha * array_of(x);
+  }
+
+  void scale(const Tensor& x, float s, const Tensor& out) override { mutable_array_of(out) = s * array_of(x); }
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override {
+    switch (op) {
+      // x < 0 ? 0 : x keeps NaN inputs visible in the output
+      case UnaryOp::Relu: mutable_array_of(out) = array_of(x).unaryExpr([](float v) { return v < 0.0f ? 0.0f : v; });
+        return;
+      case UnaryOp::Tanh: mutable_array_of(out) = array_of(x).tanh(); return;
+    }
+    TANDEM_FAIL("cpu backend unary: unknown op ", static_cast<int>(op));
+  }
+
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) override {
+    switch (op) {
+      case UnaryOp::Relu:
+        mutable_array_of(out) = (array_of(saved) > 0.0f).select(array_of(grad), 0.0f);
+        return;
+      case UnaryOp::Tanh:
+        mutable_array_of(out) = array_of(grad) * (1.0f - array_of(saved).square());
+        return;
+    }
+    TANDEM_FAIL("cpu backend unary_backward: unknown op ", static_cast<int>(op));
+  }
+
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+    if (m == 0 || n == 0) return;
+    Eigen::Map<RowMajorMatrix> result(out.mutable_data(), m, n);
+    if (k == 0) {
+      result.setZero();
+    } else {
+      std::vector<float> packed_a, packed_b;
+      with_matrix(a, packed_a, [&](const auto& lhs) {
+        with_matrix(b, packed_b, [&](const auto& rhs) { result.noalias() = lhs * rhs; });
+      });
+    }
+    if (bias.defined()) {
+      result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), n);
+    }
+  }
+
+  // Note [sum_dim layout]: x is contiguous, so it is [outer, reduce, inner] in memory; each output row of `inner`
+  // sums is accumulated in double over the `reduce` input rows, which reads x once, in order.
+  void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {
+    const Shape& shape = x.shape();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+    for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
+    const int64_t reduce = shape[dim];
+    const float* px = x.data();
+    float* po = out.mutable_data();
+    std::vector<double> acc(static_cast<size_t>(inner));
+    for (int64_t o = 0; o < outer; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < reduce; ++r) {
+        const float* row = px + (o * reduce + r) * inner;
+        for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
+      }
+      for (int64_t i = 0; i < inner; ++i) po[o * inner + i] = static_cast<float>(acc[i]);
+    }
+  }
+
+  void sum_all(const Tensor& x, float scale, const Tensor& out) override {
+    out.mutable_data()[0] = static_cast<float>(sum_of(x.data(), x.numel()) * scale);
+  }
+
+  void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) override {
+    const float value = scalar.data()[0] * scale;
+    std::fill_n(out.mutable_data(), out.numel(), value);
+  }
+
+  void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) override {
+    const float* pi = input.data();
+    const float* pt = target.data();
+    const int64_t n = input.numel();
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double diff = static_cast<double>(pi[i]) - pt[i];
+      total += diff * diff;
+    }
+    out.mutable_data()[0] = static_cast<float>(total / static_cast<double>(n));  // n == 0: NaN, like torch
+  }
+
+  void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                    const Tensor& grad_input) override {
+    const float factor = static_cast<float>(2.0 * grad.data()[0] / static_cast<double>(input.numel()));
+    mutable_array_of(grad_input) = factor * (array_of(input) - array_of(target));
+  }
+
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                  const SgdUpdate& update) override {
+    float* p = param.mutable_data();
+    const float* g = grad.data();
+    float* buf = update.momentum != 0.0f ? momentum_buffer.mutable_data() : nullptr;
+    const int64_t n = param.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      float d = g[i];
+      if (update.weight_decay != 0.0f) d += update.weight_decay * p[i];
+      if (buf != nullptr) {
+        buf[i] = update.first_step ? d : update.momentum * buf[i] + (1.0f - update.dampening) * d;
+        d = update.nesterov ? d + update.momentum * buf[i] : buf[i];
+      }
+      p[i] -= update.lr * d;
+    }
+  }
+
+  void to_host(const Tensor& src, void* host) override {
+    if (src.numel() > 0) std::memcpy(host, src.data(), static_cast<size_t>(src.numel()) * sizeof(float));
+  }
+
+  void from_host(const void* host, const Tensor& dst) override {
+    if (dst.numel() > 0) std::memcpy(dst.mutable_data(), host, static_cast<size_t>(dst.numel()) * sizeof(float));
+  }
+};
+
+}  // namespace
+
+Backend& cpu() {
+  static CpuBackend instance;
+  return instance;
+}
+
+}  // namespace tandem::backend

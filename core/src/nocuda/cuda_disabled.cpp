@@ -1,0 +1,40 @@
+// Built instead of src/cuda when tandem is configured with TANDEM_CUDA=OFF: every entry point that needs a GPU
+// throws, and the device count is 0 so that CUDA tests skip.
+
+#include "allocator.h"
+#include "backend.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace {
+
+[[noreturn]] void fail_without_cuda(const char* caller) {
+  TANDEM_FAIL(caller, ": tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)");
+}
+
+}  // namespace
+
+namespace backend {
+
+Backend& cuda() { fail_without_cuda("backend::cuda"); }
+
+void cuda_copy_across_devices(const Tensor&, const Tensor&) { fail_without_cuda("backend::cuda_copy_across_devices"); }
+
+}  // namespace backend
+
+namespace alloc {
+
+void* cuda_allocate(int, size_t) { fail_without_cuda("alloc::cuda_allocate"); }
+
+// Note [no throw on free]: cuda_free runs from Storage destructors; nothing can have been allocated without CUDA,
+// so there is nothing to release and it must not throw.
+void cuda_free(int, void*) {}
+
+MemoryStats cuda_stats(int) { return MemoryStats{}; }
+
+void cuda_empty_cache(int) { fail_without_cuda("alloc::cuda_empty_cache"); }
+
+int cuda_visible_devices() { return 0; }
+
+}  // namespace alloc
+}  // namespace tandem
