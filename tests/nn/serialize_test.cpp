@@ -1,0 +1,269 @@
+// save/load in the safetensors format: the exact bytes written, round trips across devices, atomic writes, and
+// every error of load by message (corrupt files are written byte by byte here).
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "support/test_support.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_close;
+using testing::expect_values;
+
+// A fresh, empty directory per test, removed afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    for (char& c : name)
+      if (c == '/') c = '_';
+    path_ = fs::path(::testing::TempDir()) / ("tandem_nn_" + std::to_string(::getpid()) + "_" + name);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string le64(uint64_t value) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  return bytes;
+}
+
+std::string float_bytes(const std::vector<float>& values) {
+  std::string bytes(values.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// A safetensors file: length, header (unpadded unless the caller pads it), data.
+std::string safetensors_file(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
+
+nn::Linear known_linear() {
+  nn::Linear fc(2, 3);
+  NoGradGuard no_grad;
+  fc.weight.copy_(Tensor::from_vector({1, 2, 3, 4, 5, 6}, {3, 2}));
+  fc.bias.copy_(Tensor::from_vector({-1, -2, -3}, {3}));
+  return fc;
+}
+
+TEST(SerializeTest, WritesTheSafetensorsLayout) {
+  ScratchDir dir;
+  std::string path = dir.file("linear.safetensors");
+  save(known_linear(), path);
+  std::string header =
+      R"({"weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},)"
+      R"("bias":{"dtype":"F32","shape":[3],"data_offsets":[24,36]},"__metadata__":{"format":"pt"}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  EXPECT_EQ(read_bytes(path), le64(header.size()) + header + float_bytes({1, 2, 3, 4, 5, 6, -1, -2, -3}));
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"linear.safetensors"});  // no temporary file left
+}
+
+TEST(SerializeTest, ReadsFilesOfOtherWriters) {
+  ScratchDir dir;
+  std::string path = dir.file("other.safetensors");
+  // Names in another order than the data, a scalar, an empty tensor, padding spaces, string metadata.
+  std::string header =
+      R"({"b":{"dtype":"F32","shape":[],"data_offsets":[8,12]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[12,12]},"__metadata__":{"step":"7"}}   )";
+  write_bytes(path, safetensors_file(header, float_bytes({1.5f, -2.5f, 42})));
+  TensorFile file = load_tensors(path);
+  ASSERT_EQ(file.tensors.size(), 3u);
+  EXPECT_EQ(file.tensors[0].first, "a");
+  expect_values(file.tensors[0].second, {1.5, -2.5}, {2});
+  EXPECT_EQ(file.tensors[1].first, "b");
+  expect_values(file.tensors[1].second, {42}, {});
+  EXPECT_EQ(file.tensors[2].second.shape(), (Shape{0, 3}));
+  EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"step", "7"}}));
+}
+
+TEST(SerializeTest, SaveTensorsRoundTripsValuesAndMetadata) {
+  ScratchDir dir;
+  std::string path = dir.file("state.safetensors");
+  manual_seed(1);
+  Tensor matrix = Tensor::randn({4, 5});
+  Tensor view = matrix.t();  // non-contiguous: written in row-major order of the view
+  save_tensors({{"matrix", matrix}, {"view", view}, {"scalar", Tensor::scalar(3.0f)}}, path,
+               {{"step", "12"}, {"note", "a \"quoted\" value"}});
+  TensorFile file = load_tensors(path);
+  ASSERT_EQ(file.tensors.size(), 3u);
+  EXPECT_EQ(file.tensors[0].first, "matrix");
+  expect_close(file.tensors[0].second, matrix, 0, 0);
+  expect_close(file.tensors[1].second, view, 0, 0);
+  expect_values(file.tensors[2].second, {3}, {});
+  EXPECT_EQ(file.metadata.at("step"), "12");
+  EXPECT_EQ(file.metadata.at("note"), "a \"quoted\" value");
+
+  EXPECT_ERROR(save_tensors({{"x", matrix}, {"x", matrix}}, path), "save_tensors: two tensors are named 'x'");
+  EXPECT_ERROR(save_tensors({{"", matrix}}, path), "save_tensors: tensor 0 has an empty name");
+  EXPECT_ERROR(save_tensors({{"__metadata__", matrix}}, path), "is named '__metadata__'");
+  EXPECT_ERROR(save_tensors({{"u", Tensor()}}, path), "save_tensors: tensor 'u' is undefined");
+}
+
+class SerializeDeviceTest : public testing::EveryDevice {};
+
+TEST_P(SerializeDeviceTest, RoundTripIntoExistingParametersAcrossDevices) {
+  ScratchDir dir;
+  std::string path = dir.file("net.safetensors");
+  manual_seed(3);
+  nn::Sequential saved{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Tanh>(),
+                       std::make_shared<nn::Linear>(4, 2)};
+  saved.to(device());
+  save(saved, path);
+
+  for (Device target : {device(), Device::cpu(1)}) {
+    nn::Sequential loaded{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Tanh>(),
+                          std::make_shared<nn::Linear>(4, 2)};
+    loaded.to(target);
+    std::vector<Tensor> before = loaded.parameters();
+    optim::SGD sgd(before, {.lr = 0.1});
+    load(loaded, path);
+    std::vector<Tensor> after = loaded.parameters();
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_TRUE(after[i].is_same(before[i]));  // written in place: the optimizer still holds them
+      EXPECT_EQ(after[i].device(), target);
+      expect_close(after[i], saved.parameters()[i], 0, 0);
+    }
+  }
+}
+
+TANDEM_INSTANTIATE_ON_EVERY_DEVICE(SerializeDeviceTest);
+
+TEST(SerializeTest, OverwritesAtomicallyAndLeavesTheOldFileWhenWritingFails) {
+  ScratchDir dir;
+  std::string path = dir.file("model.safetensors");
+  save(known_linear(), path);
+  std::string old_bytes = read_bytes(path);
+  nn::Linear other(2, 3);
+  save(other, path);  // replaces the file
+  EXPECT_NE(read_bytes(path), old_bytes);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
+  old_bytes = read_bytes(path);
+
+  // The temporary file cannot be created (a directory is in its place): the target is untouched.
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  fs::create_directory(temp);
+  EXPECT_ERROR(save(known_linear(), path), "save: cannot write '" + path + "': cannot create '" + temp +
+                                               "': Is a directory");
+  EXPECT_EQ(read_bytes(path), old_bytes);
+  fs::remove(temp);
+
+  // The rename fails (the target is a non-empty directory): the temporary file is removed again.
+  std::string blocked = dir.file("blocked");
+  fs::create_directories(blocked + "/inside");
+  EXPECT_ERROR(save(known_linear(), blocked), "save: cannot write '" + blocked + "': renaming '" + blocked +
+                                                  ".tmp." + std::to_string(::getpid()) + "' over it failed: ");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"blocked", "model.safetensors"}));
+
+  EXPECT_ERROR(save(known_linear(), dir.file("missing/dir/model.safetensors")), "No such file or directory");
+}
+
+class LoadErrorTest : public ::testing::Test {
+ protected:
+  // Writes `bytes` to a file and expects load into a Linear(2, 3) to fail with `fragment`; the parameters must
+  // keep their values (every check runs before any parameter is written).
+  void expect_load_error(const std::string& bytes, const std::string& fragment) {
+    write_bytes(path_, bytes);
+    nn::Linear fc = known_linear();
+    EXPECT_ERROR(load(fc, path_), fragment);
+    expect_values(fc.weight, {1, 2, 3, 4, 5, 6}, {3, 2});
+    expect_values(fc.bias, {-1, -2, -3}, {3});
+  }
+  static std::string entry(const std::string& name, const std::string& shape, uint64_t begin, uint64_t end,
+                           const std::string& dtype = "F32") {
+    return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":[" +
+           std::to_string(begin) + "," + std::to_string(end) + "]}";
+  }
+  static std::string weight_and_bias_data() { return float_bytes({9, 9, 9, 9, 9, 9, 7, 7, 7}); }
+
+  ScratchDir dir_;
+  std::string path_ = dir_.file("bad.safetensors");
+};
+
+TEST_F(LoadErrorTest, MissingTruncatedAndMalformedFiles) {
+  nn::Linear fc(2, 3);
+  EXPECT_ERROR(load(fc, dir_.file("absent.safetensors")),
+               "load: cannot open '" + dir_.file("absent.safetensors") + "': No such file or directory");
+  expect_load_error(std::string("\x10\0\0\0\0", 5),
+                    "load: '" + path_ + "': the file is truncated: it has 5 bytes, but a safetensors file starts "
+                    "with an 8-byte header length");
+  expect_load_error(le64(1000) + std::string(24, ' '),
+                    "the header length 1000 runs past the end of the file (24 bytes follow the length)");
+  expect_load_error(safetensors_file("{\"weight\": [", ""), "the header is not valid JSON: ");
+  expect_load_error(safetensors_file("[1, 2]", ""), "the header is not a JSON object");
+  expect_load_error(safetensors_file(R"({"__metadata__":{"step":7}})", ""), "__metadata__ entry 'step' is not a string");
+}
+
+TEST_F(LoadErrorTest, BadEntries) {
+  std::string data = weight_and_bias_data();
+  std::string bias = entry("bias", "[3]", 24, 36);
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24, "F64") + "," + bias + "}", data),
+                    "tensor 'weight' has dtype F64 but only F32 is supported");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,-2]", 0, 24) + "," + bias + "}", data),
+                    "tensor 'weight' has shape [3,-2] but sizes must be non-negative integers");
+  expect_load_error(safetensors_file(R"({"weight":{"dtype":"F32","shape":[3,2]}})", data),
+                    "tensor 'weight' has no valid data_offsets (expected [begin, end])");
+  expect_load_error(safetensors_file(R"({"weight":{"shape":[3,2],"data_offsets":[0,24]}})", data),
+                    "tensor 'weight' has no dtype");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 400) + "," + bias + "}", data),
+                    "tensor 'weight' has data_offsets [0, 400] outside the data section of 36 bytes");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 8) + "," + bias + "}", data),
+                    "tensor 'weight' has data_offsets [0, 8] (8 bytes) but its shape [3, 2] needs 24 bytes");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 20, 32) +
+                                         "}",
+                                     data),
+                    "tensors 'weight' and 'bias' overlap in the data section");
+}
+
+TEST_F(LoadErrorTest, NamesAndShapesMustMatchTheModule) {
+  std::string data = weight_and_bias_data();
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "}", data),
+                    "load: checkpoint has no tensor 'bias'");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) +
+                                         "," + entry("extra", "[]", 32, 36) + "}",
+                                     data),
+                    "overlap");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[2]", 24, 32) +
+                                         "," + entry("extra", "[]", 32, 36) + "}",
+                                     data),
+                    "load: 'bias' has shape [2] in the file but [3] in the module");
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) +
+                                         "," + entry("extra", "[0]", 36, 36) + "}",
+                                     data),
+                    "load: checkpoint has a tensor 'extra' that Linear does not have");
+  expect_load_error(safetensors_file("{" + entry("weight", "[2,3]", 0, 24) + "," + entry("bias", "[3]", 24, 36) + "}",
+                                     data),
+                    "load: 'weight' has shape [2, 3] in the file but [3, 2] in the module");
+}
+
+}  // namespace
+}  // namespace tandem
