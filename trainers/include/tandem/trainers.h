@@ -1,2 +1,10 @@
 #pragma once
-// trainers: aggregate header (filled in as the layer grows).
+// trainers: CSV data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
+
+#include "tandem/trainers/csv.h"
+#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/datasets.h"
+#include "tandem/trainers/loader.h"
+#include "tandem/trainers/metrics.h"
+#include "tandem/trainers/models.h"
+#include "tandem/trainers/standardize.h"

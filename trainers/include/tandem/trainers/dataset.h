@@ -1,0 +1,38 @@
+#pragma once
+// A regression data set held on the host: feature rows and one target per row, in float64.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/trainers/csv.h"
+
+namespace tandem::trainers {
+
+struct Dataset {
+  std::vector<std::string> feature_names;
+  std::string target_name;
+  std::vector<double> features;  // row-major, rows() x num_features()
+  std::vector<double> targets;   // one per row
+
+  int64_t rows() const { return static_cast<int64_t>(targets.size()); }
+  int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
+  double feature(int64_t row, int64_t column) const { return features[row * feature_names.size() + column]; }
+  // Rows [start, start + count) as a new data set.
+  Dataset slice(int64_t start, int64_t count) const;
+};
+
+// Every column but the target becomes a feature. `target` names the target column; without it the last column is
+// the target. Throws Error when the name is not a column or the table has fewer than two columns.
+Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target = std::nullopt);
+
+// Deterministic split: the last round(test_fraction * rows) rows are the test set, the rest (in order) the
+// training set. test_fraction must lie in [0, 1) and leave at least one training row.
+struct Split {
+  Dataset train;
+  Dataset test;
+};
+Split train_test_split(const Dataset& data, double test_fraction);
+
+}  // namespace tandem::trainers

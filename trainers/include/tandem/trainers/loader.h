@@ -1,0 +1,55 @@
+#pragma once
+// DataLoader: batches of a Dataset as float32 tensors, in a seeded shuffled order per epoch; the last batch of an
+// epoch holds the remaining rows when the batch size does not divide the number of rows.
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/core/tensor.h"
+#include "tandem/trainers/dataset.h"
+
+namespace tandem::trainers {
+
+struct Batch {
+  Tensor features;  // [rows, num_features] on cpu:0
+  Tensor targets;   // [rows, 1] on cpu:0
+};
+
+// A small deterministic generator (SplitMix64) whose whole state is one integer, so it is easy to checkpoint.
+class ShuffleRng {
+ public:
+  explicit ShuffleRng(uint64_t state = 0) : state_(state) {}
+  uint64_t next();
+  uint64_t below(uint64_t bound);  // uniform in [0, bound), bound >= 1
+  uint64_t state() const { return state_; }
+
+ private:
+  uint64_t state_;
+};
+
+class DataLoader {
+ public:
+  // Keeps a reference to `data`, which must outlive the loader. batch_size >= 1; data must have rows.
+  DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed);
+
+  // Starts the next epoch: with shuffling, draws a new permutation (advancing the shuffle state).
+  void begin_epoch();
+  int64_t num_batches() const { return (data_.rows() + batch_size_ - 1) / batch_size_; }
+  // Batch `index` of the current epoch, 0 <= index < num_batches().
+  Batch batch(int64_t index) const;
+  const std::vector<int64_t>& order() const { return order_; }
+  int64_t batch_size() const { return batch_size_; }
+
+  // The shuffle state before the next begin_epoch(); restoring it makes the following epochs repeat exactly.
+  uint64_t shuffle_state() const { return rng_.state(); }
+  void set_shuffle_state(uint64_t state) { rng_ = ShuffleRng(state); }
+
+ private:
+  const Dataset& data_;
+  int64_t batch_size_;
+  bool shuffle_;
+  ShuffleRng rng_;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace tandem::trainers

@@ -1,0 +1,24 @@
+#pragma once
+// Standardization from training statistics: z = (x - mean) / scale per feature, and the same for the target.
+
+#include <vector>
+
+#include "tandem/trainers/dataset.h"
+
+namespace tandem::trainers {
+
+struct Standardizer {
+  std::vector<double> feature_mean;
+  std::vector<double> feature_scale;  // population standard deviation; 1 for a constant column
+  double target_mean = 0.0;           // 0 and 1 when the target is left in its units
+  double target_scale = 1.0;
+
+  // Statistics of `train` (at least one row). With standardize_target false the target is left as it is.
+  static Standardizer fit(const Dataset& train, bool standardize_target = true);
+  // Standardizes features and target; the data set must have as many features as the statistics.
+  Dataset apply(const Dataset& data) const;
+  // Back to the target's units: standardized * target_scale + target_mean.
+  double target_to_original(double standardized) const { return standardized * target_scale + target_mean; }
+};
+
+}  // namespace tandem::trainers

@@ -1,0 +1,58 @@
+#include "tandem/trainers/loader.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tandem/core/error.h"
+
+namespace tandem::trainers {
+
+uint64_t ShuffleRng::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t ShuffleRng::below(uint64_t bound) {
+  // Rejects the top partial range so that every value is equally likely.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  uint64_t value;
+  do {
+    value = next();
+  } while (value >= limit);
+  return value % bound;
+}
+
+DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed)
+    : data_(data), batch_size_(batch_size), shuffle_(shuffle), rng_(seed), order_(data.rows()) {
+  TANDEM_CHECK(batch_size >= 1, "DataLoader: batch_size is ", batch_size, " but expected at least 1");
+  TANDEM_CHECK(data.rows() >= 1, "DataLoader: the data set has no rows");
+  std::iota(order_.begin(), order_.end(), 0);
+}
+
+void DataLoader::begin_epoch() {
+  std::iota(order_.begin(), order_.end(), 0);
+  if (!shuffle_) return;
+  for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) {  // Fisher-Yates
+    std::swap(order_[i], order_[rng_.below(static_cast<uint64_t>(i) + 1)]);
+  }
+}
+
+Batch DataLoader::batch(int64_t index) const {
+  TANDEM_CHECK(index >= 0 && index < num_batches(), "DataLoader::batch: index ", index, " but an epoch has ",
+               num_batches(), " batches");
+  const int64_t start = index * batch_size_;
+  const int64_t rows = std::min(batch_size_, data_.rows() - start);
+  const int64_t width = data_.num_features();
+  std::vector<float> x(rows * width);
+  std::vector<float> y(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t source = order_[start + r];
+    for (int64_t c = 0; c < width; ++c) x[r * width + c] = static_cast<float>(data_.feature(source, c));
+    y[r] = static_cast<float>(data_.targets[source]);
+  }
+  return Batch{Tensor::from_vector(x, {rows, width}), Tensor::from_vector(y, {rows, 1})};
+}
+
+}  // namespace tandem::trainers

@@ -1,0 +1,36 @@
+#include "tandem/trainers/models.h"
+
+#include "tandem/core/error.h"
+#include "tandem/nn/activation.h"
+#include "tandem/nn/linear.h"
+
+namespace tandem::trainers {
+
+Activation parse_activation(std::string_view text) {
+  if (text == "none") return Activation::None;
+  if (text == "relu") return Activation::ReLU;
+  if (text == "tanh") return Activation::Tanh;
+  TANDEM_FAIL("parse_activation: \"", text, "\" is not an activation; expected none, relu or tanh");
+}
+
+std::string to_string(Activation activation) {
+  switch (activation) {
+    case Activation::None: return "none";
+    case Activation::ReLU: return "relu";
+    case Activation::Tanh: return "tanh";
+  }
+  return "?";
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, int64_t hidden, Activation activation) {
+  TANDEM_CHECK(inputs >= 1 && hidden >= 1, "make_mlp: inputs ", inputs, " and hidden ", hidden,
+               " but expected both at least 1");
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(inputs, hidden));
+  if (activation == Activation::ReLU) model->push_back(std::make_shared<nn::ReLU>());
+  if (activation == Activation::Tanh) model->push_back(std::make_shared<nn::Tanh>());
+  model->push_back(std::make_shared<nn::Linear>(hidden, 1));
+  return model;
+}
+
+}  // namespace tandem::trainers
