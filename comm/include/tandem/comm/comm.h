@@ -29,7 +29,7 @@ std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& d
 // Requires: every tensor is on devices[0] (the error names the first offender).
 // Ensures: result[d][i] is tensors[i] on devices[d]; result[0][i] is tensors[i] itself. Outputs on the other
 // devices are contiguous and alias neither each other nor the temporary buckets.
-// Errors: empty `devices`; a device that does not exist; a tensor not on devices[0]; buffer_size 0.
+// Errors: empty `devices`; a device that does not exist; an undefined tensor; a tensor not on devices[0].
 std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& tensors,
                                                      const std::vector<Device>& devices,
                                                      size_t buffer_size = kDefaultBufferSize);
@@ -49,7 +49,7 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
 // Ensures: results are contiguous and alias neither the buckets nor each other; with a single list, the result
 // holds those tensors themselves when they are on the destination.
 // Errors: empty `inputs`; lists of different lengths; a shape mismatch (naming list and position); a list whose
-// tensors are not all on one device; two lists on one device; buffer_size 0.
+// tensors are not all on one device; two lists on one device; a destination that does not exist.
 std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs,
                                          std::optional<Device> destination = std::nullopt,
                                          size_t buffer_size = kDefaultBufferSize);

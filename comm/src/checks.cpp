@@ -1,0 +1,38 @@
+#include "checks.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem::comm::detail {
+
+void check_defined(const Tensor& tensor, const char* caller, const std::string& what) {
+  TANDEM_CHECK(tensor.defined(), caller, ": ", what, " is undefined");
+}
+
+void check_devices(const std::vector<Device>& devices, const char* caller) {
+  TANDEM_CHECK(!devices.empty(), caller, ": got an empty list of devices");
+  for (const Device& device : devices) check_device_available(device, caller);
+}
+
+void check_distinct(const std::vector<Device>& devices, const char* caller, const char* what) {
+  for (size_t j = 1; j < devices.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      TANDEM_CHECK(devices[i] != devices[j], caller, ": ", what, "s ", i, " and ", j, " are both on ", devices[j],
+                   " but expected one per device");
+    }
+  }
+}
+
+std::vector<Device> devices_of(const std::vector<Tensor>& tensors) {
+  std::vector<Device> devices;
+  devices.reserve(tensors.size());
+  for (const Tensor& t : tensors) devices.push_back(t.device());
+  return devices;
+}
+
+Tensor copy_to(const Tensor& tensor, Device device) {
+  Tensor out = Tensor::empty(tensor.shape(), device);
+  out.copy_(tensor);
+  return out;
+}
+
+}  // namespace tandem::comm::detail

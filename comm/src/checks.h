@@ -1,0 +1,24 @@
+#pragma once
+// Argument checks and small helpers shared by the comm functions. Every error message starts with the caller's
+// name ("comm::scatter: ...").
+
+#include <string>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::comm::detail {
+
+// "<caller>: <what> is undefined"
+void check_defined(const Tensor& tensor, const char* caller, const std::string& what);
+// A non-empty list of devices that all exist.
+void check_devices(const std::vector<Device>& devices, const char* caller);
+// "<caller>: <what>s 0 and 2 are both on cuda:1" when two entries are equal.
+void check_distinct(const std::vector<Device>& devices, const char* caller, const char* what);
+// The devices of `tensors`, in order.
+std::vector<Device> devices_of(const std::vector<Tensor>& tensors);
+// A new contiguous tensor on `device` holding the values of `tensor` (which may have any strides).
+Tensor copy_to(const Tensor& tensor, Device device);
+
+}  // namespace tandem::comm::detail

@@ -1,0 +1,35 @@
+#pragma once
+// The communication backend interface: the primitive collectives that the front end (comm/src/*.cpp) reduces
+// every comm function to. Two implementations: cpu/ (copies and adds through core; serves virtual CPU devices and
+// any mix of devices) and cuda/ (NCCL, one process driving all GPUs; a stub in nocuda/ without CUDA).
+// Named comm_backend.h rather than backend.h because core/src (also on the private include path) has a backend.h.
+//
+// Contract for every call: the tensors are contiguous, defined, and all have the same nonzero number of elements;
+// the front end has validated devices and shapes, allocated the outputs, and disabled grad mode.
+
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::comm::detail {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Copies `src` into every tensor of `dsts`; src and the dsts live on pairwise distinct devices.
+  virtual void broadcast(const Tensor& src, const std::vector<Tensor>& dsts) = 0;
+  // output = inputs[0] + inputs[1] + ...; the inputs live on pairwise distinct devices; `output` is a fresh tensor
+  // on any device (it may or may not hold an input).
+  virtual void reduce(const std::vector<Tensor>& inputs, const Tensor& output) = 0;
+  // In place: every tensor becomes the sum of all of them; pairwise distinct devices.
+  virtual void all_reduce(const std::vector<Tensor>& tensors) = 0;
+};
+
+Backend& copy_backend();  // cpu/: any devices, through Tensor::copy_ and Tensor::add_
+Backend& nccl_backend();  // cuda/: CUDA devices only; throws when tandem was built without CUDA
+
+// The NCCL backend when every participating device is a CUDA device, the copy backend otherwise.
+Backend& backend_for(const std::vector<Device>& participants);
+
+}  // namespace tandem::comm::detail

@@ -1,0 +1,44 @@
+// comm::scatter: chunks of one tensor, one per device.
+
+#include <numeric>
+
+#include "checks.h"
+#include "tandem/comm/comm.h"
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+
+namespace tandem::comm {
+namespace {
+
+void check_chunk_sizes(const std::vector<int64_t>& chunk_sizes, size_t device_count, int64_t dim, int64_t size,
+                       const char* fn) {
+  TANDEM_CHECK(chunk_sizes.size() == device_count, fn, ": got ", chunk_sizes.size(), " chunk sizes for ",
+               device_count, " devices");
+  for (size_t i = 0; i < chunk_sizes.size(); ++i) {
+    TANDEM_CHECK(chunk_sizes[i] >= 0, fn, ": chunk size ", i, " is ", chunk_sizes[i], " but expected >= 0");
+  }
+  const int64_t total = std::accumulate(chunk_sizes.begin(), chunk_sizes.end(), int64_t{0});
+  TANDEM_CHECK(total == size, fn, ": chunk_sizes sum to ", total, " but dim ", dim, " has size ", size);
+}
+
+}  // namespace
+
+std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
+                            const std::vector<int64_t>& chunk_sizes, int64_t dim) {
+  constexpr const char* fn = "comm::scatter";
+  detail::check_defined(tensor, fn, "tensor");
+  detail::check_devices(devices, fn);
+  TANDEM_CHECK(tensor.dim() > 0, fn, ": cannot scatter a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, tensor.dim(), fn);
+  if (!chunk_sizes.empty()) check_chunk_sizes(chunk_sizes, devices.size(), d, tensor.size(d), fn);
+  NoGradGuard no_grad;
+
+  std::vector<Tensor> chunks = chunk_sizes.empty() ? tensor.chunk(static_cast<int64_t>(devices.size()), d)
+                                                   : tensor.split(chunk_sizes, d);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (devices[i] != tensor.device()) chunks[i] = detail::copy_to(chunks[i], devices[i]);
+  }
+  return chunks;
+}
+
+}  // namespace tandem::comm

@@ -1,0 +1,83 @@
+// Comm functions on CUDA are asynchronous: they must be ordered after the kernels that produce their inputs and
+// before the kernels that consume their outputs, through events only (see Note [Comm stream ordering] in
+// comm/src/cuda/nccl_backend.cpp). These tests queue a long chain of matrix products on a device's compute stream,
+// ending in the tensor handed to a collective, and use the results right away.
+//
+// Why they would fail without the event ordering: the collectives run on each device's communication stream. If
+// that stream did not wait for the compute stream, NCCL would read the input while the matmul chain (tens of
+// milliseconds of queued work) is still running, that is, memory that still holds whatever the caching allocator's
+// block held before: the results would not be the expected constants. If the compute stream did not wait for the
+// communication stream afterwards, the consumers (and the reuse of the freed input blocks by later allocations)
+// could run before the collective had written (or finished reading) them.
+#include "comm/comm_test_helpers.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kSide = 4096;
+
+// A kSide x kSide tensor equal to `value` everywhere, produced by a long chain of matmuls on `device`'s compute
+// stream. x @ A with A = 1/kSide everywhere maps all-ones to all-ones exactly: kSide is a power of two, so every
+// partial sum is exact in float32 (and in TF32).
+Tensor produced_slowly(float value, Device device) {
+  const Tensor averaging = Tensor::full({kSide, kSide}, 1.0f / static_cast<float>(kSide), device);
+  Tensor x = Tensor::ones({kSide, kSide}, device);
+  for (int i = 0; i < 24; ++i) x = matmul(x, averaging);
+  return x * value;
+}
+
+void expect_constant(const Tensor& t, float value) {
+  const std::vector<float> values = t.to_vector();
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], value) << "at index " << i << " on " << t.device();
+}
+
+TEST(CommStreamOrdering, BroadcastWaitsForItsProducer_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  std::vector<Tensor> copies;
+  {
+    const Tensor input = produced_slowly(3.0f, devs[0]);
+    copies = comm::broadcast(input, devs);
+  }
+  // The input's block is free now; a new tensor of the same size likely reuses it, and must not be written before
+  // the broadcast has read it.
+  const Tensor reuse = Tensor::full({kSide, kSide}, -1.0f, devs[0]);
+  const Tensor doubled = copies[1] * 2.0f;  // consumer on cuda:1's compute stream, issued right away
+  expect_constant(doubled, 6.0f);
+  expect_constant(copies[1], 3.0f);
+  expect_constant(reuse, -1.0f);
+}
+
+TEST(CommStreamOrdering, ReduceAndAllReduceWaitForProducersOnEveryDevice_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  const Tensor sum = comm::reduce_add({produced_slowly(1.0f, devs[0]), produced_slowly(2.0f, devs[1])}, devs[1]);
+  expect_constant(sum * 1.0f, 3.0f);
+
+  std::vector<Tensor> tensors = {produced_slowly(4.0f, devs[0]), produced_slowly(5.0f, devs[1])};
+  comm::all_reduce(tensors);
+  const Tensor consumed0 = tensors[0] + tensors[0];
+  const Tensor consumed1 = tensors[1] + tensors[1];
+  expect_constant(consumed0, 18.0f);
+  expect_constant(consumed1, 18.0f);
+}
+
+TEST(CommStreamOrdering, CoalescedScatterAndGatherWaitForProducers_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  const std::vector<std::vector<Tensor>> copies =
+      comm::broadcast_coalesced({produced_slowly(7.0f, devs[0]), Tensor::ones({3}, devs[0])}, devs, 1024);
+  expect_constant(copies[1][0] * 1.0f, 7.0f);
+
+  const std::vector<Tensor> chunks = comm::scatter(produced_slowly(8.0f, devs[0]), devs);
+  expect_constant(chunks[1] * 1.0f, 8.0f);
+
+  const Tensor gathered = comm::gather({produced_slowly(1.0f, devs[0]), produced_slowly(2.0f, devs[1])}, 0);
+  const std::vector<float> values = (gathered * 1.0f).to_vector();
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(values[i], i < values.size() / 2 ? 1.0f : 2.0f) << "at index " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
