@@ -32,11 +32,12 @@ std::string demangle(const char* mangled) {
   return result;
 }
 
-// A detached copy of `parameter` on `device` (a fresh buffer even when it is already there).
+// A detached copy of `parameter` on `device` (a fresh buffer even when it is already there), a leaf that requires
+// grad as the original does (frozen parameters stay frozen).
 Tensor copy_parameter(const Tensor& parameter, std::optional<Device> device) {
   Tensor detached = parameter.detach();
   Tensor copy = !device || *device == parameter.device() ? detached.clone() : detached.to(*device);
-  copy.set_requires_grad(true);
+  copy.set_requires_grad(parameter.requires_grad());
   return copy;
 }
 

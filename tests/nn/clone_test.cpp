@@ -84,6 +84,12 @@ TEST_P(CloneTest, CloneIsIndependentOfTheOriginal) {
   EXPECT_FALSE(allclose(fc.weight, copy->weight));
   EXPECT_EQ(copy->in_features(), 2);
   EXPECT_FALSE(copy->weight.grad().defined());
+
+  fc.bias.set_requires_grad(false);  // frozen parameters stay frozen in copies
+  auto frozen = std::static_pointer_cast<nn::Linear>(fc.clone(Device::cpu(1)));
+  EXPECT_TRUE(frozen->weight.requires_grad());
+  EXPECT_FALSE(frozen->bias.requires_grad());
+  EXPECT_TRUE(frozen->bias.is_leaf());
 }
 
 TEST_P(CloneTest, CloneWithParametersUsesTheGivenTensorsAndPassesGradientsBack) {

@@ -79,8 +79,8 @@ class Module {
   bool is_training() const { return training_; }
 
   // ---- copies ----
-  // Deep copy: same structure, every parameter copied (detached, requires_grad true) to `device` (default: where
-  // it is). Modules that do not derive from Cloneable<Self> throw Error.
+  // Deep copy: same structure, every parameter copied to `device` (default: where it is) as a new leaf with the
+  // original's requires_grad (true unless it was frozen). Modules that do not derive from Cloneable<Self> throw.
   virtual std::shared_ptr<Module> clone(std::optional<Device> device = std::nullopt) const;
   // Structural copy whose parameters (in parameters() order) are exactly `parameters`: no data is copied and the
   // tensors are used as given (for parallel::replicate, whose broadcast outputs carry gradient edges back to the
