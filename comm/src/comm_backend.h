@@ -1,11 +1,12 @@
 #pragma once
-// The communication backend interface: the primitive collectives that the front end (comm/src/*.cpp) reduces
-// every comm function to. Two implementations: cpu/ (copies and adds through core; serves virtual CPU devices and
-// any mix of devices) and cuda/ (NCCL, one process driving all GPUs; a stub in nocuda/ without CUDA).
+// The communication backend interface: the primitives that the front end (comm/src/*.cpp) reduces every comm
+// function to. Two implementations: cpu/ (copies and adds through core; serves virtual CPU devices and any mix of
+// devices) and cuda/ (NCCL collectives and peer copies, one process driving all GPUs; a stub in nocuda/).
 // Named comm_backend.h rather than backend.h because core/src (also on the private include path) has a backend.h.
 //
-// Contract for every call: the tensors are contiguous, defined, and all have the same nonzero number of elements;
-// the front end has validated devices and shapes, allocated the outputs, and disabled grad mode.
+// Contract for every call: the tensors are defined and have a nonzero number of elements; the front end has
+// validated devices and shapes, allocated the outputs, and disabled grad mode. The collectives take contiguous
+// tensors that all have the same number of elements.
 
 #include <vector>
 
@@ -24,12 +25,15 @@ class Backend {
   virtual void reduce(const std::vector<Tensor>& inputs, const Tensor& output) = 0;
   // In place: every tensor becomes the sum of all of them; pairwise distinct devices.
   virtual void all_reduce(const std::vector<Tensor>& tensors) = 0;
+  // dsts[i] = srcs[i] for every i (equal shapes, any strides, any devices), with the copies overlapping where the
+  // backend can (scatter: one source device, gather: one destination device).
+  virtual void copy(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) = 0;
 };
 
 Backend& copy_backend();  // cpu/: any devices, through Tensor::copy_ and Tensor::add_
-Backend& nccl_backend();  // cuda/: CUDA devices only; throws when tandem was built without CUDA
+Backend& cuda_backend();  // cuda/: CUDA devices only; throws when tandem was built without CUDA
 
-// The NCCL backend when every participating device is a CUDA device, the copy backend otherwise.
+// The CUDA backend when every participating device is a CUDA device, the copy backend otherwise.
 Backend& backend_for(const std::vector<Device>& participants);
 
 }  // namespace tandem::comm::detail

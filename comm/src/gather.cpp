@@ -1,6 +1,7 @@
 // comm::gather: concatenation of tensors from several devices onto one.
 
 #include "checks.h"
+#include "comm_backend.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -45,11 +46,19 @@ Tensor gather(const std::vector<Tensor>& tensors, int64_t dim, std::optional<Dev
 
   // Each part is copied straight into its slice of the result (peer copies on CUDA), with no intermediate cat.
   Tensor result = Tensor::empty(shape, target);
+  std::vector<Tensor> parts;
+  std::vector<Tensor> slices;
+  std::vector<Device> participants = {target};
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
-    if (t.numel() > 0) result.narrow(d, offset, t.size(d)).copy_(t);
+    if (t.numel() > 0) {
+      parts.push_back(t);
+      slices.push_back(result.narrow(d, offset, t.size(d)));
+      participants.push_back(t.device());
+    }
     offset += t.size(d);
   }
+  if (!parts.empty()) detail::backend_for(participants).copy(parts, slices);
   return result;
 }
 

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "checks.h"
+#include "comm_backend.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -35,9 +36,21 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
 
   std::vector<Tensor> chunks = chunk_sizes.empty() ? tensor.chunk(static_cast<int64_t>(devices.size()), d)
                                                    : tensor.split(chunk_sizes, d);
+  // The chunk for the source's own device stays a view; every other one becomes a new contiguous tensor.
+  std::vector<Tensor> sources;
+  std::vector<Tensor> copies;
+  std::vector<Device> participants = {tensor.device()};
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (devices[i] != tensor.device()) chunks[i] = detail::copy_to(chunks[i], devices[i]);
+    if (devices[i] == tensor.device()) continue;
+    Tensor copy = Tensor::empty(chunks[i].shape(), devices[i]);
+    if (copy.numel() > 0) {
+      sources.push_back(chunks[i]);
+      copies.push_back(copy);
+      participants.push_back(devices[i]);
+    }
+    chunks[i] = copy;
   }
+  if (!sources.empty()) detail::backend_for(participants).copy(sources, copies);
   return chunks;
 }
 
