@@ -1,6 +1,8 @@
 #pragma once
 // trainers: CSV data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
 
+#include "tandem/trainers/callbacks.h"
+#include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/datasets.h"
@@ -8,3 +10,5 @@
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/models.h"
 #include "tandem/trainers/standardize.h"
+#include "tandem/trainers/train_step.h"
+#include "tandem/trainers/trainer.h"

@@ -1,0 +1,194 @@
+// tandem-train, run as a program: exit statuses, messages, summary and metrics files, resume.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support/test_support.h"
+
+namespace tandem::trainers {
+namespace {
+
+struct ToolRun {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+ToolRun run_tool(const std::string& arguments) {
+  const std::string command = TANDEM_BINARY_DIR "/bin/tandem-train " + arguments + " 2>&1";
+  ToolRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_cli_" + name; }
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  return nlohmann::json::parse(file);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(TandemTrain, DefaultsReachTheLeastSquaresFit) {
+  const std::string summary = temp_path("defaults.json");
+  ToolRun run = run_tool("--summary-json " + summary);
+  ASSERT_EQ(run.status, 0) << run.output;
+  nlohmann::json result = read_json(summary);
+  // Ordinary least squares reaches test R^2 0.5502 on the last 88 rows (data/README.md).
+  EXPECT_GE(result.at("test_r2").get<double>(), 0.50);
+  EXPECT_NEAR(result.at("test_r2").get<double>(), 0.5502, 0.01);
+  EXPECT_EQ(result.at("epochs"), 100);
+  EXPECT_EQ(result.at("steps"), 600);
+  EXPECT_EQ(result.at("test_rows"), 88);
+  std::vector<std::string> devices;
+  for (const Device& device : default_devices()) devices.push_back(device.str());
+  EXPECT_EQ(result.at("devices").get<std::vector<std::string>>(), devices);
+  EXPECT_GT(result.at("seconds").get<double>(), 0.0);
+  EXPECT_NE(run.output.find("epoch 100/100  train_loss "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("test:  mse "), std::string::npos) << run.output;
+}
+
+TEST(TandemTrain, SameResultOnOneTwoAndThreeCpuDevices) {
+  std::vector<double> r2;
+  for (const char* devices : {"cpu:0", "cpu:0,cpu:1", "cpu:0,cpu:1,cpu:2"}) {
+    const std::string summary = temp_path("devices.json");
+    ToolRun run = run_tool(std::string("--quiet --devices ") + devices + " --summary-json " + summary);
+    ASSERT_EQ(run.status, 0) << run.output;
+    r2.push_back(read_json(summary).at("test_r2").get<double>());
+  }
+  EXPECT_NEAR(r2[1], r2[0], 1e-5);
+  EXPECT_NEAR(r2[2], r2[0], 1e-5);
+}
+
+TEST(TandemTrain, QuietPrintsOnlyTheSummary) {
+  ToolRun run = run_tool("--quiet --epochs 2 --devices cpu:0");
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::vector<std::string> lines = lines_of(run.output);
+  ASSERT_EQ(lines.size(), 3u) << run.output;
+  EXPECT_EQ(lines[0].rfind("done: 2 epochs, 12 steps in ", 0), 0u) << lines[0];
+}
+
+TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--epochs 0", "--epochs must be at least 1, got 0"},
+      {"--epochs ten", "--epochs"},
+      {"--batch-size 0", "--batch-size must be at least 1"},
+      {"--lr 0", "--lr must be a positive number"},
+      {"--momentum 1.5", "--momentum must lie in [0, 1), got 1.5"},
+      {"--hidden 0", "--hidden must be at least 1"},
+      {"--activation sigmoid", "--activation: parse_activation: \"sigmoid\" is not an activation"},
+      {"--devices gpu:0", "--devices: Device::parse: cannot parse 'gpu:0'"},
+      {"--devices cpu:0,cpu:0", "--devices"},
+      {"--test-fraction 1", "--test-fraction must lie in [0, 1), got 1"},
+      {"--seed -3", "--seed must not be negative"},
+      {"--checkpoint-every 2", "--checkpoint-every requires --checkpoint"},
+      {"--data /nonexistent.csv", "/nonexistent.csv"},
+      {"--resume /nonexistent.safetensors", "/nonexistent.safetensors"},
+      {"--target nosuch", "--target: no column \"nosuch\" (columns: age, sex, bmi"},
+      {"--no-such-flag", "--no-such-flag"},
+      {"stray", "stray"},
+  };
+  for (const auto& [arguments, fragment] : cases) {
+    SCOPED_TRACE(arguments);
+    ToolRun run = run_tool(arguments);
+    EXPECT_EQ(run.status, 2) << run.output;
+    EXPECT_EQ(lines_of(run.output).size(), 1u) << run.output;
+    EXPECT_EQ(run.output.rfind("tandem-train: ", 0), 0u) << run.output;
+    EXPECT_NE(run.output.find(fragment), std::string::npos) << run.output;
+  }
+}
+
+TEST(TandemTrain, HelpExitsWithStatusZero) {
+  ToolRun run = run_tool("--help");
+  EXPECT_EQ(run.status, 0);
+  EXPECT_NE(run.output.find("--devices"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--summary-json"), std::string::npos) << run.output;
+}
+
+TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
+  const std::string ragged = temp_path("ragged.csv");
+  std::ofstream(ragged) << "a,b,y\n1,2,3\n4,5\n";
+  ToolRun bad_csv = run_tool("--data " + ragged);
+  EXPECT_EQ(bad_csv.status, 1) << bad_csv.output;
+  EXPECT_NE(bad_csv.output.find("tandem-train: read_csv: " + ragged + " line 3 has 2 cells but the header has 3"),
+            std::string::npos)
+      << bad_csv.output;
+
+  const std::string not_checkpoint = temp_path("not_a_checkpoint.safetensors");
+  std::ofstream(not_checkpoint) << "garbage";
+  ToolRun bad_resume = run_tool("--resume " + not_checkpoint);
+  EXPECT_EQ(bad_resume.status, 1) << bad_resume.output;
+  EXPECT_NE(bad_resume.output.find(not_checkpoint), std::string::npos) << bad_resume.output;
+
+  ToolRun diverging = run_tool("--lr 1e10 --devices cpu:0");
+  EXPECT_EQ(diverging.status, 1) << diverging.output;
+  EXPECT_NE(diverging.output.find("Trainer::fit: the loss is "), std::string::npos) << diverging.output;
+  EXPECT_NE(diverging.output.find(" at epoch 1, step "), std::string::npos) << diverging.output;
+}
+
+TEST(TandemTrain, OwnCsvWithTargetByName) {
+  const std::string data = temp_path("line.csv");
+  {
+    std::ofstream file(data);
+    file << "y,x\n";
+    for (int i = 0; i < 50; ++i) file << 3 * i + 1 << "," << i << "\n";  // y = 3x + 1 exactly
+  }
+  const std::string summary = temp_path("line.json");
+  ToolRun run = run_tool("--quiet --data " + data + " --target y --epochs 200 --summary-json " + summary);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_GT(read_json(summary).at("test_r2").get<double>(), 0.999);
+}
+
+TEST(TandemTrain, ResumeMatchesAnUninterruptedRun) {
+  const std::string common = "--quiet --devices cpu:0,cpu:1 --activation tanh ";
+  const std::string full = temp_path("full.json");
+  ASSERT_EQ(run_tool(common + "--epochs 10 --summary-json " + full).status, 0);
+
+  const std::string checkpoint = temp_path("resume.safetensors");
+  const std::string metrics = temp_path("resume.jsonl");
+  std::filesystem::remove(checkpoint);
+  ToolRun first =
+      run_tool(common + "--epochs 4 --checkpoint " + checkpoint + " --checkpoint-every 3 --metrics " + metrics);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_EQ(load_checkpoint(checkpoint).epoch, 4);  // epochs 3 and 4 (the last) were written
+
+  const std::string resumed = temp_path("resumed.json");
+  ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --metrics " + metrics +
+                        " --summary-json " + resumed);
+  ASSERT_EQ(second.status, 0) << second.output;
+
+  nlohmann::json expected = read_json(full);
+  nlohmann::json actual = read_json(resumed);
+  for (const char* key : {"train_mse", "test_mse", "test_r2"}) {
+    EXPECT_EQ(actual.at(key).get<double>(), expected.at(key).get<double>()) << key;
+  }
+  EXPECT_EQ(actual.at("epochs"), 10);
+  EXPECT_EQ(actual.at("steps"), expected.at("steps"));
+
+  std::ifstream lines(metrics);
+  int64_t epoch = 0;
+  for (std::string line; std::getline(lines, line);) EXPECT_EQ(nlohmann::json::parse(line).at("epoch"), ++epoch);
+  EXPECT_EQ(epoch, 10);  // 4 lines from the first run, 6 appended by the resumed one
+}
+
+}  // namespace
+}  // namespace tandem::trainers

@@ -1,0 +1,315 @@
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support/test_support.h"
+
+namespace tandem::trainers {
+namespace {
+
+using tandem::testing::DeviceSet;
+using tandem::testing::EveryDeviceSet;
+
+const Split& diabetes() {
+  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
+  return split;
+}
+
+// The seed net (Linear(10, 20) -> Linear(20, 1)) initialized with `init_seed`, with the default options otherwise.
+Trainer seed_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0, double lr = 0.01) {
+  manual_seed(init_seed);
+  TrainerOptions options;
+  options.devices = std::move(devices);
+  options.epochs = epochs;
+  options.sgd.lr = lr;
+  return Trainer(make_mlp(10, 20), options);
+}
+
+std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
+  std::vector<std::vector<float>> values;
+  for (const Tensor& p : trainer.model()->parameters()) values.push_back(p.to_vector());
+  return values;
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_trainer_" + name; }
+
+std::string error_of(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+// Records what the Trainer reports.
+struct Recorder : Callback {
+  std::vector<EpochReport> epochs;
+  int64_t last_step = -1;
+  void on_step_end(const Trainer&, const StepReport& report) override {
+    if (last_step >= 0) EXPECT_EQ(report.step, last_step + 1);
+    last_step = report.step;
+  }
+  void on_epoch_end(const Trainer&, const EpochReport& report) override { epochs.push_back(report); }
+};
+
+TEST(Trainer, DefaultsComeCloseToLeastSquaresOnDiabetes) {
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, TrainerOptions{}.epochs);
+  FitResult result = trainer.fit(diabetes().train, diabetes().test);
+  ASSERT_TRUE(result.test.has_value());
+  // Ordinary least squares on the same split reaches test R^2 0.5502 (data/README.md); the seed net is linear.
+  EXPECT_GE(result.test->r2, 0.50);
+  EXPECT_NEAR(result.test->r2, 0.5502, 0.01);
+  EXPECT_EQ(result.test->rows, 88);
+  EXPECT_EQ(result.train.rows, 354);
+  EXPECT_EQ(result.epochs, 100);
+  EXPECT_EQ(result.steps, 100 * 6);  // 354 rows in batches of 64: five full ones and one of 34
+}
+
+TEST(Trainer, PredictionsAreInTheTargetsUnits) {
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 3);
+  trainer.fit(diabetes().train);
+  const Standardizer& s = *trainer.standardizer();
+  EXPECT_NEAR(s.target_mean, 153.0, 5.0);  // the diabetes target is in the hundreds
+
+  // Reference: the two layers applied in float64 to the standardized first test row, then un-standardized.
+  auto params = parameter_values(trainer);  // 0.weight [20, 10], 0.bias, 1.weight [1, 20], 1.bias
+  const Dataset& test = diabetes().test;
+  double z = params[3][0];
+  for (int h = 0; h < 20; ++h) {
+    double hidden = params[1][h];
+    for (int i = 0; i < 10; ++i) {
+      hidden += params[0][h * 10 + i] * (test.feature(0, i) - s.feature_mean[i]) / s.feature_scale[i];
+    }
+    z += params[2][h] * hidden;
+  }
+  std::vector<double> predictions = trainer.predict(test);
+  ASSERT_EQ(predictions.size(), 88u);
+  EXPECT_NEAR(predictions[0], z * s.target_scale + s.target_mean, 1e-3);
+
+  RegressionMetrics metrics = trainer.evaluate(test);
+  RegressionMetrics reference = regression_metrics(predictions, test.targets);
+  EXPECT_DOUBLE_EQ(metrics.mse, reference.mse);
+  EXPECT_DOUBLE_EQ(metrics.r2, reference.r2);
+}
+
+class TrainerOnDevices : public EveryDeviceSet {};
+
+TEST_P(TrainerOnDevices, SameResultAsOneDevice) {
+  Trainer one = seed_net_trainer({Device::cpu(0)}, 100);
+  FitResult expected = one.fit(diabetes().train, diabetes().test);
+  Trainer many = seed_net_trainer(devices(), 100);
+  FitResult actual = many.fit(diabetes().train, diabetes().test);
+
+  EXPECT_NEAR(actual.test->r2, expected.test->r2, 1e-5);
+  EXPECT_NEAR(actual.train.r2, expected.train.r2, 1e-5);
+  EXPECT_EQ(actual.steps, expected.steps);
+  auto expected_params = one.model()->parameters();
+  auto actual_params = many.model()->parameters();
+  ASSERT_EQ(actual_params.size(), expected_params.size());
+  for (size_t i = 0; i < actual_params.size(); ++i) {
+    EXPECT_EQ(actual_params[i].device(), devices().front());
+    tandem::testing::expect_close(actual_params[i], expected_params[i], 1e-5, 1e-5);
+  }
+}
+TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(TrainerOnDevices);
+
+TEST(Trainer, ResumeContinuesExactlyOnCpu) {
+  for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
+                                             std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
+    SCOPED_TRACE(to_string(devices));
+    Trainer uninterrupted = seed_net_trainer(devices, 10);
+    FitResult expected = uninterrupted.fit(diabetes().train, diabetes().test);
+
+    const std::string path = temp_path("resume.safetensors");
+    Trainer first = seed_net_trainer(devices, 4);
+    first.add_callback(std::make_shared<CheckpointSaver>(path));
+    first.fit(diabetes().train, diabetes().test);
+    const GeneratorState generator = generator_state();
+
+    Trainer resumed = seed_net_trainer(devices, 10, /*init_seed=*/123);  // other initial values, overwritten
+    resumed.load_checkpoint(path);
+    EXPECT_EQ(resumed.epoch(), 4);
+    EXPECT_EQ(resumed.step(), 24);
+    EXPECT_EQ(generator_state().seed, generator.seed);
+    EXPECT_EQ(generator_state().counter, generator.counter);
+    auto recorder = std::make_shared<Recorder>();
+    resumed.add_callback(recorder);
+    FitResult actual = resumed.fit(diabetes().train, diabetes().test);
+
+    ASSERT_EQ(recorder->epochs.size(), 6u);
+    EXPECT_EQ(recorder->epochs.front().epoch, 5);
+    EXPECT_EQ(actual.epochs, 10);
+    EXPECT_EQ(actual.steps, expected.steps);
+    EXPECT_EQ(parameter_values(resumed), parameter_values(uninterrupted));
+    EXPECT_EQ(actual.test->mse, expected.test->mse);
+    EXPECT_EQ(actual.train.mse, expected.train.mse);
+  }
+}
+
+TEST(Trainer, CheckpointHoldsTheTrainingState) {
+  const std::string path = temp_path("state.safetensors");
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
+  trainer.fit(diabetes().train);
+  trainer.save_checkpoint(path);
+
+  Checkpoint checkpoint = load_checkpoint(path);
+  EXPECT_EQ(checkpoint.epoch, 2);
+  EXPECT_EQ(checkpoint.step, 12);
+  ASSERT_EQ(checkpoint.parameters.size(), 4u);
+  EXPECT_EQ(checkpoint.parameters[0].first, "0.weight");
+  EXPECT_EQ(checkpoint.parameters[0].second.to_vector(), trainer.model()->parameters()[0].to_vector());
+  ASSERT_EQ(checkpoint.momentum_buffers.size(), 4u);
+  EXPECT_EQ(checkpoint.momentum_buffers[3].first, "1.bias");
+  EXPECT_EQ(checkpoint.momentum_buffers[3].second.to_vector(), trainer.optimizer().momentum_buffers()[3].to_vector());
+  EXPECT_EQ(checkpoint.standardizer.feature_mean, trainer.standardizer()->feature_mean);
+  EXPECT_EQ(checkpoint.standardizer.target_scale, trainer.standardizer()->target_scale);
+
+  DataLoader loader(diabetes().train, 64, true, /*seed=*/0);  // the default shuffle seed, two epochs drawn
+  loader.begin_epoch();
+  loader.begin_epoch();
+  EXPECT_EQ(checkpoint.shuffle_state, loader.shuffle_state());
+}
+
+TEST(Trainer, CheckpointErrors) {
+  const std::string path = temp_path("structure.safetensors");
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 4);
+  trainer.fit(diabetes().train);
+  trainer.save_checkpoint(path);
+
+  manual_seed(0);
+  Trainer narrow(make_mlp(10, 5), TrainerOptions{.devices = {Device::cpu(0)}});
+  EXPECT_ERROR(narrow.load_checkpoint(path), "Trainer::load_checkpoint: parameter 0.weight has shape [20, 10] in");
+
+  Trainer short_run = seed_net_trainer({Device::cpu(0)}, 3);
+  short_run.load_checkpoint(path);
+  EXPECT_ERROR(short_run.fit(diabetes().train), "Trainer::fit: already at epoch 4 but epochs is 3");
+
+  const std::string plain = temp_path("plain.safetensors");
+  save(*trainer.model(), plain);
+  EXPECT_ERROR(short_run.load_checkpoint(plain), "is a tensor file but not a trainer checkpoint");
+  EXPECT_ERROR(Trainer(make_mlp(10, 20), {}).save_checkpoint(path), "Trainer::save_checkpoint: nothing to save");
+}
+
+TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+  const std::string path = temp_path("diverge.safetensors");
+  std::filesystem::remove(path);
+  Trainer good = seed_net_trainer({Device::cpu(0)}, 2);
+  good.add_callback(std::make_shared<CheckpointSaver>(path));
+  good.fit(diabetes().train);
+  const std::string good_bytes = file_bytes(path);
+
+  // Continuing at a learning rate of 1e10 overflows within a few steps of epoch 3.
+  Trainer diverging = seed_net_trainer({Device::cpu(0)}, 5, 0, /*lr=*/1e10);
+  diverging.load_checkpoint(path);
+  diverging.add_callback(std::make_shared<CheckpointSaver>(path));
+  const std::string message = error_of([&] { diverging.fit(diabetes().train); });
+  EXPECT_NE(message.find("Trainer::fit: the loss is "), std::string::npos) << message;
+  EXPECT_NE(message.find(" at epoch 3, step "), std::string::npos) << message;
+  EXPECT_NE(message.find("the last checkpoint, \"" + path + "\" (epoch 2), holds the last good state"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(file_bytes(path), good_bytes);
+}
+
+TEST(Trainer, NonFiniteLossWithoutCheckpointSaysSo) {
+  Trainer diverging = seed_net_trainer({Device::cpu(0)}, 5, 0, /*lr=*/1e10);
+  const std::string message = error_of([&] { diverging.fit(diabetes().train); });
+  EXPECT_NE(message.find(" at epoch 1, step "), std::string::npos) << message;
+  EXPECT_NE(message.find("training stopped; no checkpoint was written"), std::string::npos) << message;
+}
+
+TEST(Trainer, MetricsLoggerWritesOneJsonLinePerEpoch) {
+  const std::string path = temp_path("metrics.jsonl");
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 3);
+  auto recorder = std::make_shared<Recorder>();
+  trainer.add_callback(std::make_shared<MetricsLogger>(path));
+  trainer.add_callback(recorder);
+  trainer.fit(diabetes().train, diabetes().test);
+
+  std::ifstream file(path);
+  std::string line;
+  int64_t epoch = 0;
+  while (std::getline(file, line)) {
+    nlohmann::json entry = nlohmann::json::parse(line);
+    const EpochReport& report = recorder->epochs.at(epoch);
+    ++epoch;
+    EXPECT_EQ(entry.at("epoch"), epoch);
+    EXPECT_EQ(entry.at("epochs"), 3);
+    EXPECT_EQ(entry.at("step"), 6 * epoch);
+    EXPECT_DOUBLE_EQ(entry.at("train_loss").get<double>(), report.train_loss);
+    EXPECT_DOUBLE_EQ(entry.at("test_mse").get<double>(), report.test->mse);
+    EXPECT_DOUBLE_EQ(entry.at("test_r2").get<double>(), report.test->r2);
+  }
+  EXPECT_EQ(epoch, 3);
+  EXPECT_ERROR(MetricsLogger("/nonexistent/dir/metrics.jsonl"), "MetricsLogger: cannot open");
+}
+
+TEST(Trainer, ProgressPrinterLinesAndBar) {
+  std::ostringstream plain;
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
+  trainer.add_callback(std::make_shared<ProgressPrinter>(plain, /*bar=*/false));
+  trainer.fit(diabetes().train, diabetes().test);
+  std::istringstream lines(plain.str());
+  std::string line;
+  std::vector<std::string> all;
+  while (std::getline(lines, line)) all.push_back(line);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].rfind("epoch 1/2  train_loss ", 0), 0u) << all[0];
+  EXPECT_NE(all[1].find("test_r2 0."), std::string::npos) << all[1];
+  EXPECT_EQ(plain.str().find('\r'), std::string::npos);
+
+  std::ostringstream bar;
+  Trainer with_bar = seed_net_trainer({Device::cpu(0)}, 1);
+  with_bar.add_callback(std::make_shared<ProgressPrinter>(bar, /*bar=*/true));
+  with_bar.fit(diabetes().train);
+  EXPECT_NE(bar.str().find("] 1/6  loss "), std::string::npos) << bar.str();
+  EXPECT_NE(bar.str().find("\r\x1b[Kepoch 1/1  train_loss "), std::string::npos) << bar.str();
+}
+
+TEST(Trainer, CheckpointSaverWritesEveryNthAndTheLastEpoch) {
+  const std::string path = temp_path("every.safetensors");
+  std::filesystem::remove(path);
+  struct CheckpointEpochs : Callback {
+    std::string path;
+    std::vector<int64_t> seen;
+    void on_epoch_end(const Trainer&, const EpochReport&) override {
+      seen.push_back(std::filesystem::exists(path) ? load_checkpoint(path).epoch : 0);
+    }
+  };
+  auto probe = std::make_shared<CheckpointEpochs>();
+  probe->path = path;
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 5);
+  trainer.add_callback(std::make_shared<CheckpointSaver>(path, 2));
+  trainer.add_callback(probe);
+  trainer.fit(diabetes().train);
+  EXPECT_EQ(probe->seen, (std::vector<int64_t>{0, 2, 2, 4, 5}));
+}
+
+TEST(Trainer, BadOptionsAreErrors) {
+  EXPECT_ERROR(Trainer(make_mlp(2, 2), {.epochs = 0}), "Trainer: epochs is 0 but expected at least 1");
+  EXPECT_ERROR(Trainer(make_mlp(2, 2), {.batch_size = 0}), "Trainer: batch_size is 0");
+  EXPECT_ERROR(Trainer(make_mlp(2, 2), {.devices = {Device::cpu(0), Device::cpu(0)}}),
+               "Trainer: device cpu:0 appears twice in [cpu:0, cpu:0]");
+  EXPECT_ERROR(Trainer(nullptr, {}), "Trainer: the model is null");
+  EXPECT_ERROR(Trainer(std::make_shared<nn::Sequential>(), {}), "has no parameters");
+  if (cuda_device_count() < 8) {
+    EXPECT_ERROR(Trainer(make_mlp(2, 2), {.devices = {Device::cuda(7)}}), "Trainer: device cuda:7 does not exist");
+  }
+  Trainer trainer(make_mlp(2, 2), {.devices = {Device::cpu(0)}});
+  EXPECT_ERROR(trainer.predict(Dataset{}), "Trainer::predict: no standardization yet");
+  EXPECT_ERROR(trainer.fit(Dataset{}), "Trainer::fit: the training set has no rows");
+}
+
+}  // namespace
+}  // namespace tandem::trainers

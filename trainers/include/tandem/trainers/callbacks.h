@@ -1,0 +1,98 @@
+#pragma once
+// Callbacks: what a Trainer reports while it runs, and the ready-made listeners for progress output, metrics files
+// and periodic checkpoints. Losses and metrics are in the target's original units (the Trainer undoes the target
+// standardization before reporting).
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tandem/trainers/metrics.h"
+
+namespace tandem::trainers {
+
+class Trainer;
+
+struct StepReport {
+  int64_t epoch = 0;        // 1-based
+  int64_t epochs = 0;       // the last epoch of this fit
+  int64_t batch = 0;        // 1-based within the epoch
+  int64_t num_batches = 0;  // per epoch
+  int64_t step = 0;         // optimizer steps completed, over all epochs
+  double loss = 0.0;        // this batch's MSE
+};
+
+struct EpochReport {
+  int64_t epoch = 0;
+  int64_t epochs = 0;
+  int64_t step = 0;
+  double train_loss = 0.0;                // mean of the epoch's batch MSEs, weighted by batch rows
+  std::optional<RegressionMetrics> test;  // when the Trainer was given a test set
+  double seconds = 0.0;                   // wall time of the epoch (training and evaluation)
+};
+
+struct FitResult {
+  RegressionMetrics train;                // on the whole training set after the last epoch
+  std::optional<RegressionMetrics> test;
+  int64_t epochs = 0;                     // epochs completed, counting those before a resume
+  int64_t steps = 0;
+  double seconds = 0.0;                   // wall time of this fit
+};
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_fit_begin(const Trainer& trainer) {}
+  virtual void on_step_end(const Trainer& trainer, const StepReport& report) {}
+  // Runs after the epoch's parameters were checked to be finite.
+  virtual void on_epoch_end(const Trainer& trainer, const EpochReport& report) {}
+  virtual void on_fit_end(const Trainer& trainer, const FitResult& result) {}
+};
+
+// Per-epoch progress. With `bar` (meant for a terminal) a bar is redrawn in place during each epoch; either way each
+// epoch ends with one line: "epoch  12/150  train_loss 2931.4  test_mse 2950.1  test_r2 0.5423  3.1 ms".
+class ProgressPrinter : public Callback {
+ public:
+  ProgressPrinter(std::ostream& out, bool bar);
+  // Writes to std::cout, with a bar when standard output is a terminal.
+  static std::shared_ptr<ProgressPrinter> to_stdout();
+
+  void on_step_end(const Trainer& trainer, const StepReport& report) override;
+  void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+
+ private:
+  std::ostream& out_;
+  bool bar_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+// Appends one JSON object per epoch to a file ("JSON lines"):
+//   {"epoch":3,"epochs":150,"step":36,"train_loss":3011.2,"test_mse":2950.1,"test_r2":0.54,"seconds":0.003}
+// The file is truncated when the logger is created unless `append` (for resumed runs). Throws Error when it cannot
+// be opened.
+class MetricsLogger : public Callback {
+ public:
+  explicit MetricsLogger(const std::string& path, bool append = false);
+  void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+};
+
+// Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one.
+class CheckpointSaver : public Callback {
+ public:
+  CheckpointSaver(std::string path, int64_t every = 1);
+  void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+
+ private:
+  std::string path_;
+  int64_t every_;
+};
+
+}  // namespace tandem::trainers

@@ -1,0 +1,93 @@
+#include "tandem/trainers/callbacks.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/error.h"
+#include "tandem/trainers/trainer.h"
+
+namespace tandem::trainers {
+namespace {
+
+std::string format(const char* pattern, auto... values) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer), pattern, values...);
+  return buffer;
+}
+
+std::string format_seconds(double seconds) {
+  return seconds < 1.0 ? format("%.1f ms", seconds * 1e3) : format("%.2f s", seconds);
+}
+
+int digits(int64_t value) { return static_cast<int>(std::to_string(value).size()); }
+
+std::string epoch_line(const EpochReport& report) {
+  std::string line = format("epoch %*lld/%lld  train_loss %.6g", digits(report.epochs),
+                            static_cast<long long>(report.epoch), static_cast<long long>(report.epochs),
+                            report.train_loss);
+  if (report.test) line += format("  test_mse %.6g  test_r2 %.4f", report.test->mse, report.test->r2);
+  return line + "  " + format_seconds(report.seconds);
+}
+
+// A bar redrawn after every step would flood slow terminals when steps take microseconds, so it is redrawn at most
+// this often (and always at an epoch's first step).
+constexpr std::chrono::milliseconds kRedrawInterval(100);
+constexpr int kBarWidth = 30;
+
+}  // namespace
+
+ProgressPrinter::ProgressPrinter(std::ostream& out, bool bar) : out_(out), bar_(bar) {}
+
+std::shared_ptr<ProgressPrinter> ProgressPrinter::to_stdout() {
+  return std::make_shared<ProgressPrinter>(std::cout, isatty(STDOUT_FILENO) == 1);
+}
+
+void ProgressPrinter::on_step_end(const Trainer&, const StepReport& report) {
+  if (!bar_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (report.batch != 1 && now - last_draw_ < kRedrawInterval) return;
+  last_draw_ = now;
+  const int filled = static_cast<int>(kBarWidth * report.batch / report.num_batches);
+  out_ << '\r'
+       << format("epoch %*lld/%lld [", digits(report.epochs), static_cast<long long>(report.epoch),
+                 static_cast<long long>(report.epochs))
+       << std::string(filled, '#') << std::string(kBarWidth - filled, '.')
+       << format("] %lld/%lld  loss %.6g", static_cast<long long>(report.batch),
+                 static_cast<long long>(report.num_batches), report.loss)
+       << "\x1b[K" << std::flush;
+}
+
+void ProgressPrinter::on_epoch_end(const Trainer&, const EpochReport& report) {
+  if (bar_) out_ << "\r\x1b[K";
+  out_ << epoch_line(report) << '\n' << std::flush;
+}
+
+MetricsLogger::MetricsLogger(const std::string& path, bool append)
+    : path_(path), file_(path, append ? std::ios::app : std::ios::trunc) {
+  TANDEM_CHECK(file_.is_open(), "MetricsLogger: cannot open \"", path, "\" for writing");
+}
+
+void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
+  nlohmann::ordered_json line = {
+      {"epoch", report.epoch}, {"epochs", report.epochs}, {"step", report.step}, {"train_loss", report.train_loss}};
+  if (report.test) {
+    line["test_mse"] = report.test->mse;
+    line["test_r2"] = report.test->r2;
+  }
+  line["seconds"] = report.seconds;
+  file_ << line.dump() << '\n' << std::flush;
+  TANDEM_CHECK(file_.good(), "MetricsLogger: writing \"", path_, "\" failed");
+}
+
+CheckpointSaver::CheckpointSaver(std::string path, int64_t every) : path_(std::move(path)), every_(every) {
+  TANDEM_CHECK(every >= 1, "CheckpointSaver: every is ", every, " but expected at least 1");
+}
+
+void CheckpointSaver::on_epoch_end(const Trainer& trainer, const EpochReport& report) {
+  if (report.epoch % every_ == 0 || report.epoch == report.epochs) trainer.save_checkpoint(path_);
+}
+
+}  // namespace tandem::trainers

@@ -1,0 +1,223 @@
+#include "tandem/trainers/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+#include "tandem/core/ops.h"
+#include "tandem/core/random.h"
+#include "tandem/trainers/checkpoint.h"
+#include "tandem/trainers/train_step.h"
+
+namespace tandem::trainers {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point begin) {
+  return std::chrono::duration<double>(Clock::now() - begin).count();
+}
+
+TrainerOptions validated(TrainerOptions options) {
+  TANDEM_CHECK(options.epochs >= 1, "Trainer: epochs is ", options.epochs, " but expected at least 1");
+  TANDEM_CHECK(options.batch_size >= 1, "Trainer: batch_size is ", options.batch_size, " but expected at least 1");
+  if (options.devices.empty()) options.devices = default_devices();
+  std::set<Device> seen;
+  for (const Device& device : options.devices) {
+    check_device_available(device, "Trainer");
+    TANDEM_CHECK(seen.insert(device).second, "Trainer: device ", device, " appears twice in ",
+                 to_string(options.devices));
+  }
+  return options;
+}
+
+std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, Device device) {
+  TANDEM_CHECK(model != nullptr, "Trainer: the model is null");
+  TANDEM_CHECK(!model->parameters().empty(), "Trainer: the model ", model->name(), " has no parameters");
+  model->to(device);
+  return model;
+}
+
+// Predictions in batches of this many rows (no gradients, so the size only bounds memory).
+constexpr int64_t kPredictBatch = 65536;
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
+    : options_(validated(std::move(options))),
+      model_(placed(std::move(model), options_.devices.front())),
+      replicas_(std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
+      optimizer_(std::make_unique<parallel::ReplicatedSGD>(*replicas_, options_.sgd)),
+      shuffle_state_(options_.shuffle_seed) {}
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  TANDEM_CHECK(callback != nullptr, "Trainer::add_callback: the callback is null");
+  callbacks_.push_back(std::move(callback));
+}
+
+FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
+  const Clock::time_point begin = Clock::now();
+  TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
+  TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ",
+               options_.epochs, "; epochs counts all epochs (those before a resume too), so expected at least ",
+               epoch_);
+  if (!standardizer_) standardizer_ = Standardizer::fit(train, options_.standardize_target);
+  const Dataset standardized = standardizer_->apply(train);
+  TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
+               test.num_features(), " features but the training set has ", train.num_features());
+
+  DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed);
+  loader.set_shuffle_state(shuffle_state_);
+  for (const auto& callback : callbacks_) callback->on_fit_begin(*this);
+  while (epoch_ < options_.epochs) {
+    const Clock::time_point epoch_begin = Clock::now();
+    EpochReport report;
+    report.train_loss = train_epoch(loader);
+    ++epoch_;
+    shuffle_state_ = loader.shuffle_state();
+    check_parameters_finite();
+    report.epoch = epoch_;
+    report.epochs = options_.epochs;
+    report.step = step_;
+    if (test.rows() > 0) report.test = evaluate(test);
+    report.seconds = seconds_since(epoch_begin);
+    for (const auto& callback : callbacks_) callback->on_epoch_end(*this, report);
+  }
+
+  FitResult result;
+  result.train = evaluate(train);
+  if (test.rows() > 0) result.test = evaluate(test);
+  result.epochs = epoch_;
+  result.steps = step_;
+  result.seconds = seconds_since(begin);
+  for (const auto& callback : callbacks_) callback->on_fit_end(*this, result);
+  return result;
+}
+
+double Trainer::train_epoch(DataLoader& loader) {
+  loader.begin_epoch();
+  const double to_original = standardizer_->target_scale * standardizer_->target_scale;
+  double loss_sum = 0.0;
+  int64_t rows = 0;
+  StepReport report;
+  report.epoch = epoch_ + 1;
+  report.epochs = options_.epochs;
+  report.num_batches = loader.num_batches();
+  for (int64_t b = 0; b < loader.num_batches(); ++b) {
+    Batch batch = loader.batch(b);
+    Tensor loss = train_step(*replicas_, *optimizer_, batch.features, batch.targets);
+    report.loss = static_cast<double>(loss.item()) * to_original;
+    if (!std::isfinite(report.loss)) {
+      TANDEM_FAIL("Trainer::fit: the loss is ", report.loss, " at epoch ", report.epoch, ", step ", b + 1, " of ",
+                  report.num_batches, " (step ", step_ + 1, " overall); ", stopped_note());
+    }
+    ++step_;
+    const int64_t batch_rows = batch.targets.size(0);
+    loss_sum += report.loss * static_cast<double>(batch_rows);
+    rows += batch_rows;
+    report.batch = b + 1;
+    report.step = step_;
+    for (const auto& callback : callbacks_) callback->on_step_end(*this, report);
+  }
+  return loss_sum / static_cast<double>(rows);
+}
+
+void Trainer::check_parameters_finite() const {
+  NoGradGuard no_grad;
+  for (const auto& [name, parameter] : model_->named_parameters()) {
+    TANDEM_CHECK(std::isfinite(sum(parameter).item()), "Trainer::fit: parameter ", name,
+                 " is not finite after epoch ", epoch_, " (step ", step_, "); ", stopped_note());
+  }
+}
+
+std::string Trainer::stopped_note() const {
+  if (!last_checkpoint_) return "training stopped; no checkpoint was written (try a smaller learning rate)";
+  return "training stopped; the last checkpoint, \"" + last_checkpoint_->path + "\" (epoch " +
+         std::to_string(last_checkpoint_->epoch) + "), holds the last good state (try a smaller learning rate)";
+}
+
+std::vector<double> Trainer::predict(const Dataset& data) const {
+  TANDEM_CHECK(standardizer_.has_value(), "Trainer::predict: no standardization yet; call fit() or load_checkpoint()",
+               " first");
+  std::vector<double> predictions;
+  if (data.rows() == 0) return predictions;
+  const Dataset standardized = standardizer_->apply(data);
+  DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);
+  loader.begin_epoch();
+  NoGradGuard no_grad;
+  for (int64_t b = 0; b < loader.num_batches(); ++b) {
+    Batch batch = loader.batch(b);
+    Tensor output = model_->forward(batch.features.to(options_.devices.front()));
+    TANDEM_CHECK(output.numel() == batch.targets.numel(), "Trainer::predict: the model's output has shape ",
+                 to_string(output.shape()), " for ", batch.targets.numel(), " rows but expected one value per row");
+    for (float value : output.to_vector()) predictions.push_back(standardizer_->target_to_original(value));
+  }
+  return predictions;
+}
+
+RegressionMetrics Trainer::evaluate(const Dataset& data) const {
+  TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate: the data set has no rows");
+  return regression_metrics(predict(data), data.targets);
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
+  Checkpoint checkpoint;
+  checkpoint.parameters = model_->named_parameters();
+  const std::vector<Tensor> buffers = optimizer_->momentum_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].defined()) checkpoint.momentum_buffers.emplace_back(checkpoint.parameters[i].first, buffers[i]);
+  }
+  checkpoint.epoch = epoch_;
+  checkpoint.step = step_;
+  checkpoint.generator = generator_state();
+  checkpoint.shuffle_state = shuffle_state_;
+  checkpoint.standardizer = *standardizer_;
+  trainers::save_checkpoint(checkpoint, path);
+  last_checkpoint_ = WrittenCheckpoint{path, epoch_};
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  Checkpoint checkpoint = trainers::load_checkpoint(path);
+  auto named = model_->named_parameters();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < named.size(); ++i) index[named[i].first] = i;
+
+  std::vector<Tensor> values(named.size());
+  for (const auto& [name, tensor] : checkpoint.parameters) {
+    auto found = index.find(name);
+    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: \"", path, "\" has parameter ", name,
+                 " which the model ", model_->name(), " does not have");
+    const Tensor& parameter = named[found->second].second;
+    TANDEM_CHECK(tensor.shape() == parameter.shape(), "Trainer::load_checkpoint: parameter ", name, " has shape ",
+                 to_string(tensor.shape()), " in \"", path, "\" but ", to_string(parameter.shape()), " in the model");
+    values[found->second] = tensor;
+  }
+  for (size_t i = 0; i < named.size(); ++i) {
+    TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: \"", path, "\" has no parameter ", named[i].first);
+  }
+  std::vector<Tensor> buffers(named.size());
+  for (const auto& [name, tensor] : checkpoint.momentum_buffers) {
+    auto found = index.find(name);
+    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: \"", path, "\" has a momentum buffer for ", name,
+                 " which the model does not have");
+    buffers[found->second] = tensor;
+  }
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
+  }
+  replicas_->sync_parameters();
+  optimizer_->set_momentum_buffers(buffers);
+  epoch_ = checkpoint.epoch;
+  step_ = checkpoint.step;
+  shuffle_state_ = checkpoint.shuffle_state;
+  standardizer_ = checkpoint.standardizer;
+  set_generator_state(checkpoint.generator);
+  last_checkpoint_ = WrittenCheckpoint{path, epoch_};
+}
+
+}  // namespace tandem::trainers

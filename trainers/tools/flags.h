@@ -1,0 +1,49 @@
+#pragma once
+// tandem-train's command line: the flags, their defaults and their validation.
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/trainers/models.h"
+
+namespace tandem::train_tool {
+
+struct Flags {
+  std::optional<std::string> data;    // none: the built-in diabetes data
+  std::optional<std::string> target;  // none: the last column
+  std::vector<Device> devices;
+  int64_t epochs = 0;
+  int64_t batch_size = 0;
+  double lr = 0.0;
+  double momentum = 0.0;
+  int64_t hidden = 0;
+  trainers::Activation activation = trainers::Activation::None;
+  uint64_t seed = 0;
+  double test_fraction = 0.0;
+  std::optional<std::string> checkpoint;
+  int64_t checkpoint_every = 1;
+  std::optional<std::string> resume;
+  std::optional<std::string> metrics;
+  std::optional<std::string> summary_json;
+  bool quiet = false;
+};
+
+// A bad flag or value: tandem-train prints its message and exits with status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv. Returns the flags, or an exit status when the program should stop now: 0 after --help, 2 after a
+// bad flag or value (the reason is printed on stderr as one line).
+struct ParsedFlags {
+  Flags flags;
+  std::optional<int> exit_status;
+};
+ParsedFlags parse_flags(int argc, char** argv);
+
+}  // namespace tandem::train_tool

@@ -1,0 +1,138 @@
+// tandem-train: trains a small regression net with data-parallel SGD and reports train/test MSE and R^2.
+// Exit status: 0 on success, 2 for a bad flag or value, 1 for any other error (with its message).
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "flags.h"
+#include "tandem/tandem.h"
+
+namespace tandem::train_tool {
+namespace {
+
+using namespace trainers;
+
+CsvTable load_table(const Flags& flags) {
+  CsvTable table = flags.data ? read_csv(*flags.data) : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)");
+  if (flags.target) {
+    std::string names;
+    bool found = false;
+    for (const std::string& name : table.columns) {
+      names += (names.empty() ? "" : ", ") + name;
+      found = found || name == *flags.target;
+    }
+    if (!found) throw UsageError("--target: no column \"" + *flags.target + "\" (columns: " + names + ")");
+  }
+  return table;
+}
+
+std::string describe_model(int64_t inputs, const Flags& flags) {
+  std::string activation = flags.activation == Activation::None ? "" : " -> " + to_string(flags.activation);
+  return "Linear(" + std::to_string(inputs) + ", " + std::to_string(flags.hidden) + ")" + activation + " -> Linear(" +
+         std::to_string(flags.hidden) + ", 1)";
+}
+
+void print_banner(const Flags& flags, const Dataset& data, const Split& split, const Trainer& trainer) {
+  std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows, "
+            << data.num_features() << " features, target \"" << data.target_name << "\"; train " << split.train.rows()
+            << " rows, test " << split.test.rows() << " rows\n"
+            << "model: " << describe_model(data.num_features(), flags) << " (" << trainer.model()->num_parameters()
+            << " parameters) on " << to_string(trainer.options().devices) << "\n"
+            << "sgd: epochs " << flags.epochs << ", global batch " << flags.batch_size << ", lr " << flags.lr
+            << ", momentum " << flags.momentum << ", seed " << flags.seed << "\n";
+  if (flags.resume) std::cout << "resuming from \"" << *flags.resume << "\" at epoch " << trainer.epoch() << "\n";
+}
+
+void print_summary(const FitResult& result, const Trainer& trainer) {
+  std::printf("done: %lld epochs, %lld steps in %.3f s on %s\n", static_cast<long long>(result.epochs),
+              static_cast<long long>(result.steps), result.seconds, to_string(trainer.options().devices).c_str());
+  std::printf("train: mse %.4f  r2 %.4f  (%lld rows)\n", result.train.mse, result.train.r2,
+              static_cast<long long>(result.train.rows));
+  if (result.test) {
+    std::printf("test:  mse %.4f  r2 %.4f  (%lld rows)\n", result.test->mse, result.test->r2,
+                static_cast<long long>(result.test->rows));
+  }
+  std::fflush(stdout);
+}
+
+// Writes `text` to "<path>.tmp" and renames it over `path`, so readers never see a partial file.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    TANDEM_CHECK(file.is_open(), "tandem-train: cannot open \"", temporary, "\" for writing");
+    file << text;
+    TANDEM_CHECK(file.good(), "tandem-train: writing \"", temporary, "\" failed");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  TANDEM_CHECK(!error, "tandem-train: cannot rename \"", temporary, "\" to \"", path, "\": ", error.message());
+}
+
+void write_summary(const std::string& path, const FitResult& result, const Trainer& trainer) {
+  nlohmann::ordered_json summary;
+  summary["train_mse"] = result.train.mse;
+  summary["train_r2"] = result.train.r2;
+  summary["test_mse"] = result.test ? nlohmann::ordered_json(result.test->mse) : nullptr;
+  summary["test_r2"] = result.test ? nlohmann::ordered_json(result.test->r2) : nullptr;
+  summary["train_rows"] = result.train.rows;
+  summary["test_rows"] = result.test ? result.test->rows : 0;
+  summary["epochs"] = result.epochs;
+  summary["steps"] = result.steps;
+  summary["devices"] = nlohmann::ordered_json::array();
+  for (const Device& device : trainer.options().devices) summary["devices"].push_back(device.str());
+  summary["seconds"] = result.seconds;
+  write_atomically(path, summary.dump(2) + "\n");
+}
+
+int run(const Flags& flags) {
+  const Dataset data = make_dataset(load_table(flags), flags.target);
+  const Split split = train_test_split(data, flags.test_fraction);
+
+  manual_seed(flags.seed);
+  TrainerOptions options;
+  options.devices = flags.devices;
+  options.epochs = flags.epochs;
+  options.batch_size = flags.batch_size;
+  options.sgd = optim::SGDOptions{.lr = flags.lr, .momentum = flags.momentum};
+  options.shuffle_seed = flags.seed;
+  Trainer trainer(make_mlp(data.num_features(), flags.hidden, flags.activation), options);
+  if (flags.resume) trainer.load_checkpoint(*flags.resume);
+
+  if (!flags.quiet) {
+    print_banner(flags, data, split, trainer);
+    trainer.add_callback(ProgressPrinter::to_stdout());
+  }
+  if (flags.metrics) trainer.add_callback(std::make_shared<MetricsLogger>(*flags.metrics, flags.resume.has_value()));
+  if (flags.checkpoint) {
+    trainer.add_callback(std::make_shared<CheckpointSaver>(*flags.checkpoint, flags.checkpoint_every));
+  }
+
+  const FitResult result = trainer.fit(split.train, split.test);
+  print_summary(result, trainer);
+  if (flags.summary_json) write_summary(*flags.summary_json, result, trainer);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::train_tool
+
+int main(int argc, char** argv) {
+  using namespace tandem::train_tool;
+  ParsedFlags parsed = parse_flags(argc, argv);
+  if (parsed.exit_status) return *parsed.exit_status;
+  try {
+    return run(parsed.flags);
+  } catch (const UsageError& e) {
+    std::cerr << "tandem-train: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::cerr << "tandem-train: " << e.what() << '\n';
+    return 1;
+  }
+}
