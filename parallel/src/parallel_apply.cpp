@@ -1,0 +1,100 @@
+#include "tandem/parallel/parallel_apply.h"
+
+#include <exception>
+#include <latch>
+#include <string>
+
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+#include "worker_pool.h"
+
+namespace tandem::parallel {
+
+namespace {
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+// Note [One latch per call]: each call counts its own tasks down on a latch in its own frame, so calls from several
+// threads at once interleave on the workers' queues without waiting for each other (no task ever waits for
+// another). A task records its exception in its own slot and counts down last: once the latch opens, no worker
+// touches the caller's frame again. A call made from a worker thread (a replica that itself runs data_parallel)
+// runs its tasks on that thread, since queueing behind itself would never finish.
+void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices) {
+  TANDEM_CHECK(tasks.size() == devices.size(), "parallel::run_on_devices: got ", tasks.size(), " tasks for ",
+               devices.size(), " devices");
+  const size_t n = tasks.size();
+  std::vector<std::exception_ptr> errors(n);
+  std::latch done(static_cast<std::ptrdiff_t>(n));
+  const bool grad_mode = GradMode::is_enabled();
+  auto run_one = [&tasks, &errors, &done, grad_mode](size_t i) {
+    try {
+      GradModeGuard mode(grad_mode);
+      tasks[i]();
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+    done.count_down();
+  };
+
+  if (detail::WorkerPool::on_worker_thread()) {
+    for (size_t i = 0; i < n; ++i) run_one(i);
+  } else {
+    size_t submitted = 0;
+    try {
+      for (; submitted < n; ++submitted) {
+        detail::WorkerPool::instance().worker(devices[submitted]).submit([&run_one, i = submitted] { run_one(i); });
+      }
+    } catch (...) {  // no worker could be started: the remaining tasks fail with that reason
+      for (size_t i = submitted; i < n; ++i) {
+        errors[i] = std::current_exception();
+        done.count_down();
+      }
+    }
+  }
+  done.wait();
+
+  for (size_t i = 0; i < n; ++i) {
+    if (errors[i]) TANDEM_FAIL("in replica ", i, " on device ", devices[i], ": ", describe(errors[i]));
+  }
+}
+
+std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                                   const std::vector<Tensor>& inputs, const std::vector<Device>& devices) {
+  constexpr const char* fn = "parallel::parallel_apply";
+  TANDEM_CHECK(replicas.size() == inputs.size(), fn, ": got ", replicas.size(), " replicas but ", inputs.size(),
+               " inputs");
+  TANDEM_CHECK(devices.empty() || devices.size() == replicas.size(), fn, ": got ", devices.size(),
+               " devices for ", replicas.size(), " replicas");
+  std::vector<Device> run_devices;
+  run_devices.reserve(inputs.size());
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    TANDEM_CHECK(replicas[i] != nullptr, fn, ": replica ", i, " is null");
+    TANDEM_CHECK(inputs[i].defined(), fn, ": input ", i, " is undefined");
+    run_devices.push_back(inputs[i].device());
+  }
+  for (const Device& device : devices) check_device_available(device, fn);
+
+  std::vector<Tensor> outputs(replicas.size());
+  std::vector<std::function<void()>> tasks;
+  tasks.reserve(replicas.size());
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    tasks.emplace_back([&, i] {
+      Tensor output = replicas[i]->forward(inputs[i]);
+      outputs[i] = devices.empty() ? output : output.to(devices[i]);
+    });
+  }
+  run_on_devices(tasks, run_devices);
+  return outputs;
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,50 @@
+#include "tandem/parallel/replicate.h"
+
+#include "device_checks.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+#include "tandem/parallel/functions.h"
+
+namespace tandem::parallel {
+
+// Note [Replica gradient edges]: all master parameters go through ONE Broadcast node, whose outputs become the
+// replicas' parameters. Backward over every replica's loss therefore meets in that node, which runs once with the
+// gradients of all replicas and sums them with a single reduce_add_coalesced onto the master's device, from where
+// they flow into the master parameters' AccumulateGrad. (Replicas built from detached copies instead would leave
+// the master without gradients.)
+std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Module>& module,
+                                                   const std::vector<Device>& devices, size_t buffer_size) {
+  constexpr const char* fn = "parallel::replicate";
+  TANDEM_CHECK(module != nullptr, fn, ": module is null");
+  if (devices.empty()) return {};
+  detail::check_distinct_devices(devices, fn);
+  for (const Device& device : devices) check_device_available(device, fn);
+
+  const std::vector<std::pair<std::string, Tensor>> named = module->named_parameters();
+  std::vector<Tensor> parameters;
+  parameters.reserve(named.size());
+  for (const auto& [name, parameter] : named) {
+    TANDEM_CHECK(parameter.device() == named.front().second.device(), fn, ": parameter '", name, "' is on ",
+                 parameter.device(), " but '", named.front().first, "' is on ", named.front().second.device(),
+                 " (all parameters must be on one device)");
+    parameters.push_back(parameter);
+  }
+
+  std::vector<std::shared_ptr<nn::Module>> replicas;
+  replicas.reserve(devices.size());
+  const std::vector<Tensor> copies = parameters.empty()
+      ? std::vector<Tensor>{}
+      : autograd::apply(std::make_shared<Broadcast>(devices, buffer_size), parameters);
+  const auto count = static_cast<std::ptrdiff_t>(parameters.size());
+  try {
+    for (size_t d = 0; d < devices.size(); ++d) {
+      const auto first = copies.begin() + static_cast<std::ptrdiff_t>(d) * count;
+      replicas.push_back(module->clone_with_parameters(std::vector<Tensor>(first, first + count)));
+    }
+  } catch (const Error& e) {  // a module that is not clonable
+    TANDEM_FAIL(fn, ": ", e.what());
+  }
+  return replicas;
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,63 @@
+#include "worker_pool.h"
+
+namespace tandem::parallel::detail {
+
+namespace {
+thread_local bool is_worker_thread = false;
+}  // namespace
+
+DeviceWorker::DeviceWorker(Device device) : device_(device), thread_([this] { run(); }) {}
+
+DeviceWorker::~DeviceWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void DeviceWorker::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+void DeviceWorker::run() {
+  is_worker_thread = true;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left to run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+// Note [Worker pool lifetime]: the pool is a function-local static, created by the first parallel call and
+// destroyed at exit, after main returns. Its destructor joins every worker: an idle worker wakes, finds its queue
+// empty and returns; a worker still running a task (a thread that outlived main) finishes it first. Workers own
+// no resources of other static objects (the tasks only hold references into their caller's frame, which waits
+// for them), so joining them does not depend on the destruction order of other statics. Calling parallel
+// functions from static destructors that run after the pool's is not supported.
+WorkerPool& WorkerPool::instance() {
+  static WorkerPool pool;
+  return pool;
+}
+
+DeviceWorker& WorkerPool::worker(Device device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<DeviceWorker>& worker = workers_[device];
+  if (!worker) worker = std::make_unique<DeviceWorker>(device);
+  return *worker;
+}
+
+bool WorkerPool::on_worker_thread() { return is_worker_thread; }
+
+}  // namespace tandem::parallel::detail

@@ -1,0 +1,52 @@
+#pragma once
+// The process-wide pool behind parallel_apply: one persistent worker thread per device, each with a FIFO queue.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "tandem/core/device.h"
+
+namespace tandem::parallel::detail {
+
+// One thread that runs the tasks submitted to it, in submission order. Tasks must not throw (run_on_devices wraps
+// them so that they record their exception instead).
+class DeviceWorker {
+ public:
+  explicit DeviceWorker(Device device);
+  ~DeviceWorker();  // runs the tasks already queued, then joins the thread
+  DeviceWorker(const DeviceWorker&) = delete;
+  DeviceWorker& operator=(const DeviceWorker&) = delete;
+
+  void submit(std::function<void()> task);
+
+ private:
+  void run();
+
+  Device device_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+class WorkerPool {
+ public:
+  static WorkerPool& instance();
+  // The worker of `device`, started on first use.
+  DeviceWorker& worker(Device device);
+  // Whether the calling thread is one of the pool's workers.
+  static bool on_worker_thread();
+
+ private:
+  WorkerPool() = default;
+  std::mutex mutex_;
+  std::unordered_map<Device, std::unique_ptr<DeviceWorker>> workers_;
+};
+
+}  // namespace tandem::parallel::detail
