@@ -1,0 +1,148 @@
+// The per-device caching allocator behind CUDA storages: after warm-up, a training step reuses cached blocks and
+// never calls cudaMalloc or cudaFree.
+
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "allocator.h"
+#include "tandem/core/cuda/context.h"
+
+namespace tandem::alloc {
+namespace {
+
+// Requests up to 1 MiB are rounded up to 512 bytes, larger ones to 2 MiB, so that blocks of nearby sizes are
+// interchangeable; a cached block serves any request of at least half its size.
+constexpr size_t kSmallGranularity = 512;
+constexpr size_t kLargeGranularity = size_t{2} << 20;
+constexpr size_t kLargeThreshold = size_t{1} << 20;
+constexpr size_t kMaxRequest = std::numeric_limits<size_t>::max() / 4;
+
+size_t round_up(size_t nbytes) {
+  const size_t granularity = nbytes <= kLargeThreshold ? kSmallGranularity : kLargeGranularity;
+  return (nbytes + granularity - 1) / granularity * granularity;
+}
+
+// Note [Stream-ordered reuse]: every tensor of a device is produced and consumed on that device's compute stream;
+// work on other streams (the comm stream, peer copies issued on another device's stream) joins back into the
+// compute stream through events before the tensors it touched can be released. So when a block is freed, every
+// use of it is already enqueued on the compute stream, and whoever gets the block next enqueues its work after
+// them: a freed block can be handed out again at once, with no event and no host synchronization.
+//
+// Note [No cudaFree during collectives]: freeing device memory while NCCL work is being enqueued can deadlock.
+// Blocks only return to the driver in cuda_empty_cache and when cudaMalloc runs out of memory (cached blocks are
+// released and the allocation retried once). Neither may run while a collective is being enqueued: the comm
+// backend allocates its outputs before it starts an NCCL group, and empty_cache is not called during one.
+struct DeviceCache {
+  std::mutex mutex;
+  std::multimap<size_t, void*> free_blocks;       // cached blocks by size, for best-fit reuse
+  std::unordered_map<void*, size_t> live_blocks;  // blocks handed out, with their sizes
+  MemoryStats stats;
+};
+
+// Never destroyed: storages that outlive static destruction may still return their blocks, and freeing device
+// memory at exit is left to the driver.
+DeviceCache& cache_of(int device, const char* caller) {
+  static const int count = cuda_visible_devices();
+  static DeviceCache* const caches = new DeviceCache[count];
+  TANDEM_CHECK(device >= 0 && device < count, caller, ": device cuda:", device, " does not exist (", count,
+               " CUDA devices visible)");
+  return caches[device];
+}
+
+// Returns every cached block of `device` to the driver. The caller holds cache.mutex.
+void release_cached_blocks(DeviceCache& cache, int device) {
+  if (cache.free_blocks.empty()) return;
+  cuda::DeviceGuard guard(device);
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // the last uses of the cached blocks have finished
+  while (!cache.free_blocks.empty()) {
+    const auto block = cache.free_blocks.begin();
+    TANDEM_CUDA_CHECK(cudaFree(block->second));
+    cache.stats.reserved_bytes -= block->first;
+    cache.free_blocks.erase(block);
+  }
+}
+
+// The smallest cached block of at least `size` bytes and at most twice that, taken out of the cache; or none.
+std::pair<void*, size_t> take_cached_block(DeviceCache& cache, size_t size) {
+  const auto block = cache.free_blocks.lower_bound(size);
+  if (block == cache.free_blocks.end() || block->first > 2 * size) return {nullptr, 0};
+  const std::pair<void*, size_t> taken{block->second, block->first};
+  cache.free_blocks.erase(block);
+  return taken;
+}
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
+
+// A new block of `size` bytes from cudaMalloc. The caller holds cache.mutex.
+void* allocate_block(DeviceCache& cache, int device, size_t size, size_t requested) {
+  cuda::DeviceGuard guard(device);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, size);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it so later launch checks do not see it
+    release_cached_blocks(cache, device);
+    status = cudaMalloc(&ptr, size);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+    TANDEM_FAIL("alloc::cuda_allocate: out of memory on cuda:", device, " allocating ", requested, " bytes (",
+                gib(requested), " GiB); tensors hold ", cache.stats.allocated_bytes, " bytes on that device, ",
+                free_bytes, " of ", total_bytes, " bytes are free");
+  }
+  if (status != cudaSuccess) cuda::throw_cuda_error(status, "cudaMalloc(&ptr, size)", __FILE__, __LINE__);
+  cache.stats.reserved_bytes += size;
+  ++cache.stats.device_allocations;
+  return ptr;
+}
+
+}  // namespace
+
+void* cuda_allocate(int device, size_t nbytes) {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_allocate");
+  if (nbytes == 0) return nullptr;
+  TANDEM_CHECK(nbytes <= kMaxRequest, "alloc::cuda_allocate: out of memory on cuda:", device, " allocating ",
+               nbytes, " bytes (", gib(nbytes), " GiB)");
+  const size_t size = round_up(nbytes);
+  std::lock_guard lock(cache.mutex);
+  auto [ptr, block_size] = take_cached_block(cache, size);
+  if (ptr == nullptr) {
+    ptr = allocate_block(cache, device, size, nbytes);
+    block_size = size;
+  }
+  cache.live_blocks.emplace(ptr, block_size);
+  cache.stats.allocated_bytes += block_size;
+  return ptr;
+}
+
+void cuda_free(int device, void* ptr) {
+  if (ptr == nullptr) return;
+  DeviceCache& cache = cache_of(device, "alloc::cuda_free");
+  std::lock_guard lock(cache.mutex);
+  const auto block = cache.live_blocks.find(ptr);
+  TANDEM_CHECK(block != cache.live_blocks.end(), "alloc::cuda_free: ", ptr,
+               " is not a live block of the caching allocator of cuda:", device);
+  cache.stats.allocated_bytes -= block->second;
+  cache.free_blocks.emplace(block->second, ptr);  // see Note [Stream-ordered reuse]
+  cache.live_blocks.erase(block);
+}
+
+MemoryStats cuda_stats(int device) {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_stats");
+  std::lock_guard lock(cache.mutex);
+  return cache.stats;
+}
+
+void cuda_empty_cache(int device) {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_empty_cache");
+  std::lock_guard lock(cache.mutex);
+  release_cached_blocks(cache, device);
+}
+
+}  // namespace tandem::alloc

@@ -1,0 +1,186 @@
+// The CUDA backend: cuBLAS for matrix products (gemm.cpp), own kernels for the rest (kernels.cu). Every call makes
+// the tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in
+// context.h); only the host transfers wait for the device.
+
+#include <cuda_runtime.h>
+
+#include "allocator.h"
+#include "backend.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "cuda/strided_layout.h"
+#include "tandem/core/cuda/context.h"
+
+namespace tandem::cuda {
+namespace {
+
+using backend::BinaryOp;
+using backend::UnaryOp;
+
+// The device of one backend call, current while the call runs, and its compute stream.
+struct OnDevice {
+  explicit OnDevice(const Tensor& t) : device(t.device().index()), guard(device), stream(compute_stream(device)) {}
+  int device;
+  DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+// Device scratch memory for one launch. It is released as soon as the launch is enqueued: the caching allocator
+// hands the block out again only to work enqueued after it on the same stream (Note [Stream-ordered reuse]).
+class Scratch {
+ public:
+  Scratch(int device, int64_t floats)
+      : device_(device),
+        ptr_(floats > 0 ? alloc::cuda_allocate(device, static_cast<size_t>(floats) * sizeof(float)) : nullptr) {}
+  ~Scratch() { alloc::cuda_free(device_, ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() const { return static_cast<float*>(ptr_); }
+
+ private:
+  int device_;
+  void* ptr_;
+};
+
+size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * element_size(t.dtype()); }
+
+void sum_contiguous(const OnDevice& on, const float* x, int64_t n, float scale, float* out) {
+  Scratch scratch(on.device, kernels::reduce_scratch_floats(n));
+  kernels::sum_all(x, n, scale, out, scratch.data(), on.stream);
+}
+
+class CudaBackend final : public backend::Backend {
+ public:
+  void fill(const Tensor& out, float value) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::fill(out.mutable_data(), collapse_dims(out.shape(), {&out.strides()}), value, on.stream);
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    if (dst.numel() == 0) return;
+    OnDevice on(dst);
+    kernels::copy(src.data(), dst.mutable_data(), collapse_dims(dst.shape(), {&dst.strides(), &src.strides()}),
+                  on.stream);
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::binary(op, a.data(), b.data(), out.mutable_data(),
+                    collapse_dims(out.shape(), {&out.strides(), &a.strides(), &b.strides()}), on.stream);
+  }
+
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override {
+    if (y.numel() == 0) return;
+    OnDevice on(y);
+    kernels::axpy(alpha, x.data(), y.mutable_data(), y.numel(), on.stream);
+  }
+
+  void scale(const Tensor& x, float s, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::scale(x.data(), s, out.mutable_data(), out.numel(), on.stream);
+  }
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::unary(op, x.data(), out.mutable_data(), out.numel(), on.stream);
+  }
+
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::unary_backward(op, grad.data(), saved.data(), out.mutable_data(), out.numel(), on.stream);
+  }
+
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {
+    OnDevice on(out);
+    cuda::gemm(a, b, bias, out, on.device);
+  }
+
+  void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    const Shape& shape = x.shape();
+    int64_t outer = 1;
+    int64_t inner = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+    for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
+    if (outer == 1 && inner == 1) {
+      sum_contiguous(on, x.data(), shape[dim], 1.0f, out.mutable_data());
+    } else {
+      kernels::sum_dim(x.data(), out.mutable_data(), outer, shape[dim], inner, on.stream);
+    }
+  }
+
+  void sum_all(const Tensor& x, float scale, const Tensor& out) override {
+    OnDevice on(out);
+    sum_contiguous(on, x.data(), x.numel(), scale, out.mutable_data());
+  }
+
+  void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::broadcast_scalar(scalar.data(), scale, out.mutable_data(), out.numel(), on.stream);
+  }
+
+  void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) override {
+    OnDevice on(out);
+    const int64_t n = input.numel();
+    Scratch scratch(on.device, kernels::reduce_scratch_floats(n));
+    kernels::mse_forward(input.data(), target.data(), n, out.mutable_data(), scratch.data(), on.stream);
+  }
+
+  void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                    const Tensor& grad_input) override {
+    if (grad_input.numel() == 0) return;
+    OnDevice on(grad_input);
+    kernels::mse_backward(grad.data(), input.data(), target.data(), grad_input.mutable_data(), grad_input.numel(),
+                          on.stream);
+  }
+
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                  const backend::SgdUpdate& update) override {
+    if (param.numel() == 0) return;
+    const bool uses_buffer = update.momentum != 0.0f;
+    TANDEM_CHECK(!uses_buffer || momentum_buffer.defined(),
+                 "sgd_update: momentum is ", update.momentum, " but no momentum buffer was given");
+    OnDevice on(param);
+    kernels::sgd_update(param.mutable_data(), grad.data(), uses_buffer ? momentum_buffer.mutable_data() : nullptr,
+                        param.numel(), update, on.stream);
+  }
+
+  // Note [Host transfers]: both directions are enqueued on the compute stream, so they are ordered after the
+  // producers of the device memory and before its later users, and both wait for that stream before returning:
+  // to_host because the caller reads the values, from_host because cudaMemcpyAsync may still be reading a pageable
+  // host buffer when it returns, and the caller may free that buffer as soon as from_host returns.
+  void to_host(const Tensor& src, void* host) override {
+    const size_t nbytes = nbytes_of(src);
+    if (nbytes == 0) return;
+    OnDevice on(src);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host, src.data_ptr(), nbytes, cudaMemcpyDeviceToHost, on.stream));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(on.stream));
+  }
+
+  void from_host(const void* host, const Tensor& dst) override {
+    const size_t nbytes = nbytes_of(dst);
+    if (nbytes == 0) return;
+    OnDevice on(dst);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.mutable_data_ptr(), host, nbytes, cudaMemcpyHostToDevice, on.stream));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(on.stream));
+  }
+};
+
+}  // namespace
+}  // namespace tandem::cuda
+
+namespace tandem::backend {
+
+Backend& cuda() {
+  static tandem::cuda::CudaBackend backend;
+  return backend;
+}
+
+}  // namespace tandem::backend

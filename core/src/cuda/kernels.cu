@@ -1,0 +1,404 @@
+// The CUDA backend's own kernels: elementwise work (contiguous, row-broadcast and general strided forms),
+// reductions, the MSE loss and the fused SGD update. See kernels.h for the contracts.
+
+#include "cuda/kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "tandem/core/cuda/context.h"
+
+namespace tandem::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;        // grid-stride loops cover larger inputs
+constexpr int64_t kMaxReduceBlocks = 1024;  // partial sums of the first reduction pass
+constexpr int64_t kReducePerThread = 8;     // elements per thread before another block is worth it
+
+int blocks_for(int64_t work) {
+  return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+__device__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- elementwise functors: out = f(a, b), where only the first kInputs of a, b are read ----------------------
+
+struct FillOp {
+  float value;
+  __device__ float operator()(float, float) const { return value; }
+};
+struct CopyOp {
+  __device__ float operator()(float a, float) const { return a; }
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct SubOp {
+  __device__ float operator()(float a, float b) const { return a - b; }
+};
+struct MulOp {
+  __device__ float operator()(float a, float b) const { return a * b; }
+};
+struct AxpyOp {  // a = y, b = x
+  float alpha;
+  __device__ float operator()(float y, float x) const { return y + alpha * x; }
+};
+struct ScaleOp {
+  float s;
+  __device__ float operator()(float x, float) const { return s * x; }
+};
+struct ReluOp {  // NaN stays NaN
+  __device__ float operator()(float x, float) const { return x < 0.0f ? 0.0f : x; }
+};
+struct TanhOp {
+  __device__ float operator()(float x, float) const { return tanhf(x); }
+};
+struct ReluBackwardOp {  // a = grad, b = input
+  __device__ float operator()(float grad, float x) const { return x > 0.0f ? grad : 0.0f; }
+};
+struct TanhBackwardOp {  // a = grad, b = output
+  __device__ float operator()(float grad, float y) const { return grad * (1.0f - y * y); }
+};
+struct ScaledScalarOp {  // the scalar stays in device memory: no host round trip
+  const float* scalar;
+  float scale;
+  __device__ float operator()(float, float) const { return scale * *scalar; }
+};
+struct MseBackwardOp {  // a = input, b = target
+  const float* grad;
+  float two_over_n;
+  __device__ float operator()(float x, float t) const { return *grad * two_over_n * (x - t); }
+};
+
+// ---- elementwise kernels ------------------------------------------------------------------------------------
+
+template <int kInputs>
+__device__ float load_input(const float* p, int64_t i) {
+  if constexpr (kInputs > 0) {
+    return p[i];
+  } else {
+    return 0.0f;
+  }
+}
+
+template <int kInputs, typename F>
+__global__ void contiguous_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    out[i] = f(load_input<kInputs>(a, i), load_input<kInputs - 1>(b, i));
+}
+
+// Every pointer used is 16-byte aligned: whole float4s, then the last n % 4 elements by the first threads.
+template <int kInputs, typename F>
+__global__ void contiguous_vec4_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
+  const int64_t n4 = n / 4;
+  for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
+    float4 va{}, vb{};
+    if constexpr (kInputs >= 1) va = reinterpret_cast<const float4*>(a)[i];
+    if constexpr (kInputs >= 2) vb = reinterpret_cast<const float4*>(b)[i];
+    reinterpret_cast<float4*>(out)[i] = make_float4(f(va.x, vb.x), f(va.y, vb.y), f(va.z, vb.z), f(va.w, vb.w));
+  }
+  const int64_t tail = n4 * 4 + global_thread();
+  if (tail < n) out[tail] = f(load_input<kInputs>(a, tail), load_input<kInputs - 1>(b, tail));
+}
+
+// out is [n / cols, cols] contiguous; each input is either the same or one row repeated over dim 0 (a bias).
+template <int kInputs, typename F>
+__global__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, const float* a, bool a_is_row,
+                                     const float* b, bool b_is_row, F f) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const int64_t col = i % cols;
+    out[i] = f(load_input<kInputs>(a, a_is_row ? col : i), load_input<kInputs - 1>(b, b_is_row ? col : i));
+  }
+}
+
+template <int kInputs, typename F>
+__global__ void strided_kernel(int64_t n, Strided s, float* out, const float* a, const float* b, F f) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    int64_t offset[kMaxOperands] = {0, 0, 0};
+    int64_t rest = i;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d < s.ndim) {
+        const int64_t coordinate = rest % s.sizes[d];
+        rest /= s.sizes[d];
+#pragma unroll
+        for (int k = 0; k <= kInputs; ++k) offset[k] += coordinate * s.strides[k][d];
+      }
+    }
+    out[offset[0]] = f(load_input<kInputs>(a, offset[1]), load_input<kInputs - 1>(b, offset[2]));
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int kInputs, typename F>
+void launch_contiguous(int64_t n, float* out, const float* a, const float* b, F f, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec4 = n >= 4 && aligned16(out) && (kInputs < 1 || aligned16(a)) && (kInputs < 2 || aligned16(b));
+  if (vec4) {
+    contiguous_vec4_kernel<kInputs><<<blocks_for(n / 4), kThreads, 0, stream>>>(n, out, a, b, f);
+  } else {
+    contiguous_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, out, a, b, f);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+bool is_contiguous(const Strided& s, int operands) {
+  if (s.ndim != 1) return false;
+  for (int k = 0; k < operands; ++k)
+    if (s.strides[k][0] != 1) return false;
+  return true;
+}
+
+bool is_full_2d(const Strided& s, int k) { return s.strides[k][0] == s.sizes[1] && s.strides[k][1] == 1; }
+bool is_row_2d(const Strided& s, int k) { return s.strides[k][0] == 0 && s.strides[k][1] == 1; }
+
+// Two dims, the output contiguous, every input either contiguous too or one row broadcast over the rows.
+bool is_row_broadcast(const Strided& s, int operands) {
+  if (s.ndim != 2 || !is_full_2d(s, 0)) return false;
+  for (int k = 1; k < operands; ++k)
+    if (!is_full_2d(s, k) && !is_row_2d(s, k)) return false;
+  return true;
+}
+
+template <int kInputs, typename F>
+void launch_elementwise(const Strided& s, float* out, const float* a, const float* b, F f, cudaStream_t stream) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
+  if (n == 0) return;
+  if (is_contiguous(s, kInputs + 1)) {
+    launch_contiguous<kInputs>(n, out, a, b, f, stream);
+    return;
+  }
+  if (is_row_broadcast(s, kInputs + 1)) {
+    row_broadcast_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, s.sizes[1], out, a, is_row_2d(s, 1),
+                                                                          b, is_row_2d(s, 2), f);
+  } else {
+    strided_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, s, out, a, b, f);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- reductions ---------------------------------------------------------------------------------------------
+
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;  // in lane 0
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32); the result is valid in thread 0. Every thread of the
+// block must call it.
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call may still be reading warp_sums
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) v = warp_sum(lane < static_cast<int>(blockDim.x / 32) ? warp_sums[lane] : 0.0f);
+  return v;
+}
+
+struct LoadValue {
+  const float* x;
+  __device__ float operator()(int64_t i) const { return x[i]; }
+};
+struct LoadSquaredDifference {
+  const float* a;
+  const float* b;
+  __device__ float operator()(int64_t i) const {
+    const float d = a[i] - b[i];
+    return d * d;
+  }
+};
+
+// dst[blockIdx.x] = scale * (sum of load(i) over the indices this block visits)
+template <typename Load>
+__global__ void block_sums_kernel(int64_t n, Load load, float scale, float* dst) {
+  float v = 0.0f;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) v += load(i);
+  v = block_sum(v);
+  if (threadIdx.x == 0) dst[blockIdx.x] = scale * v;
+}
+
+int reduce_blocks(int64_t n) {
+  return static_cast<int>(std::clamp<int64_t>((n + kThreads * kReducePerThread - 1) / (kThreads * kReducePerThread),
+                                              1, kMaxReduceBlocks));
+}
+
+// See Note [Deterministic reductions].
+template <typename Load>
+void launch_sum(int64_t n, Load load, float scale, float* out, float* scratch, cudaStream_t stream) {
+  const int blocks = reduce_blocks(n);
+  if (blocks == 1) {
+    block_sums_kernel<<<1, kThreads, 0, stream>>>(n, load, scale, out);
+    TANDEM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  TANDEM_CHECK(scratch != nullptr, "cuda kernels: a reduction over ", n, " elements needs a scratch buffer");
+  block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, load, 1.0f, scratch);
+  TANDEM_CUDA_CHECK_LAUNCH();
+  block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, LoadValue{scratch}, scale, out);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+// inner == 1, short rows: one warp per row.
+__global__ void sum_rows_warp_kernel(const float* x, float* out, int64_t rows, int64_t len) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = grid_threads() / 32;
+  for (int64_t row = global_thread() / 32; row < rows; row += warps) {  // uniform within a warp
+    float v = 0.0f;
+    for (int64_t j = lane; j < len; j += 32) v += x[row * len + j];
+    v = warp_sum(v);
+    if (lane == 0) out[row] = v;
+  }
+}
+
+// inner == 1, long rows: one block per row.
+__global__ void sum_rows_block_kernel(const float* x, float* out, int64_t rows, int64_t len) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // uniform within the block
+    float v = 0.0f;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) v += x[row * len + j];
+    v = block_sum(v);
+    if (threadIdx.x == 0) out[row] = v;
+  }
+}
+
+// inner > 1: the threads along x of a block read neighbouring columns (coalesced); the blockDim.y threads of one
+// column each sum a strided share of the reduced dim, and the first of them adds the shares in a fixed order.
+__global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner) {
+  __shared__ float shares[kThreads];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {  // uniform within the block
+    float v = 0.0f;
+    if (col < inner) {
+      const float* column = x + o * reduce * inner + col;
+      for (int64_t r = threadIdx.y; r < reduce; r += blockDim.y) v += column[r * inner];
+    }
+    shares[threadIdx.y * blockDim.x + threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < inner) {
+      float total = 0.0f;
+      for (unsigned j = 0; j < blockDim.y; ++j) total += shares[j * blockDim.x + threadIdx.x];
+      out[o * inner + col] = total;
+    }
+    __syncthreads();
+  }
+}
+
+// ---- optimizer ----------------------------------------------------------------------------------------------
+
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    float d = grad[i];
+    if (u.weight_decay != 0.0f) d += u.weight_decay * param[i];
+    if (u.momentum != 0.0f) {
+      const float buf = u.first_step ? d : u.momentum * momentum_buffer[i] + (1.0f - u.dampening) * d;
+      momentum_buffer[i] = buf;
+      d = u.nesterov ? d + u.momentum * buf : buf;
+    }
+    param[i] -= u.lr * d;
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----------------------------------------------------------------------------------------------
+
+void fill(float* out, const Strided& layout, float value, cudaStream_t stream) {
+  launch_elementwise<0>(layout, out, nullptr, nullptr, FillOp{value}, stream);
+}
+
+void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stream) {
+  launch_elementwise<1>(layout, dst, src, nullptr, CopyOp{}, stream);
+}
+
+void binary(backend::BinaryOp op, const float* a, const float* b, float* out, const Strided& layout,
+            cudaStream_t stream) {
+  switch (op) {
+    case backend::BinaryOp::Add: return launch_elementwise<2>(layout, out, a, b, AddOp{}, stream);
+    case backend::BinaryOp::Sub: return launch_elementwise<2>(layout, out, a, b, SubOp{}, stream);
+    case backend::BinaryOp::Mul: return launch_elementwise<2>(layout, out, a, b, MulOp{}, stream);
+  }
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream) {
+  launch_contiguous<2>(n, y, y, x, AxpyOp{alpha}, stream);
+}
+
+void scale(const float* x, float s, float* out, int64_t n, cudaStream_t stream) {
+  launch_contiguous<1>(n, out, x, nullptr, ScaleOp{s}, stream);
+}
+
+void unary(backend::UnaryOp op, const float* x, float* out, int64_t n, cudaStream_t stream) {
+  switch (op) {
+    case backend::UnaryOp::Relu: return launch_contiguous<1>(n, out, x, nullptr, ReluOp{}, stream);
+    case backend::UnaryOp::Tanh: return launch_contiguous<1>(n, out, x, nullptr, TanhOp{}, stream);
+  }
+}
+
+void unary_backward(backend::UnaryOp op, const float* grad, const float* saved, float* out, int64_t n,
+                    cudaStream_t stream) {
+  switch (op) {
+    case backend::UnaryOp::Relu: return launch_contiguous<2>(n, out, grad, saved, ReluBackwardOp{}, stream);
+    case backend::UnaryOp::Tanh: return launch_contiguous<2>(n, out, grad, saved, TanhBackwardOp{}, stream);
+  }
+}
+
+void broadcast_scalar(const float* scalar, float scale, float* out, int64_t n, cudaStream_t stream) {
+  launch_contiguous<0>(n, out, nullptr, nullptr, ScaledScalarOp{scalar, scale}, stream);
+}
+
+void mse_backward(const float* grad, const float* input, const float* target, float* grad_input, int64_t n,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  launch_contiguous<2>(n, grad_input, input, target, MseBackwardOp{grad, static_cast<float>(2.0 / n)}, stream);
+}
+
+void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, momentum_buffer, update);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {
+  if (outer == 0 || inner == 0) return;
+  if (inner == 1) {
+    if (reduce <= kThreads) {
+      sum_rows_warp_kernel<<<blocks_for(outer * 32), kThreads, 0, stream>>>(x, out, outer, reduce);
+    } else {
+      const int blocks = static_cast<int>(std::min(outer, kMaxBlocks));
+      sum_rows_block_kernel<<<blocks, kThreads, 0, stream>>>(x, out, outer, reduce);
+    }
+  } else {
+    int64_t columns_per_block = 2;
+    while (columns_per_block < 32 && columns_per_block < inner) columns_per_block *= 2;
+    const dim3 block(static_cast<unsigned>(columns_per_block), static_cast<unsigned>(kThreads / columns_per_block));
+    const dim3 grid(static_cast<unsigned>((inner + columns_per_block - 1) / columns_per_block),
+                    static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+    sum_columns_kernel<<<grid, block, 0, stream>>>(x, out, outer, reduce, inner);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+int64_t reduce_scratch_floats(int64_t n) {
+  const int blocks = reduce_blocks(n);
+  return blocks > 1 ? blocks : 0;
+}
+
+void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch, cudaStream_t stream) {
+  launch_sum(n, LoadValue{x}, scale, out, scratch, stream);
+}
+
+void mse_forward(const float* input, const float* target, int64_t n, float* out, float* scratch,
+                 cudaStream_t stream) {
+  const float inverse_n = n > 0 ? static_cast<float>(1.0 / n) : std::numeric_limits<float>::quiet_NaN();
+  launch_sum(n, LoadSquaredDifference{input, target}, inverse_n, out, scratch, stream);
+}
+
+}  // namespace tandem::cuda::kernels

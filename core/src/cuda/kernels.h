@@ -1,0 +1,61 @@
+#pragma once
+// Host launchers of the CUDA backend's own kernels (kernels.cu). They take raw device pointers, element counts
+// and the stream to launch on; the caller has already checked shapes and devices, set the current device and
+// returns early on empty tensors where it must. Every launcher checks its launches (throws tandem::Error).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend.h"
+
+namespace tandem::cuda::kernels {
+
+constexpr int kMaxDims = 8;
+constexpr int kMaxOperands = 3;
+
+// The iteration space of an elementwise kernel: up to kMaxDims sizes (row-major order) and, per operand, element
+// strides (0 = broadcast). Operand 0 is the output. Built by collapse_dims (strided_layout.h), which drops size-1
+// dims and merges contiguous ones, so a contiguous tensor always arrives as one dim of stride 1.
+struct Strided {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxOperands][kMaxDims] = {};
+};
+
+// Elementwise, over a Strided layout: operand 0 = out / dst, operand 1 = src / a, operand 2 = b.
+void fill(float* out, const Strided& layout, float value, cudaStream_t stream);
+void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stream);
+void binary(backend::BinaryOp op, const float* a, const float* b, float* out, const Strided& layout,
+            cudaStream_t stream);
+
+// Elementwise, contiguous, n elements.
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
+void scale(const float* x, float s, float* out, int64_t n, cudaStream_t stream);
+void unary(backend::UnaryOp op, const float* x, float* out, int64_t n, cudaStream_t stream);
+void unary_backward(backend::UnaryOp op, const float* grad, const float* saved, float* out, int64_t n,
+                    cudaStream_t stream);
+// out[i] = scale * *scalar, with scalar in device memory.
+void broadcast_scalar(const float* scalar, float scale, float* out, int64_t n, cudaStream_t stream);
+// grad_input[i] = *grad * 2 / n * (input[i] - target[i]), with grad in device memory.
+void mse_backward(const float* grad, const float* input, const float* target, float* grad_input, int64_t n,
+                  cudaStream_t stream);
+// One step of torch.optim.SGD's rule (fused.h); momentum_buffer is read and written only when momentum != 0.
+void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
+                cudaStream_t stream);
+
+// Reductions. x is contiguous [outer, reduce, inner]; out is contiguous [outer, inner].
+void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
+
+// Note [Deterministic reductions]: sum_all and mse_forward reduce in two passes, per-block partial sums into a
+// scratch buffer and one block over the partials, in a fixed order, so that equal inputs give bitwise equal
+// results on every run (no atomics). The caller provides the scratch: reduce_scratch_floats(n) floats on the
+// device, or none when that is 0 (small inputs take a single pass).
+int64_t reduce_scratch_floats(int64_t n);
+// *out = scale * sum(x[0..n))
+void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch, cudaStream_t stream);
+// *out = mean((input - target)^2) over n elements (NaN when n == 0, like the mean of nothing)
+void mse_forward(const float* input, const float* target, int64_t n, float* out, float* scratch,
+                 cudaStream_t stream);
+
+}  // namespace tandem::cuda::kernels

@@ -1,0 +1,128 @@
+// The CUDA backend against the CPU backend on inputs large enough to take each kernel path: vectorized and
+// unaligned contiguous elementwise work, row-broadcast and general strided layouts, every sum_dim strategy,
+// multi-block deterministic reductions, cuBLAS products of transposed views, and peer copies between GPUs.
+
+#include <cstdint>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace tandem {
+namespace {
+
+using testing::expect_close;
+
+const Device kCpu = Device::cpu();
+const Device kGpu = Device::cuda(0);
+
+// The same values on the CPU and on the first GPU.
+struct Pair {
+  Tensor cpu;
+  Tensor gpu;
+};
+Pair randn_pair(const Shape& shape) {
+  Tensor cpu = Tensor::randn(shape, kCpu);
+  return {cpu, cpu.to(kGpu)};
+}
+Pair rand_pair(const Shape& shape) {
+  Tensor cpu = Tensor::rand(shape, kCpu);
+  return {cpu, cpu.to(kGpu)};
+}
+
+TEST(CudaKernelsCUDA, ContiguousElementwiseWithAndWithoutAlignment) {
+  TANDEM_REQUIRE_GPUS(1);
+  const int64_t n = 1000003;  // not a multiple of 4: the vectorized kernel's tail is used
+  Pair a = randn_pair({n});
+  Pair b = randn_pair({n});
+  expect_close(a.gpu + b.gpu, a.cpu + b.cpu);
+  expect_close(a.gpu - b.gpu, a.cpu - b.cpu);
+  expect_close(a.gpu * b.gpu, a.cpu * b.cpu);
+  expect_close(relu(a.gpu), relu(a.cpu));
+  expect_close(tanh(a.gpu), tanh(a.cpu));
+  expect_close(a.gpu * 0.25f, a.cpu * 0.25f);
+  // Views starting one and two floats in are not 16-byte aligned: the scalar kernel runs.
+  const int64_t m = n - 2;
+  expect_close(a.gpu.narrow(0, 1, m) + b.gpu.narrow(0, 2, m), a.cpu.narrow(0, 1, m) + b.cpu.narrow(0, 2, m));
+}
+
+TEST(CudaKernelsCUDA, BroadcastAndStridedElementwise) {
+  TANDEM_REQUIRE_GPUS(1);
+  Pair x = randn_pair({513, 77});
+  Pair bias = randn_pair({77});
+  Pair column = randn_pair({513, 1});
+  expect_close(x.gpu + bias.gpu, x.cpu + bias.cpu);  // row broadcast as the second input
+  expect_close(bias.gpu - x.gpu, bias.cpu - x.cpu);  // row broadcast as the first input
+  expect_close(x.gpu * column.gpu, x.cpu * column.cpu);  // column broadcast: general strided kernel
+  Pair y = randn_pair({77, 513});
+  expect_close(x.gpu.t() * y.gpu, x.cpu.t() * y.cpu);  // a transposed view
+  expect_close(x.gpu.t().contiguous(), x.cpu.t().contiguous());
+  Pair cube = randn_pair({6, 1, 5, 1, 4});
+  Pair other = randn_pair({3, 1, 2, 1});
+  expect_close(cube.gpu + other.gpu, cube.cpu + other.cpu);  // [6, 3, 5, 2, 4]
+}
+
+TEST(CudaKernelsCUDA, SumOverEveryKindOfDimension) {
+  TANDEM_REQUIRE_GPUS(1);
+  struct Case {
+    Shape shape;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {
+      {{3000, 7}, 1},      // short contiguous rows: a warp per row
+      {{5, 3000}, 1},      // long contiguous rows: a block per row
+      {{2, 60000, 2}, 1},  // two columns, a long reduced dim
+      {{4, 50, 300}, 1},   // many columns
+      {{1000, 1000}, 0},   // the bias gradient shape
+      {{40000}, 0},        // everything: the two-pass reduction
+      {{3, 0, 4}, 1},      // an empty reduced dim gives zeros
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.shape) + " over dim " + std::to_string(c.dim));
+    Pair x = rand_pair(c.shape);
+    expect_close(sum(x.gpu, c.dim), sum(x.cpu, c.dim), 1e-5, 1e-5);
+  }
+}
+
+TEST(CudaKernelsCUDA, LargeReductionsAreAccurateAndDeterministic) {
+  TANDEM_REQUIRE_GPUS(1);
+  Pair x = rand_pair({3000001});
+  Pair t = rand_pair({3000001});
+  expect_close(sum(x.gpu), sum(x.cpu), 1e-5, 0);
+  expect_close(mean(x.gpu), mean(x.cpu), 1e-5, 0);
+  expect_close(mse_loss(x.gpu, t.gpu), mse_loss(x.cpu, t.cpu), 1e-5, 0);
+  const float first = sum(x.gpu).item();
+  for (int run = 0; run < 3; ++run) EXPECT_EQ(sum(x.gpu).item(), first);
+}
+
+TEST(CudaKernelsCUDA, MatmulOfTransposedViewsAndLinearWithBias) {
+  TANDEM_REQUIRE_GPUS(1);
+  Pair a = randn_pair({300, 200});
+  Pair b = randn_pair({200, 150});
+  Pair at = randn_pair({200, 300});
+  Pair bt = randn_pair({150, 200});
+  expect_close(matmul(a.gpu, b.gpu), matmul(a.cpu, b.cpu), 1e-4, 1e-4);
+  expect_close(matmul(at.gpu.t(), bt.gpu.t()), matmul(at.cpu.t(), bt.cpu.t()), 1e-4, 1e-4);
+  Pair bias = randn_pair({150});
+  expect_close(linear(a.gpu, bt.gpu, bias.gpu), linear(a.cpu, bt.cpu, bias.cpu), 1e-4, 1e-4);
+  expect_close(linear(a.gpu, bt.gpu, Tensor()), linear(a.cpu, bt.cpu, Tensor()), 1e-4, 1e-4);
+  // A column vector and a row vector: strides of size-1 dims must not matter.
+  Pair column = randn_pair({200, 1});
+  expect_close(matmul(a.gpu, column.gpu), matmul(a.cpu, column.cpu), 1e-4, 1e-4);
+  expect_close(matmul(column.gpu.t(), b.gpu), matmul(column.cpu.t(), b.cpu), 1e-4, 1e-4);
+}
+
+TEST(CudaKernelsCUDA, PeerCopiesAreOrderedOnBothDevicesMultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const Device second = Device::cuda(1);
+  Pair x = randn_pair({1 << 22});
+  for (int round = 0; round < 3; ++round) {
+    Tensor produced = x.gpu * 2.0f;       // produced on cuda:0 right before the copy
+    Tensor copied = produced.to(second);  // must wait for the product
+    produced.fill_(-1.0f);                // must wait for the copy to have read the values
+    expect_close(copied, x.cpu * 2.0f, 0, 0);
+    expect_close(copied.to(kGpu), x.cpu * 2.0f, 0, 0);
+  }
+}
+
+}  // namespace
+}  // namespace tandem
