@@ -1,0 +1,329 @@
+// comm_bench: times every tandem::comm function on the GPUs of this machine beside the raw operation it is built
+// on (NCCL collectives on communicators of its own, or cudaMemcpyPeerAsync), on buffers of the same sizes, and
+// prints a markdown table.
+//
+// Method: host wall clock. Every GPU is synchronized (cudaDeviceSynchronize), `iterations` calls are issued back
+// to back, every GPU is synchronized again; the time per call is the elapsed time divided by `iterations`. This
+// is repeated `samples` times after a warm-up and the median is reported. The same method times tandem and the
+// raw baseline, so per-call host overhead (argument checks, allocation of the outputs from the caching allocator,
+// event waits) counts against tandem exactly as it would in a program.
+//
+//   comm_bench [--gpus N | --devices N] [--samples S] [--iterations K] [--markdown PATH]
+
+#include <tandem/tandem.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace {
+
+struct Options {
+  int gpus = 2;
+  int samples = 15;
+  int iterations = 10;
+  int warmup = 5;
+  std::string markdown;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const bool has_value = i + 1 < argc;
+    if ((flag == "--gpus" || flag == "--devices") && has_value) {
+      options.gpus = std::stoi(argv[++i]);
+    } else if (flag == "--samples" && has_value) {
+      options.samples = std::stoi(argv[++i]);
+    } else if (flag == "--iterations" && has_value) {
+      options.iterations = std::stoi(argv[++i]);
+    } else if (flag == "--markdown" && has_value) {
+      options.markdown = argv[++i];
+    } else {
+      std::cerr << "usage: comm_bench [--gpus N | --devices N] [--samples S] [--iterations K] [--markdown PATH]\n";
+      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
+    }
+  }
+  return options;
+}
+
+}  // namespace
+
+#if TANDEM_WITH_CUDA
+
+namespace {
+
+using tandem::Device;
+using tandem::Tensor;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+void check(ncclResult_t status, const char* what) {
+  if (status != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(status));
+}
+
+void synchronize_all(int gpus) {
+  for (int d = 0; d < gpus; ++d) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+}
+
+// Median over `samples` of the per-call time in microseconds (see the method at the top of the file).
+double time_us(const std::function<void()>& call, int gpus, const Options& options) {
+  for (int i = 0; i < options.warmup; ++i) call();
+  synchronize_all(gpus);
+  std::vector<double> per_call;
+  for (int s = 0; s < options.samples; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < options.iterations; ++i) call();
+    synchronize_all(gpus);
+    const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+    per_call.push_back(elapsed.count() / options.iterations);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+// What the raw baselines run on: NCCL communicators and streams of their own, and plain cudaMalloc buffers.
+class Raw {
+ public:
+  explicit Raw(int gpus) : gpus_(gpus), comms_(static_cast<size_t>(gpus)), streams_(static_cast<size_t>(gpus)) {
+    std::vector<int> devices(static_cast<size_t>(gpus));
+    for (int d = 0; d < gpus; ++d) devices[static_cast<size_t>(d)] = d;
+    check(ncclCommInitAll(comms_.data(), gpus, devices.data()), "ncclCommInitAll");
+    for (int d = 0; d < gpus; ++d) {
+      check(cudaSetDevice(d), "cudaSetDevice");
+      check(cudaStreamCreateWithFlags(&streams_[static_cast<size_t>(d)], cudaStreamNonBlocking), "cudaStreamCreate");
+      for (int peer = 0; peer < gpus; ++peer) {
+        int can_access = 0;
+        check(cudaDeviceCanAccessPeer(&can_access, d, peer), "cudaDeviceCanAccessPeer");
+        if (peer == d || can_access == 0) continue;
+        if (cudaDeviceEnablePeerAccess(peer, 0) != cudaSuccess) (void)cudaGetLastError();  // already enabled
+      }
+    }
+  }
+  ~Raw() {
+    synchronize_all(gpus_);
+    for (float* buffer : buffers_) (void)cudaFree(buffer);
+    for (cudaStream_t stream : streams_) (void)cudaStreamDestroy(stream);
+    for (ncclComm_t comm : comms_) (void)ncclCommDestroy(comm);
+  }
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
+
+  float* buffer(int device, size_t count) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    float* buffer = nullptr;
+    check(cudaMalloc(&buffer, std::max<size_t>(count, 1) * sizeof(float)), "cudaMalloc");
+    check(cudaMemset(buffer, 0, count * sizeof(float)), "cudaMemset");
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+
+  // One NCCL group with issue(device, comm, stream) for every device.
+  template <typename Issue>
+  void group(Issue&& issue) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int d = 0; d < gpus_; ++d) issue(d, comms_[static_cast<size_t>(d)], streams_[static_cast<size_t>(d)]);
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  void peer_copy(float* dst, int dst_device, const float* src, int src_device, size_t count, int stream_device) {
+    check(cudaSetDevice(stream_device), "cudaSetDevice");
+    check(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count * sizeof(float),
+                              streams_[static_cast<size_t>(stream_device)]),
+          "cudaMemcpyPeerAsync");
+  }
+
+ private:
+  int gpus_;
+  std::vector<ncclComm_t> comms_;
+  std::vector<cudaStream_t> streams_;
+  std::vector<float*> buffers_;
+};
+
+struct Row {
+  std::string op;
+  std::string raw_op;
+  size_t bytes;
+  double tandem_us;
+  double raw_us;
+};
+
+std::string size_label(size_t bytes) {
+  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
+}
+
+// `parts` pieces of `count` elements as chunk sizes (the first ones one larger when it does not divide).
+std::vector<int64_t> split_sizes(size_t count, int parts) {
+  std::vector<int64_t> sizes;
+  for (int p = 0; p < parts; ++p) {
+    sizes.push_back(static_cast<int64_t>(count / parts + (static_cast<size_t>(p) < count % parts ? 1 : 0)));
+  }
+  return sizes;
+}
+
+// Times every op at one size; appends one row per op.
+void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::vector<Row>& rows) {
+  const size_t count = bytes / sizeof(float);
+  const int64_t n = static_cast<int64_t>(count);
+  std::vector<Device> devices;
+  for (int d = 0; d < gpus; ++d) devices.push_back(Device::cuda(d));
+  const auto timed = [&](const std::function<void()>& call) { return time_us(call, gpus, options); };
+
+  // tandem inputs: one tensor per device, four quarter-size tensors per device for the coalesced variants, and
+  // one part per device for gather.
+  std::vector<Tensor> full;
+  std::vector<std::vector<Tensor>> quarters;
+  std::vector<Tensor> parts;
+  const std::vector<int64_t> part_sizes = split_sizes(count, gpus);
+  const std::vector<int64_t> quarter_sizes = split_sizes(count, 4);
+  for (int d = 0; d < gpus; ++d) {
+    full.push_back(Tensor::ones({n}, devices[static_cast<size_t>(d)]));
+    quarters.emplace_back();
+    for (int64_t q : quarter_sizes) quarters.back().push_back(Tensor::ones({q}, devices[static_cast<size_t>(d)]));
+    parts.push_back(Tensor::ones({part_sizes[static_cast<size_t>(d)]}, devices[static_cast<size_t>(d)]));
+  }
+
+  // raw buffers of the same sizes: send and receive per device; a gather output on device 0
+  std::vector<float*> send;
+  std::vector<float*> recv;
+  for (int d = 0; d < gpus; ++d) {
+    send.push_back(raw.buffer(d, count));
+    recv.push_back(raw.buffer(d, count));
+  }
+  const auto raw_broadcast = [&] {
+    raw.group([&](int d, ncclComm_t comm, cudaStream_t stream) {
+      check(ncclBroadcast(send[d], send[d], count, ncclFloat, 0, comm, stream), "ncclBroadcast");
+    });
+  };
+  const auto raw_reduce = [&] {
+    raw.group([&](int d, ncclComm_t comm, cudaStream_t stream) {
+      check(ncclReduce(send[d], recv[d], count, ncclFloat, ncclSum, 0, comm, stream), "ncclReduce");
+    });
+  };
+  const auto raw_all_reduce = [&] {
+    raw.group([&](int d, ncclComm_t comm, cudaStream_t stream) {
+      check(ncclAllReduce(send[d], send[d], count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
+    });
+  };
+  // scatter: chunk d of device 0's buffer to device d (d > 0), each copy on its destination's stream
+  const auto raw_scatter = [&] {
+    size_t offset = static_cast<size_t>(part_sizes[0]);
+    for (int d = 1; d < gpus; ++d) {
+      raw.peer_copy(recv[d], d, send[0] + offset, 0, static_cast<size_t>(part_sizes[d]), d);
+      offset += static_cast<size_t>(part_sizes[d]);
+    }
+  };
+  // gather: part d into its slice of device 0's output, each copy on its source's stream (the local one included)
+  const auto raw_gather = [&] {
+    size_t offset = 0;
+    for (int d = 0; d < gpus; ++d) {
+      raw.peer_copy(recv[0] + offset, 0, send[d], d, static_cast<size_t>(part_sizes[d]), d);
+      offset += static_cast<size_t>(part_sizes[d]);
+    }
+  };
+
+  const auto add = [&](const std::string& op, const std::string& raw_op, double tandem_us, double raw_us) {
+    rows.push_back({op, raw_op, bytes, tandem_us, raw_us});
+    std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us\n", op.c_str(), size_label(bytes).c_str(),
+                 tandem_us, raw_us);
+  };
+  add("broadcast", "ncclBroadcast", timed([&] { tandem::comm::broadcast(full[0], devices); }), timed(raw_broadcast));
+  add("reduce_add", "ncclReduce", timed([&] { tandem::comm::reduce_add(full, devices[0]); }), timed(raw_reduce));
+  add("all_reduce", "ncclAllReduce", timed([&] { tandem::comm::all_reduce(full); }), timed(raw_all_reduce));
+  add("broadcast_coalesced", "ncclBroadcast",
+      timed([&] { tandem::comm::broadcast_coalesced(quarters[0], devices); }), timed(raw_broadcast));
+  add("reduce_add_coalesced", "ncclReduce",
+      timed([&] { tandem::comm::reduce_add_coalesced(quarters, devices[0]); }), timed(raw_reduce));
+  add("scatter", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::scatter(full[0], devices, part_sizes); }),
+      timed(raw_scatter));
+  add("gather", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::gather(parts, 0, devices[0]); }), timed(raw_gather));
+}
+
+std::string markdown_table(const std::vector<Row>& rows, int gpus, const Options& options) {
+  std::ostringstream os;
+  int nccl_version = 0;
+  (void)ncclGetVersion(&nccl_version);
+  cudaDeviceProp properties{};
+  (void)cudaGetDeviceProperties(&properties, 0);
+  os << "tandem::comm vs raw NCCL / cudaMemcpyPeerAsync on " << gpus << " x " << properties.name << ", NCCL "
+     << nccl_version << ". Time per call: host wall clock over " << options.iterations
+     << " back-to-back calls between cudaDeviceSynchronize on every GPU, median of " << options.samples
+     << " samples. GB/s = size / tandem time. Coalesced variants move 4 tensors of size/4 (default 10 MiB "
+        "buckets); scatter/gather split size over the GPUs, to/from cuda:0.\n\n";
+  os << "| op | size | tandem us | raw us | raw op | GB/s | tandem/raw |\n|---|---|---|---|---|---|---|\n";
+  char line[256];
+  for (const Row& row : rows) {
+    std::snprintf(line, sizeof(line), "| %s | %s | %.1f | %.1f | %s | %.1f | %.3f |\n", row.op.c_str(),
+                  size_label(row.bytes).c_str(), row.tandem_us, row.raw_us, row.raw_op.c_str(),
+                  static_cast<double>(row.bytes) / (row.tandem_us * 1e3), row.tandem_us / row.raw_us);
+    os << line;
+  }
+  return os.str();
+}
+
+int run(const Options& options) {
+  const int visible = tandem::cuda_device_count();
+  if (visible < 2) {
+    std::cout << "comm_bench: needs at least 2 GPUs, " << visible << " visible; nothing to measure\n";
+    return 0;
+  }
+  const int gpus = std::min(options.gpus, visible);
+  if (gpus < 2) {
+    std::cout << "comm_bench: --gpus must be at least 2\n";
+    return 2;
+  }
+  Raw raw(gpus);
+  std::vector<Row> rows;
+  for (size_t bytes : {size_t{4} << 10, size_t{1} << 20, size_t{64} << 20, size_t{256} << 20}) {
+    bench_size(bytes, gpus, raw, options, rows);
+  }
+  const std::string table = markdown_table(rows, gpus, options);
+  std::cout << table;
+  if (!options.markdown.empty()) {
+    std::ofstream file(options.markdown);
+    file << table;
+    if (!file) {
+      std::cerr << "comm_bench: cannot write " << options.markdown << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    std::cerr << "comm_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+#else  // !TANDEM_WITH_CUDA
+
+int main(int argc, char** argv) {
+  (void)parse(argc, argv);
+  std::cout << "comm_bench: tandem was built without CUDA; nothing to measure\n";
+  return 0;
+}
+
+#endif
