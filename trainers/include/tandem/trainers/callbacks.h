@@ -46,11 +46,11 @@ struct FitResult {
 class Callback {
  public:
   virtual ~Callback() = default;
-  virtual void on_fit_begin(const Trainer& trainer) {}
-  virtual void on_step_end(const Trainer& trainer, const StepReport& report) {}
+  virtual void on_fit_begin(const Trainer& /*trainer*/) {}
+  virtual void on_step_end(const Trainer& /*trainer*/, const StepReport& /*report*/) {}
   // Runs after the epoch's parameters were checked to be finite.
-  virtual void on_epoch_end(const Trainer& trainer, const EpochReport& report) {}
-  virtual void on_fit_end(const Trainer& trainer, const FitResult& result) {}
+  virtual void on_epoch_end(const Trainer& /*trainer*/, const EpochReport& /*report*/) {}
+  virtual void on_fit_end(const Trainer& /*trainer*/, const FitResult& /*result*/) {}
 };
 
 // Per-epoch progress. With `bar` (meant for a terminal) a bar is redrawn in place during each epoch; either way each

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The PyTorch side of train_step_bench: one training step (forward, MSE, backward, SGD with momentum) on one GPU
+and with nn.DataParallel over two, for the same two workloads and sizes:
+  seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
+  wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32 (PyTorch's default matmul precision)
+Method as train_step_bench: inputs and targets on cuda:0, every GPU synchronized before and after each step, host
+wall clock, median over the timed steps after a warm-up.
+
+Usage: python3 benchmarks/torch_train_step.py [--gpus N]
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def seed_net():
+    return nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 1))
+
+
+def wide_mlp():
+    layers = []
+    for layer in range(4):
+        if layer > 0:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(4096, 4096))
+    return nn.Sequential(*layers)
+
+
+WORKLOADS = [
+    # name, make, batch, inputs, outputs, warm-up steps, timed steps
+    ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500),
+    ("wide MLP, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30),
+]
+
+
+def synchronize(gpus):
+    for gpu in range(gpus):
+        torch.cuda.synchronize(gpu)
+
+
+def time_step(make, batch, inputs, outputs, warmup, steps, gpus):
+    torch.manual_seed(0)
+    model = make().cuda(0)
+    runner = nn.DataParallel(model, device_ids=list(range(gpus))) if gpus > 1 else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(batch, inputs, device="cuda:0")
+    y = torch.randn(batch, outputs, device="cuda:0")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.mse_loss(runner(x), y)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        synchronize(gpus)
+        begin = time.perf_counter()
+        step()
+        synchronize(gpus)
+        times.append((time.perf_counter() - begin) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=2)
+    args = parser.parse_args()
+    gpus = min(args.gpus, torch.cuda.device_count())
+    if gpus < 1:
+        print("torch_train_step: no GPU visible; nothing to measure")
+        return
+    print(f"PyTorch {torch.__version__}, milliseconds per training step (median)\n")
+    print(f"| workload | PyTorch 1 GPU | PyTorch DataParallel ({gpus} GPUs) |")
+    print("|---|---|---|")
+    for name, make, batch, inputs, outputs, warmup, steps in WORKLOADS:
+        one = time_step(make, batch, inputs, outputs, warmup, steps, 1)
+        many = time_step(make, batch, inputs, outputs, warmup, steps, gpus) if gpus > 1 else float("nan")
+        print(f"| {name} | {one:.3f} | {many:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

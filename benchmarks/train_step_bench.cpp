@@ -1,0 +1,163 @@
+// train_step_bench: times one data-parallel training step, trainers::train_step (scatter, forward, MSE, backward,
+// gradient all-reduce, SGD with momentum), on 1 and 2 GPUs for two workloads, and prints a markdown table beside
+// reference numbers of PyTorch and LibTorch measured on 2x H200 (benchmarks/torch_train_step.py and
+// benchmarks/libtorch_step/ do the same steps):
+//   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
+//   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32
+// Method: the inputs and targets start on cuda:0; every GPU is synchronized (cudaDeviceSynchronize) before and
+// after each step, and the host wall clock between is the step's time; the median over the timed steps, after a
+// warm-up, is reported.
+//
+//   train_step_bench [--gpus N] [--markdown PATH]
+
+#include <tandem/tandem.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+struct Workload {
+  std::string name;
+  int64_t batch;
+  int64_t inputs;
+  int64_t outputs;
+  int warmup;
+  int steps;
+  std::function<std::shared_ptr<tandem::nn::Module>()> make;
+  // Milliseconds per step measured on 2x H200: PyTorch 1 GPU, nn.DataParallel; LibTorch 1 GPU, data_parallel.
+  double torch_one, torch_dp, libtorch_one, libtorch_dp;
+  double target_two;  // tandem's goal on 2 GPUs
+};
+
+std::vector<Workload> workloads() {
+  using namespace tandem;
+  auto seed = [] { return trainers::make_mlp(10, 20); };
+  auto wide = [] {
+    auto net = std::make_shared<nn::Sequential>();
+    for (int layer = 0; layer < 4; ++layer) {
+      if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
+      net->push_back(std::make_shared<nn::Linear>(4096, 4096));
+    }
+    return net;
+  };
+  return {{"seed net, batch 4096", 4096, 10, 1, 50, 500, seed, 0.82, 3.24, 0.49, 1.62, 0.5},
+          {"wide MLP, batch 8192", 8192, 4096, 4096, 5, 30, wide, 60.0, 33.5, 59.7, 760.0, 33.0}};
+}
+
+struct Options {
+  int gpus = 2;
+  std::string markdown;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--gpus" && i + 1 < argc) {
+      options.gpus = std::stoi(argv[++i]);
+    } else if (flag == "--markdown" && i + 1 < argc) {
+      options.markdown = argv[++i];
+    } else {
+      std::cerr << "usage: train_step_bench [--gpus N] [--markdown PATH]\n";
+      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
+    }
+  }
+  return options;
+}
+
+#if TANDEM_WITH_CUDA
+
+void synchronize(const std::vector<tandem::Device>& devices) {
+  for (const tandem::Device& device : devices) {
+    cudaSetDevice(device.index());
+    cudaDeviceSynchronize();
+  }
+}
+
+// Median milliseconds of one step of `workload` on `devices`.
+double time_step(const Workload& workload, const std::vector<tandem::Device>& devices) {
+  using namespace tandem;
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model = workload.make();
+  model->to(devices.front());
+  parallel::ReplicatedModule replicas(model, devices);
+  parallel::ReplicatedSGD sgd(replicas, {.lr = 1e-4, .momentum = 0.9});
+  const Tensor x = Tensor::randn({workload.batch, workload.inputs}, devices.front());
+  const Tensor y = Tensor::randn({workload.batch, workload.outputs}, devices.front());
+
+  for (int i = 0; i < workload.warmup; ++i) trainers::train_step(replicas, sgd, x, y);
+  std::vector<double> times;
+  for (int i = 0; i < workload.steps; ++i) {
+    synchronize(devices);
+    const auto begin = std::chrono::steady_clock::now();
+    trainers::train_step(replicas, sgd, x, y);
+    synchronize(devices);
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+std::string cell(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), ms < 10 ? "%.3f" : "%.1f", ms);
+  return text;
+}
+
+int run(const Options& options) {
+  const int gpus = std::min(options.gpus, tandem::cuda_device_count());
+  if (gpus < 1) {
+    std::cout << "train_step_bench: no GPU visible; nothing to measure\n";
+    return 0;
+  }
+  std::ostringstream table;
+  table << "| workload | tandem 1 GPU | tandem " << gpus << " GPUs | target (2 GPUs) | PyTorch 1 GPU | "
+        << "PyTorch DataParallel | LibTorch 1 GPU | LibTorch data_parallel |\n"
+        << "|---|---|---|---|---|---|---|---|\n";
+  for (const Workload& workload : workloads()) {
+    std::vector<tandem::Device> devices;
+    for (int g = 0; g < gpus; ++g) devices.push_back(tandem::Device::cuda(g));
+    const double one = time_step(workload, {devices.front()});
+    const double many = gpus > 1 ? time_step(workload, devices) : one;
+    table << "| " << workload.name << " | " << cell(one) << " | " << (gpus > 1 ? cell(many) : "-") << " | "
+          << cell(workload.target_two) << " | " << cell(workload.torch_one) << " | " << cell(workload.torch_dp)
+          << " | " << cell(workload.libtorch_one) << " | " << cell(workload.libtorch_dp) << " |\n";
+    std::cerr << "measured " << workload.name << "\n";
+  }
+  std::cout << "Milliseconds per training step (median; PyTorch and LibTorch: reference numbers on 2x H200)\n\n"
+            << table.str();
+  if (!options.markdown.empty()) std::ofstream(options.markdown) << table.str();
+  return 0;
+}
+
+#else
+
+int run(const Options&) {
+  std::cout << "train_step_bench: tandem was built without CUDA; nothing to measure\n";
+  return 0;
+}
+
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << "train_step_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
