@@ -210,7 +210,8 @@ TEST_P(ParallelFunctions, DocumentedErrors) {
   const Tensor b = Tensor::zeros({2}, devices[1]);
   EXPECT_ERROR(Broadcast(devices).forward({a, b}), "input 1 is on " + devices[1].str());
   EXPECT_ERROR(ReduceAddCoalesced(devices[0], 0), "group_size is 0");
-  EXPECT_ERROR(ReduceAddCoalesced(devices[0], 2).forward({a, b, a}), "got 3 inputs but expected a positive multiple of 2");
+  EXPECT_ERROR(ReduceAddCoalesced(devices[0], 2).forward({a, b, a}),
+               "got 3 inputs but expected a positive multiple of 2");
   EXPECT_ERROR(ReduceAddCoalesced(devices[0], 1).forward({a, a}), "comm::reduce_add_coalesced");
   EXPECT_ERROR(parallel::scatter(Tensor::zeros({6, 2}, devices[0]), {devices[0], devices[1]}, {1, 1, 4}),
                "got 3 chunk sizes for 2 devices");

@@ -51,7 +51,8 @@ TEST_P(ParallelApply, OutputIIsReplicaIOnInputI) {
   auto net = make_net(devices[0]);
   const auto replicas = parallel::replicate(net, devices);
   std::vector<Tensor> inputs;
-  for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({static_cast<int64_t>(d) + 1, 4}, devices[d], 60 + d));
+  for (size_t d = 0; d < devices.size(); ++d)
+    inputs.push_back(seeded_randn({static_cast<int64_t>(d) + 1, 4}, devices[d], 60 + d));
   const std::vector<Tensor> outputs = parallel::parallel_apply(replicas, inputs);
   ASSERT_EQ(outputs.size(), devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
