@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -22,13 +23,20 @@ std::string format_seconds(double seconds) {
   return seconds < 1.0 ? format("%.1f ms", seconds * 1e3) : format("%.2f s", seconds);
 }
 
+// Losses: two decimals in the target's units, or six significant digits when they are below 1.
+std::string format_loss(double value) {
+  return std::abs(value) >= 1.0 ? format("%.2f", value) : format("%.6g", value);
+}
+
 int digits(int64_t value) { return static_cast<int>(std::to_string(value).size()); }
 
 std::string epoch_line(const EpochReport& report) {
-  std::string line = format("epoch %*lld/%lld  train_loss %.6g", digits(report.epochs),
-                            static_cast<long long>(report.epoch), static_cast<long long>(report.epochs),
-                            report.train_loss);
-  if (report.test) line += format("  test_mse %.6g  test_r2 %.4f", report.test->mse, report.test->r2);
+  std::string line = format("epoch %*lld/%lld  train_loss ", digits(report.epochs),
+                            static_cast<long long>(report.epoch), static_cast<long long>(report.epochs)) +
+                     format_loss(report.train_loss);
+  if (report.test) {
+    line += "  test_mse " + format_loss(report.test->mse) + format("  test_r2 %.4f", report.test->r2);
+  }
   return line + "  " + format_seconds(report.seconds);
 }
 
@@ -55,8 +63,9 @@ void ProgressPrinter::on_step_end(const Trainer&, const StepReport& report) {
        << format("epoch %*lld/%lld [", digits(report.epochs), static_cast<long long>(report.epoch),
                  static_cast<long long>(report.epochs))
        << std::string(filled, '#') << std::string(kBarWidth - filled, '.')
-       << format("] %lld/%lld  loss %.6g", static_cast<long long>(report.batch),
-                 static_cast<long long>(report.num_batches), report.loss)
+       << format("] %lld/%lld  loss ", static_cast<long long>(report.batch),
+                 static_cast<long long>(report.num_batches))
+       << format_loss(report.loss)
        << "\x1b[K" << std::flush;
 }
 
