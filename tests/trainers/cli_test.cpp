@@ -1,6 +1,7 @@
 // tandem-train, run as a program: exit statuses, messages, summary and metrics files, resume.
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -34,7 +35,10 @@ ToolRun run_tool(const std::string& arguments) {
   return run;
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_cli_" + name; }
+// Unique per process, so that concurrent runs of the suite do not share files.
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "tandem_cli_" + std::to_string(getpid()) + "_" + name;
+}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -45,7 +47,7 @@ TEST(Csv, BadHeaderIsAnError) {
 
 TEST(Csv, ReadCsvNamesTheFile) {
   EXPECT_ERROR(read_csv("/nonexistent/data.csv"), "read_csv: cannot open \"/nonexistent/data.csv\"");
-  const std::string path = ::testing::TempDir() + "tandem_ragged.csv";
+  const std::string path = ::testing::TempDir() + "tandem_csv_" + std::to_string(getpid()) + "_ragged.csv";
   std::ofstream(path) << "a,b\n1,2\n3\n";
   EXPECT_ERROR(read_csv(path), "read_csv: " + path + " line 3 has 1 cells but the header has 2 columns");
   std::ofstream(path, std::ios::trunc).flush();

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -34,7 +36,10 @@ std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
   return values;
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_trainer_" + name; }
+// Unique per process, so that concurrent runs of the suite do not share files.
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "tandem_trainer_" + std::to_string(getpid()) + "_" + name;
+}
 
 std::string error_of(const std::function<void()>& run) {
   try {
@@ -103,12 +108,11 @@ TEST(Trainer, PredictionsAreInTheTargetsUnits) {
   EXPECT_DOUBLE_EQ(metrics.r2, reference.r2);
 }
 
-class TrainerOnDevices : public EveryDeviceSet {};
-
-TEST_P(TrainerOnDevices, SameResultAsOneDevice) {
+// Trains the defaults on `devices` and on cpu:0 alone and expects the same parameters and metrics.
+void expect_same_as_one_cpu(const std::vector<Device>& devices) {
   Trainer one = seed_net_trainer({Device::cpu(0)}, 100);
   FitResult expected = one.fit(diabetes().train, diabetes().test);
-  Trainer many = seed_net_trainer(devices(), 100);
+  Trainer many = seed_net_trainer(devices, 100);
   FitResult actual = many.fit(diabetes().train, diabetes().test);
 
   EXPECT_NEAR(actual.test->r2, expected.test->r2, 1e-5);
@@ -118,11 +122,20 @@ TEST_P(TrainerOnDevices, SameResultAsOneDevice) {
   auto actual_params = many.model()->parameters();
   ASSERT_EQ(actual_params.size(), expected_params.size());
   for (size_t i = 0; i < actual_params.size(); ++i) {
-    EXPECT_EQ(actual_params[i].device(), devices().front());
+    EXPECT_EQ(actual_params[i].device(), devices.front());
     tandem::testing::expect_close(actual_params[i], expected_params[i], 1e-5, 1e-5);
   }
 }
+
+class TrainerOnDevices : public EveryDeviceSet {};
+
+TEST_P(TrainerOnDevices, SameResultAsOneDevice) { expect_same_as_one_cpu(devices()); }
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(TrainerOnDevices);
+
+TEST(Trainer, SameResultOnOneGpu_CUDA) {
+  TANDEM_REQUIRE_GPUS(1);
+  expect_same_as_one_cpu({Device::cuda(0)});
+}
 
 TEST(Trainer, ResumeContinuesExactlyOnCpu) {
   for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
