@@ -24,6 +24,12 @@ int blocks_for(int64_t work) {
 __device__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// Note [Rounding like the CPU]: nvcc contracts a * b + c into one fused multiply-add, which rounds once where the
+// CPU backend rounds twice. Where a kernel computes such an expression and the CPU backend evaluates it the same
+// way, it spells each rounding out (__fmul_rn and friends are never contracted), so that the same inputs give
+// bitwise the same result on every device: the replicated training path applies the same SGD update on each
+// replica and relies on replicas staying bit-equal, whatever their devices.
+
 // ---- elementwise functors: out = f(a, b), where only the first kInputs of a, b are read ----------------------
 
 struct FillOp {
@@ -44,7 +50,7 @@ struct MulOp {
 };
 struct AxpyOp {  // a = y, b = x
   float alpha;
-  __device__ float operator()(float y, float x) const { return y + alpha * x; }
+  __device__ float operator()(float y, float x) const { return __fadd_rn(y, __fmul_rn(alpha, x)); }
 };
 struct ScaleOp {
   float s;
@@ -60,17 +66,20 @@ struct ReluBackwardOp {  // a = grad, b = input
   __device__ float operator()(float grad, float x) const { return x > 0.0f ? grad : 0.0f; }
 };
 struct TanhBackwardOp {  // a = grad, b = output
-  __device__ float operator()(float grad, float y) const { return grad * (1.0f - y * y); }
+  __device__ float operator()(float grad, float y) const { return __fmul_rn(grad, __fsub_rn(1.0f, __fmul_rn(y, y))); }
 };
 struct ScaledScalarOp {  // the scalar stays in device memory: no host round trip
   const float* scalar;
   float scale;
   __device__ float operator()(float, float) const { return scale * *scalar; }
 };
-struct MseBackwardOp {  // a = input, b = target
+struct MseBackwardOp {  // a = input, b = target; the factor 2 * grad / n is formed in double, like on the CPU
   const float* grad;
-  float two_over_n;
-  __device__ float operator()(float x, float t) const { return *grad * two_over_n * (x - t); }
+  double n;
+  __device__ float operator()(float x, float t) const {
+    const float factor = __double2float_rn(2.0 * static_cast<double>(*grad) / n);
+    return __fmul_rn(factor, __fsub_rn(x, t));
+  }
 };
 
 // ---- elementwise kernels ------------------------------------------------------------------------------------
@@ -294,14 +303,17 @@ __global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
 
 __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    // See Note [Rounding like the CPU].
     float d = grad[i];
-    if (u.weight_decay != 0.0f) d += u.weight_decay * param[i];
+    if (u.weight_decay != 0.0f) d = __fadd_rn(d, __fmul_rn(u.weight_decay, param[i]));
     if (u.momentum != 0.0f) {
-      const float buf = u.first_step ? d : u.momentum * momentum_buffer[i] + (1.0f - u.dampening) * d;
+      const float buf = u.first_step ? d
+                                     : __fadd_rn(__fmul_rn(u.momentum, momentum_buffer[i]),
+                                                 __fmul_rn(1.0f - u.dampening, d));
       momentum_buffer[i] = buf;
-      d = u.nesterov ? d + u.momentum * buf : buf;
+      d = u.nesterov ? __fadd_rn(d, __fmul_rn(u.momentum, buf)) : buf;
     }
-    param[i] -= u.lr * d;
+    param[i] = __fsub_rn(param[i], __fmul_rn(u.lr, d));
   }
 }
 
@@ -356,7 +368,7 @@ void broadcast_scalar(const float* scalar, float scale, float* out, int64_t n, c
 void mse_backward(const float* grad, const float* input, const float* target, float* grad_input, int64_t n,
                   cudaStream_t stream) {
   if (n == 0) return;
-  launch_contiguous<2>(n, grad_input, input, target, MseBackwardOp{grad, static_cast<float>(2.0 / n)}, stream);
+  launch_contiguous<2>(n, grad_input, input, target, MseBackwardOp{grad, static_cast<double>(n)}, stream);
 }
 
 void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
