@@ -123,9 +123,9 @@ int run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   using namespace tandem::train_tool;
-  ParsedFlags parsed = parse_flags(argc, argv);
-  if (parsed.exit_status) return *parsed.exit_status;
   try {
+    ParsedFlags parsed = parse_flags(argc, argv);
+    if (parsed.exit_status) return *parsed.exit_status;
     return run(parsed.flags);
   } catch (const UsageError& e) {
     std::cerr << "tandem-train: " << e.what() << '\n';
@@ -133,6 +133,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cout << std::flush;
     std::cerr << "tandem-train: " << e.what() << '\n';
+    return 1;
+  } catch (...) {
+    std::cerr << "tandem-train: unknown error\n";
     return 1;
   }
 }
