@@ -155,7 +155,7 @@ TEST_P(OpsTest, Cat) {
   expect_values(cat({a, Tensor::zeros({0, 2}, device())}), {1, 2, 3, 4}, {2, 2});
   EXPECT_ERROR(cat({}), "non-empty list");
   EXPECT_ERROR(cat({a, b}, 1), "cat: tensor 1 has shape [1, 2] but expected size 2 at dimension 0");
-  EXPECT_ERROR(cat({a, Tensor::ones({2})}), "dimensions");
+  EXPECT_ERROR(cat({a, Tensor::ones({2}, device())}), "dimensions");
 }
 
 TEST_P(OpsTest, MseLoss) {
