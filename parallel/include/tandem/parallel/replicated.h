@@ -38,7 +38,10 @@ struct ReplicatedOptions {
 
 class ReplicatedModule {
  public:
-  // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]).
+  // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]), with the master's
+  // requires_grad flags. The master's current gradients are replaced by (zeroed) views of its buffer. Parameters
+  // that do not require grad get no gradient view and are left alone. Do not replace the replicas' parameter
+  // tensors afterwards (Module::to, set_parameters): the buffers and optimizers hold the ones seen here.
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
