@@ -68,17 +68,37 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   install_gradient_views(/*zero=*/true);
 }
 
-std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs) {
-  TANDEM_CHECK(!inputs.empty() && inputs.size() <= replicas_.size(), kName, "::forward: got ", inputs.size(),
+void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const char* caller) const {
+  TANDEM_CHECK(!inputs.empty() && inputs.size() <= replicas_.size(), kName, "::", caller, ": got ", inputs.size(),
                " inputs for ", replicas_.size(), " replicas");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    TANDEM_CHECK(inputs[i].defined(), kName, "::forward: input ", i, " is undefined");
-    TANDEM_CHECK(inputs[i].device() == devices_[i], kName, "::forward: input ", i, " is on ", inputs[i].device(),
-                 " but replica ", i, " is on ", devices_[i]);
+    TANDEM_CHECK(inputs[i].defined(), kName, "::", caller, ": input ", i, " is undefined");
+    TANDEM_CHECK(inputs[i].device() == devices_[i], kName, "::", caller, ": input ", i, " is on ",
+                 inputs[i].device(), " but replica ", i, " is on ", devices_[i]);
   }
+}
+
+std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs) {
+  check_inputs(inputs, "forward");
   const std::vector<std::shared_ptr<nn::Module>> used(replicas_.begin(),
                                                       replicas_.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   return parallel_apply(used, inputs);
+}
+
+std::vector<Tensor> ReplicatedModule::forward_backward(
+    const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss) {
+  check_inputs(inputs, "forward_backward");
+  std::vector<Tensor> losses(inputs.size());
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    tasks.emplace_back([&, i] {
+      Tensor replica_loss = loss(i, replicas_[i]->forward(inputs[i]));
+      replica_loss.backward();
+      losses[i] = replica_loss.detach();
+    });
+  }
+  run_on_devices(tasks, std::vector<Device>(devices_.begin(), devices_.begin() + static_cast<std::ptrdiff_t>(inputs.size())));
+  return losses;
 }
 
 void ReplicatedModule::reduce_gradients() {

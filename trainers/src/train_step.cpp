@@ -18,14 +18,11 @@ Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedSGD& op
   optimizer.zero_grad();
   const std::vector<Tensor> inputs = comm::scatter(features, model.devices());
   const std::vector<Tensor> labels = comm::scatter(targets, model.devices());
-  const std::vector<Tensor> outputs = model.forward(inputs);
-
-  std::vector<Tensor> losses;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const float share = static_cast<float>(labels[i].size(0)) / static_cast<float>(rows);
-    losses.push_back(nn::mse_loss(outputs[i], labels[i]) * share);
-  }
-  autograd::backward(losses);
+  // Each replica's loss is its chunk's mean weighted by the chunk's share of the rows, so the summed gradients are
+  // the gradient of the mean over the whole batch.
+  const std::vector<Tensor> losses = model.forward_backward(inputs, [&](size_t i, const Tensor& output) {
+    return nn::mse_loss(output, labels[i]) * (static_cast<float>(labels[i].size(0)) / static_cast<float>(rows));
+  });
   model.reduce_gradients();
   optimizer.step();
 

@@ -22,6 +22,7 @@
 // optimizer), reduce_gradients() copies it back into the buffer and reinstalls the view.
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,14 @@ class ReplicatedModule {
   // parallel_apply).
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
 
+  // Forward, loss and backward of every replica, each on its device's worker thread and all at once. The replicas'
+  // graphs are independent (each replica's parameters are its own leaves), so each backward runs beside the others
+  // instead of one thread walking every device's graph in turn. loss(i, output) returns replica i's loss, a
+  // one-element tensor on devices[i]; for the gradient of a mean loss over the whole batch, weight it by the
+  // replica's share of the rows. Returns the losses (detached). Same input rules and errors as forward().
+  std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
+                                       const std::function<Tensor(size_t replica, const Tensor& output)>& loss);
+
   // Sums the replicas' gradients: afterwards every replica's .grad holds the sum over replicas (one all_reduce per
   // bucket, in parameters() order).
   void reduce_gradients();
@@ -78,6 +87,7 @@ class ReplicatedModule {
     int64_t length;
   };
   void install_gradient_views(bool zero);
+  void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
 
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
