@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
 # every log under $OUT (default: out/). Stages to run are arguments (default: all):
-#   build  tests  examples  comm_bench  step_bench  torch
+#   build  tests  examples  comm_bench  step_bench  torch  libtorch
 # Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch)
+[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch libtorch)
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
@@ -40,6 +40,12 @@ run_stage() {
       PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/torch_train_step.py >"$out/torch.log" 2>&1
       PYTHONUNBUFFERED=1 timeout 200 python3 benchmarks/torch_comm_bench.py >>"$out/torch.log" 2>&1
       tail -40 "$out/torch.log" ;;
+    libtorch)
+      cmake -S benchmarks/libtorch_step -B build-libtorch -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" >"$out/libtorch.log" 2>&1 &&
+        cmake --build build-libtorch >>"$out/libtorch.log" 2>&1 &&
+        timeout 300 build-libtorch/libtorch_step >>"$out/libtorch.log" 2>&1
+      tail -20 "$out/libtorch.log" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
 }
