@@ -5,6 +5,7 @@
 // Method as train_step_bench: inputs and targets on cuda:0, every GPU synchronized before and after each step, host
 // wall clock, median over the timed steps after a warm-up.
 
+#include <torch/nn/parallel/data_parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
