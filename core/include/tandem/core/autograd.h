@@ -54,7 +54,7 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 // Accumulates the incoming gradient into a leaf's .grad (added in place when one exists, so that storage stays
-// stable across steps; see Note [Gradient buffers] in autograd.cpp).
+// stable across steps; see Note [Gradient buffers] in core/src/autograd/node.cpp).
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
