@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "tandem/core/autograd.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/shape.h"
 
@@ -193,18 +194,7 @@ void Module::to(Device device) {
   }
 }
 
-void Module::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (const Tensor& parameter : parameters()) {
-    Tensor grad = parameter.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      parameter.set_grad(Tensor());
-    } else {
-      grad.zero_();
-    }
-  }
-}
+void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set_to_none); }
 
 void Module::train(bool training) {
   training_ = training;

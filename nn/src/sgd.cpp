@@ -1,5 +1,6 @@
 #include "tandem/optim/sgd.h"
 
+#include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
@@ -59,18 +60,7 @@ void SGD::step() {
   }
 }
 
-void SGD::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (const Tensor& parameter : parameters_) {
-    Tensor grad = parameter.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      parameter.set_grad(Tensor());
-    } else {
-      grad.zero_();
-    }
-  }
-}
+void SGD::zero_grad(bool set_to_none) { autograd::zero_grad(parameters_, set_to_none); }
 
 void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
   TANDEM_CHECK(buffers.size() == parameters_.size(), "optim::SGD::set_momentum_buffers: got ", buffers.size(),

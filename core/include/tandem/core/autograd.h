@@ -76,6 +76,10 @@ void make_differentiable(const std::shared_ptr<Node>& node, const std::vector<Te
 
 // Runs backward from `roots` seeded with `grad_roots` (same length; each the root's shape and device).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
+// Clears the gradients of `tensors`: with set_to_none (PyTorch's default) every .grad becomes undefined, so the next
+// backward hands over fresh ones; otherwise existing gradients are zeroed in place (their storage is kept).
+void zero_grad(const std::vector<Tensor>& tensors, bool set_to_none = true);
+
 // One backward pass over several roots at once (torch.autograd.backward): one-element roots are seeded with 1.
 // Use it for per-replica losses: nodes shared by the roots (such as a replicate's broadcast) run once, with
 // every replica's gradient.
