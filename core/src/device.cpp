@@ -12,8 +12,8 @@ namespace tandem {
 
 Device::Device(DeviceType type, int index) : type_(type), index_(index) {
   if (type == DeviceType::CPU) {
-    TANDEM_CHECK(index >= 0 && index < kMaxCpuDevices, "Device: CPU device index ", index,
-                 " is out of range [0, ", kMaxCpuDevices - 1, "]");
+    TANDEM_CHECK(index >= 0 && index < kMaxCpuDevices, "Device: CPU device index ", index, " is out of range [0, ",
+                 kMaxCpuDevices - 1, "]");
   } else {
     TANDEM_CHECK(index >= 0, "Device: CUDA device index ", index, " is negative");
   }
@@ -77,15 +77,15 @@ std::vector<Device> default_devices() {
 void check_device_available(const Device& device, std::string_view caller) {
   if (device.is_cpu()) return;
   const int gpus = cuda_device_count();
-  TANDEM_CHECK(device.index() < gpus, caller, ": device ", device, " does not exist (", gpus,
-               " CUDA device", gpus == 1 ? "" : "s", " visible", cuda_built() ? "" : "; tandem was built without CUDA",
-               ")");
+  TANDEM_CHECK(device.index() < gpus, caller, ": device ", device, " does not exist (", gpus, " CUDA device",
+               gpus == 1 ? "" : "s", " visible", cuda_built() ? "" : "; tandem was built without CUDA", ")");
 }
 
 std::vector<Device> parse_devices(std::string_view text) {
   const std::string_view body = trim(text);
   if (body == "all") return default_devices();
-  TANDEM_CHECK(!body.empty(), "parse_devices: empty device list; expected e.g. 'cuda:0,cuda:1', 'cpu:0,cpu:1' or 'all'");
+  TANDEM_CHECK(!body.empty(),
+               "parse_devices: empty device list; expected e.g. 'cuda:0,cuda:1', 'cpu:0,cpu:1' or 'all'");
   std::vector<Device> devices;
   std::set<Device> seen;
   size_t start = 0;

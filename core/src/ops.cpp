@@ -33,8 +33,10 @@ class Binary final : public Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     switch (op_) {
-      case BinaryOp::Add: return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
-      case BinaryOp::Sub: return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
+      case BinaryOp::Add:
+        return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
+      case BinaryOp::Sub:
+        return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
       case BinaryOp::Mul:
         return {raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[1], name_), a_shape_),
                 raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[0], name_), b_shape_)};
@@ -263,9 +265,15 @@ class MseLoss final : public Function {
 
 }  // namespace
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Add, "add"), {a, b}); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Sub, "sub"), {a, b}); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Binary>(BinaryOp::Mul, "mul"), {a, b}); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(BinaryOp::Add, "add"), {a, b});
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(BinaryOp::Sub, "sub"), {a, b});
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(BinaryOp::Mul, "mul"), {a, b});
+}
 Tensor operator*(const Tensor& a, float s) { return apply_one(std::make_shared<Scale>(s), {a}); }
 Tensor operator*(float s, const Tensor& a) { return a * s; }
 Tensor operator/(const Tensor& a, float s) { return a * (1.0f / s); }
@@ -283,9 +291,7 @@ Tensor mean(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(true
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
   return apply_one(std::make_shared<SumDim>(dim, keepdim), {x});
 }
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  return apply_one(std::make_shared<Cat>(dim), tensors);
-}
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) { return apply_one(std::make_shared<Cat>(dim), tensors); }
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return apply_one(std::make_shared<MseLoss>(), {input, target});
 }

@@ -15,11 +15,21 @@ class GradcheckTest : public testing::EveryDevice {
   Tensor input(const Shape& shape) { return Tensor::randn(shape, device()).set_requires_grad(); }
 };
 
-TEST_P(GradcheckTest, Add) { gradcheck([](auto& in) { return in[0] + in[1]; }, {input({3, 4}), input({4})}); }
-TEST_P(GradcheckTest, Sub) { gradcheck([](auto& in) { return in[0] - in[1]; }, {input({3, 1}), input({3, 4})}); }
-TEST_P(GradcheckTest, Mul) { gradcheck([](auto& in) { return in[0] * in[1]; }, {input({2, 3}), input({2, 1})}); }
-TEST_P(GradcheckTest, ScalarMul) { gradcheck([](auto& in) { return in[0] * 3.0f - in[0] / 2.0f; }, {input({5})}); }
-TEST_P(GradcheckTest, Matmul) { gradcheck([](auto& in) { return matmul(in[0], in[1]); }, {input({3, 4}), input({4, 2})}); }
+TEST_P(GradcheckTest, Add) {
+  gradcheck([](auto& in) { return in[0] + in[1]; }, {input({3, 4}), input({4})});
+}
+TEST_P(GradcheckTest, Sub) {
+  gradcheck([](auto& in) { return in[0] - in[1]; }, {input({3, 1}), input({3, 4})});
+}
+TEST_P(GradcheckTest, Mul) {
+  gradcheck([](auto& in) { return in[0] * in[1]; }, {input({2, 3}), input({2, 1})});
+}
+TEST_P(GradcheckTest, ScalarMul) {
+  gradcheck([](auto& in) { return in[0] * 3.0f - in[0] / 2.0f; }, {input({5})});
+}
+TEST_P(GradcheckTest, Matmul) {
+  gradcheck([](auto& in) { return matmul(in[0], in[1]); }, {input({3, 4}), input({4, 2})});
+}
 TEST_P(GradcheckTest, MatmulOfTransposedViews) {
   gradcheck([](auto& in) { return matmul(in[0].t(), in[1].t()); }, {input({4, 3}), input({2, 4})});
 }
@@ -34,13 +44,19 @@ TEST_P(GradcheckTest, Relu) {
   Tensor x = Tensor::from_vector({-1.5f, -0.3f, 0.4f, 2.0f, -0.7f, 0.9f}, {2, 3}, device()).set_requires_grad();
   gradcheck([](auto& in) { return relu(in[0]); }, {x});
 }
-TEST_P(GradcheckTest, Tanh) { gradcheck([](auto& in) { return tanh(in[0]); }, {input({3, 3})}); }
-TEST_P(GradcheckTest, Sum) { gradcheck([](auto& in) { return sum(in[0]); }, {input({3, 4})}); }
+TEST_P(GradcheckTest, Tanh) {
+  gradcheck([](auto& in) { return tanh(in[0]); }, {input({3, 3})});
+}
+TEST_P(GradcheckTest, Sum) {
+  gradcheck([](auto& in) { return sum(in[0]); }, {input({3, 4})});
+}
 TEST_P(GradcheckTest, SumDim) {
   gradcheck([](auto& in) { return sum(in[0], 1); }, {input({2, 3, 4})});
   gradcheck([](auto& in) { return sum(in[0], 0, true); }, {input({3, 4})});
 }
-TEST_P(GradcheckTest, Mean) { gradcheck([](auto& in) { return mean(in[0]); }, {input({4, 2})}); }
+TEST_P(GradcheckTest, Mean) {
+  gradcheck([](auto& in) { return mean(in[0]); }, {input({4, 2})});
+}
 TEST_P(GradcheckTest, Cat) {
   gradcheck([](auto& in) { return cat({in[0], in[1]}, 1); }, {input({2, 3}), input({2, 1})});
 }
@@ -62,9 +78,8 @@ TEST_P(GradcheckTest, CopyToAnotherDevice) {
 TEST_P(GradcheckTest, Composite) {
   // A two-layer net and its loss: the path the trainers take.
   Tensor target = Tensor::randn({5, 1}, device());
-  gradcheck(
-      [target](auto& in) { return mse_loss(linear(tanh(linear(in[0], in[1], in[2])), in[3], in[4]), target); },
-      {input({5, 3}), input({4, 3}), input({4}), input({1, 4}), input({1})});
+  gradcheck([target](auto& in) { return mse_loss(linear(tanh(linear(in[0], in[1], in[2])), in[3], in[4]), target); },
+            {input({5, 3}), input({4, 3}), input({4}), input({1, 4}), input({1})});
 }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE(GradcheckTest);

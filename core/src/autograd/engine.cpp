@@ -51,8 +51,8 @@ struct LaterFirst {
 }  // namespace
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
-  TANDEM_CHECK(roots.size() == grad_roots.size(), "backward: got ", grad_roots.size(), " gradients for ",
-               roots.size(), " roots");
+  TANDEM_CHECK(roots.size() == grad_roots.size(), "backward: got ", grad_roots.size(), " gradients for ", roots.size(),
+               " roots");
   NoGradGuard no_grad;  // backward itself is not recorded
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
@@ -107,7 +107,8 @@ void backward(const std::vector<Tensor>& roots) {
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     TANDEM_CHECK(roots[i].defined() && roots[i].numel() == 1, "autograd::backward: root ", i,
-                 " must be a one-element tensor", roots[i].defined() ? ", got shape " + to_string(roots[i].shape()) : "");
+                 " must be a one-element tensor",
+                 roots[i].defined() ? ", got shape " + to_string(roots[i].shape()) : "");
     seeds.push_back(Tensor::ones(roots[i].shape(), roots[i].device()));
   }
   run_backward(roots, seeds);
