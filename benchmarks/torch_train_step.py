@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""The PyTorch side of train_step_bench: one training step (forward, MSE, backward, SGD with momentum) on one GPU
-and with nn.DataParallel over two, for the same two workloads and sizes:
+"""The PyTorch side of train_step_bench: one training step (forward, MSE, backward, SGD with momentum) on one GPU,
+with nn.DataParallel, and with DistributedDataParallel (one process per GPU, NCCL), for the same two workloads:
   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32 (PyTorch's default matmul precision)
 Method as train_step_bench: inputs and targets on cuda:0, every GPU synchronized before and after each step, host
-wall clock, median over the timed steps after a warm-up.
+wall clock, median over the timed steps after a warm-up. DistributedDataParallel gets each rank's share of the batch
+already on its GPU (no scatter) and times each step between synchronizations of its own GPU; rank 0 reports.
 
 Usage: python3 benchmarks/torch_train_step.py [--gpus N]
 """
 import argparse
+import os
 import statistics
 import time
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 def seed_net():
@@ -68,6 +73,44 @@ def time_step(make, batch, inputs, outputs, warmup, steps, gpus):
     return statistics.median(times)
 
 
+def ddp_worker(rank, gpus, workload, results):
+    name, make, batch, inputs, outputs, warmup, steps = WORKLOADS[workload]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=gpus, device_id=torch.device("cuda", rank))
+    torch.manual_seed(0)
+    model = DistributedDataParallel(make().cuda(rank), device_ids=[rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(batch // gpus, inputs, device=rank)
+    y = torch.randn(batch // gpus, outputs, device=rank)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize(rank)
+        begin = time.perf_counter()
+        step()
+        torch.cuda.synchronize(rank)
+        times.append((time.perf_counter() - begin) * 1e3)
+    if rank == 0:
+        results.put(statistics.median(times))
+    dist.destroy_process_group()
+
+
+def time_ddp(workload, gpus):
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    mp.start_processes(ddp_worker, args=(gpus, workload, results), nprocs=gpus, join=True, start_method="spawn")
+    return results.get()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=2)
@@ -77,13 +120,13 @@ def main():
         print("torch_train_step: no GPU visible; nothing to measure")
         return
     print(f"PyTorch {torch.__version__}, milliseconds per training step (median)\n")
-    print(f"| workload | PyTorch 1 GPU | PyTorch DataParallel ({gpus} GPUs) |")
-    print("|---|---|---|")
-    for name, make, batch, inputs, outputs, warmup, steps in WORKLOADS:
+    print(f"| workload | PyTorch 1 GPU | PyTorch DataParallel ({gpus} GPUs) | PyTorch DDP ({gpus} GPUs) |")
+    print("|---|---|---|---|")
+    for index, (name, make, batch, inputs, outputs, warmup, steps) in enumerate(WORKLOADS):
         one = time_step(make, batch, inputs, outputs, warmup, steps, 1)
         many = time_step(make, batch, inputs, outputs, warmup, steps, gpus) if gpus > 1 else float("nan")
-        print(f"| {name} | {one:.3f} | {many:.3f} |")
-
+        ddp = time_ddp(index, gpus) if gpus > 1 else float("nan")
+        print(f"| {name} | {one:.3f} | {many:.3f} | {ddp:.3f} |")
 
 if __name__ == "__main__":
     main()
