@@ -1,5 +1,7 @@
 #include "worker_pool.h"
 
+#include "tandem/core/error.h"
+
 namespace tandem::parallel::detail {
 
 namespace {
@@ -27,6 +29,12 @@ void DeviceWorker::submit(std::function<void()> task) {
 
 void DeviceWorker::run() {
   is_worker_thread = true;
+  // Once, so that the per-op device selections on this thread become no-ops. A device that cannot be selected is
+  // reported by the first task's ops, with the replica named; the worker itself must not die of it.
+  try {
+    set_current_device(device_);
+  } catch (const Error&) {
+  }
   for (;;) {
     std::function<void()> task;
     {

@@ -57,6 +57,9 @@ std::vector<Device> parse_devices(std::string_view text);
 // Throws Error("<caller>: device cuda:7 does not exist (2 CUDA devices visible)") for a GPU that is not there.
 void check_device_available(const Device& device, std::string_view caller);
 std::string to_string(const std::vector<Device>& devices);  // "[cuda:0, cuda:1]"
+// Makes `device` the calling thread's current GPU (a no-op for CPU devices). Every op selects its device itself;
+// a thread that works on one device (a parallel worker) calls this once so that those selections cost nothing.
+void set_current_device(const Device& device);
 
 }  // namespace tandem
 
