@@ -1,14 +1,14 @@
 // Comm functions on CUDA are asynchronous: they must be ordered after the kernels that produce their inputs and
-// before the kernels that consume their outputs, through events only (see Note [Comm stream ordering] in
-// comm/src/cuda/nccl_backend.cpp). These tests queue a long chain of matrix products on a device's compute stream,
-// ending in the tensor handed to a collective, and use the results right away.
+// before the kernels that consume their outputs, with no host synchronization (see Note [Comm stream ordering] in
+// comm/src/cuda/collective.h and Note [Peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests queue a
+// long chain of matrix products on a device's compute stream, ending in the tensor handed to a comm function, and
+// use the results right away.
 //
-// Why they would fail without the event ordering: the collectives run on each device's communication stream. If
-// that stream did not wait for the compute stream, NCCL would read the input while the matmul chain (tens of
-// milliseconds of queued work) is still running, that is, memory that still holds whatever the caching allocator's
-// block held before: the results would not be the expected constants. If the compute stream did not wait for the
-// communication stream afterwards, the consumers (and the reuse of the freed input blocks by later allocations)
-// could run before the collective had written (or finished reading) them.
+// Why they would fail without that ordering: if the collective or copy did not wait for the compute stream, it
+// would read the input while the matmul chain (tens of milliseconds of queued work) is still running, that is,
+// memory that still holds whatever the caching allocator's block held before: the results would not be the
+// expected constants. If the compute stream did not wait for it afterwards, the consumers (and the reuse of the
+// freed input blocks by later allocations) could run before it had written (or finished reading) them.
 #include "comm/comm_test_helpers.h"
 
 namespace tandem {

@@ -6,11 +6,6 @@
 
 namespace tandem::comm::nccl {
 
-std::mutex& issue_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
 Collective::Collective(const std::vector<Tensor>& tensors) {
   devices_.reserve(tensors.size());
   for (const Tensor& t : tensors) devices_.push_back(t.device().index());

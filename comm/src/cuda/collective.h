@@ -1,10 +1,9 @@
 #pragma once
 // One NCCL collective over several GPUs driven by this process: the participating devices in rank order, their
-// cached communicators, and the event ordering against the devices' compute streams.
+// cached communicators, and the streams the collective is issued on.
 
 #include <nccl.h>
 
-#include <mutex>
 #include <vector>
 
 #include "nccl_check.h"
@@ -32,10 +31,6 @@ class Group {
   bool open_ = true;
 };
 
-// NCCL communicators may not be used by two host threads at once, and the operations of one collective must reach
-// every rank in the same order, so collectives are issued one at a time.
-std::mutex& issue_mutex();
-
 class Collective {
  public:
   // The devices of `tensors` (one tensor per device, all CUDA) become the ranks, in ascending device order.
@@ -46,27 +41,29 @@ class Collective {
   // The data of `tensors` (one per participating device) indexed by rank.
   std::vector<void*> by_rank(const std::vector<Tensor>& tensors) const;
 
-  // Calls issue(rank, communicator, stream) for every rank inside one NCCL group.
+  // Calls issue(rank, communicator, stream) for every rank inside one NCCL group, with each device's compute stream,
+  // while holding a CollectiveLaunchLock (Note [Launching collectives]), so collectives are issued one at a time:
+  // NCCL communicators may not be used by two host threads at once, and every rank must see the same order.
   //
-  // Note [Comm stream ordering]: the collective runs on each device's communication stream, while the tensors it
-  // reads were produced (and its outputs allocated) on the devices' compute streams. Before the group, each comm
-  // stream waits for everything issued so far on its device's compute stream, so NCCL reads finished values and
-  // writes memory that no earlier kernel still uses. After the group, each compute stream waits for its comm
-  // stream, so every later consumer of the results, and every later reuse of the input or output blocks by the
-  // caching allocator (which orders reuse on the compute stream, Note [Stream-ordered reuse]), comes after the
-  // collective. Both waits are device-side events: the host never blocks. Nothing here allocates or frees device
-  // memory between the first wait and the end of the group (a cudaFree while NCCL kernels are being enqueued can
-  // deadlock), so callers allocate every buffer before calling run.
+  // Note [Comm stream ordering]: a synchronous collective is issued on the participating devices' compute streams,
+  // the streams on which its inputs were produced and on which its results are consumed. Stream order alone puts it
+  // after every producer of its inputs and every earlier user of its output blocks, and before every later consumer
+  // of its results and every reuse of those blocks by the caching allocator (Note [Stream-ordered reuse]); no event
+  // is recorded and the host never blocks. A separate communication stream would overlap nothing, since the
+  // results are used on the compute stream right after, and would cost two event round trips per device (record
+  // and wait before, record and wait after: eight driver calls for two GPUs, several microseconds of host time per
+  // call, plus two cross-stream hops on every device). The communication streams carry the work that does overlap:
+  // peer copies (Note [Overlapping copies]). NCCL runs the operations of one communicator in issue order whatever
+  // streams they were issued on. Nothing here allocates or frees device memory, so callers allocate every buffer
+  // before calling run.
   template <typename Issue>
   void run(Issue&& issue) const {
-    std::lock_guard<std::mutex> lock(issue_mutex());
-    for (int d : devices_) cuda::stream_wait(cuda::comm_stream(d), cuda::compute_stream(d), d);
+    cuda::CollectiveLaunchLock lock;
     Group group;
     for (size_t r = 0; r < devices_.size(); ++r) {
-      issue(static_cast<int>(r), (*comms_)[r], cuda::comm_stream(devices_[r]));
+      issue(static_cast<int>(r), (*comms_)[r], cuda::compute_stream(devices_[r]));
     }
     group.end();
-    for (int d : devices_) cuda::stream_wait(cuda::compute_stream(d), cuda::comm_stream(d), d);
   }
 
  private:

@@ -32,11 +32,11 @@ void enable_peer_access(int device, int peer) {
 
 }  // namespace
 
-// Note [Peer copy ordering]: as in Note [Comm stream ordering], but a copy touches two devices: its carrier stream
-// first waits for the compute streams of both ends (the producer of the source; earlier users of the destination's
-// block), then every copy is issued, then the compute streams of both ends wait for the carrier stream (consumers of
-// the destination; reuse of the source's block). All waits are recorded before any copy is issued, so copies on
-// different carrier streams do not wait for one another.
+// Note [Peer copy ordering]: a copy runs on a communication stream (Note [Overlapping copies]) and touches two
+// devices: its carrier stream first waits for the compute streams of both ends (the producer of the source; earlier
+// users of the destination's block), then every copy is issued, then the compute streams of both ends wait for the
+// carrier stream (consumers of the destination; reuse of the source's block). All waits are recorded before any
+// copy is issued, so copies on different carrier streams do not wait for one another.
 void copy_on_comm_streams(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts,
                           const std::vector<int>& carriers) {
   std::vector<std::pair<int, int>> joins;  // (carrier, end device), each once

@@ -35,7 +35,8 @@ size_t round_up(size_t nbytes) {
 // Note [No cudaFree during collectives]: freeing device memory while NCCL work is being enqueued can deadlock.
 // Blocks only return to the driver in cuda_empty_cache and when cudaMalloc runs out of memory (cached blocks are
 // released and the allocation retried once). Neither may run while a collective is being enqueued: the comm
-// backend allocates its outputs before it starts an NCCL group, and empty_cache is not called during one.
+// backend allocates its outputs before it launches a collective, and the release holds a CollectiveLaunchLock, so
+// another thread cannot release memory while a collective is being launched (Note [Launching collectives]).
 struct DeviceCache {
   std::mutex mutex;
   std::multimap<size_t, void*> free_blocks;       // cached blocks by size, for best-fit reuse
@@ -56,6 +57,7 @@ DeviceCache& cache_of(int device, const char* caller) {
 // Returns every cached block of `device` to the driver. The caller holds cache.mutex.
 void release_cached_blocks(DeviceCache& cache, int device) {
   if (cache.free_blocks.empty()) return;
+  cuda::CollectiveLaunchLock no_collective_launch;
   cuda::DeviceGuard guard(device);
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // the last uses of the cached blocks have finished
   while (!cache.free_blocks.empty()) {

@@ -18,8 +18,8 @@ struct DeviceContext {
   std::once_flag cublas_created;
   cublasHandle_t cublas = nullptr;
 
-  std::mutex events_mutex;
-  std::unordered_map<cudaStream_t, cudaEvent_t> events;  // one reusable event per producer stream of this device
+  std::unordered_map<cudaStream_t, cudaEvent_t> events;  // one reusable event per producer stream of this device,
+                                                          // guarded by the CollectiveLaunchLock
 };
 
 // One context per visible device, created on first use and never destroyed: streams, handles and events live for
@@ -46,6 +46,11 @@ DeviceContext& with_streams(int device, const char* caller) {
   return context;
 }
 
+std::mutex& collective_launch_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 }  // namespace
 
 cudaStream_t compute_stream(int device) { return with_streams(device, "cuda::compute_stream").compute; }
@@ -66,16 +71,23 @@ cublasHandle_t cublas_handle(int device) {
   return context.cublas;
 }
 
+CollectiveLaunchLock::CollectiveLaunchLock() : lock_(collective_launch_mutex()) {}
+
 // Note [Reused events]: stream_wait records the producer's one cached event and enqueues the wait under a lock.
 // cudaStreamWaitEvent waits for the record that precedes it on the host, so recording the same event again for
 // a later stream_wait cannot weaken an earlier wait: no event is created per call, and nothing blocks the host.
+// Only the creation of an event selects the producer's device (an event belongs to the device current when it is
+// created); recording needs the event and the stream on one device, and a stream may wait for an event of any
+// device, whatever device is current.
 void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device) {
   if (consumer == producer) return;
   DeviceContext& context = context_of(producer_device, "cuda::stream_wait");
-  std::lock_guard lock(context.events_mutex);
-  DeviceGuard guard(producer_device);  // the event must belong to the producer's device
+  CollectiveLaunchLock lock;  // see Note [Launching collectives]
   cudaEvent_t& event = context.events[producer];
-  if (event == nullptr) TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  if (event == nullptr) {
+    DeviceGuard guard(producer_device);
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
   TANDEM_CUDA_CHECK(cudaEventRecord(event, producer));
   TANDEM_CUDA_CHECK(cudaStreamWaitEvent(consumer, event, 0));
 }
