@@ -29,12 +29,20 @@ run_stage() {
         timeout 300 "$build/bin/$example" >>"$out/examples.log" 2>&1
         echo "exit status $?" >>"$out/examples.log"
       done
-      tail -60 "$out/examples.log" ;;
+      # The main job on one GPU, two GPUs and one CPU device: the summaries must agree to 1e-5.
+      for devices in cuda:0 cuda:0,cuda:1 cpu:0; do
+        echo "== tandem-train --devices $devices" >>"$out/examples.log"
+        timeout 300 "$build/bin/tandem-train" --devices "$devices" --quiet --summary-json "$out/summary.json" \
+          >>"$out/examples.log" 2>&1
+        cat "$out/summary.json" >>"$out/examples.log" && rm -f "$out/summary.json"
+        echo >>"$out/examples.log"
+      done
+      tail -40 "$out/examples.log" ;;
     comm_bench)
-      timeout 400 "$build/bin/comm_bench" --markdown "$out/comm_bench.md" >"$out/comm_bench.log" 2>&1
+      timeout 400 "$build/bin/comm_bench" >"$out/comm_bench.log" 2>&1
       cat "$out/comm_bench.log" | tail -60 ;;
     step_bench)
-      timeout 400 "$build/bin/train_step_bench" --markdown "$out/step_bench.md" >"$out/step_bench.log" 2>&1
+      timeout 400 "$build/bin/train_step_bench" >"$out/step_bench.log" 2>&1
       tail -40 "$out/step_bench.log" ;;
     torch)
       PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/torch_train_step.py >"$out/torch.log" 2>&1
