@@ -1,13 +1,55 @@
-// comm::broadcast: one copy of a tensor per device.
+// comm::broadcast: one copy of a tensor per device; and broadcast_lists, its list form, which broadcast_coalesced
+// shares.
 
 #include <algorithm>
 
 #include "checks.h"
 #include "comm_backend.h"
+#include "lists.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/grad_mode.h"
 
 namespace tandem::comm {
+
+namespace detail {
+
+std::vector<std::vector<Tensor>> broadcast_lists(const std::vector<Tensor>& tensors,
+                                                 const std::vector<Device>& devices) {
+  std::vector<std::vector<Tensor>> results(devices.size());
+  if (tensors.empty()) return results;
+  const Device source = tensors.front().device();
+  std::vector<Tensor> sources;               // the tensors that have elements, contiguous
+  std::vector<std::vector<Tensor>> targets;  // their new copies, one list per other distinct device
+  std::vector<Device> participants = {source};
+  std::vector<size_t> repeats;  // entries whose device appeared earlier in `devices` (not the source)
+  for (const Tensor& t : tensors) {
+    if (t.numel() > 0) sources.push_back(t.contiguous());
+  }
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const auto earlier = devices.begin() + static_cast<std::ptrdiff_t>(d);
+    if (devices[d] == source) {
+      results[d] = tensors;
+    } else if (std::find(devices.begin(), earlier, devices[d]) != earlier) {
+      repeats.push_back(d);
+    } else {
+      targets.emplace_back();
+      for (const Tensor& t : tensors) {
+        results[d].push_back(Tensor::empty(t.shape(), devices[d]));
+        if (t.numel() > 0) targets.back().push_back(results[d].back());
+      }
+      participants.push_back(devices[d]);
+    }
+  }
+  if (!targets.empty() && !sources.empty()) backend_for(participants).broadcast(sources, targets);
+  // A device named twice gets tensors that do not alias the first ones.
+  for (size_t d : repeats) {
+    const auto first = static_cast<size_t>(std::find(devices.begin(), devices.end(), devices[d]) - devices.begin());
+    for (const Tensor& t : results[first]) results[d].push_back(t.clone());
+  }
+  return results;
+}
+
+}  // namespace detail
 
 std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& devices) {
   constexpr const char* fn = "comm::broadcast";
@@ -15,30 +57,10 @@ std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& d
   detail::check_devices(devices, fn);
   NoGradGuard no_grad;
 
-  const Device source = tensor.device();
-  std::vector<Tensor> results(devices.size());
-  std::vector<size_t> repeats;          // entries whose device appeared earlier in `devices` (not the source)
-  std::vector<Tensor> targets;          // one new tensor per other distinct device
-  std::vector<Device> participants = {source};
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const auto first = std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]);
-    if (devices[i] == source) {
-      results[i] = tensor;
-    } else if (first != devices.begin() + static_cast<std::ptrdiff_t>(i)) {
-      repeats.push_back(i);
-    } else {
-      results[i] = Tensor::empty(tensor.shape(), devices[i]);
-      targets.push_back(results[i]);
-      participants.push_back(devices[i]);
-    }
-  }
-  if (!targets.empty() && tensor.numel() > 0) {
-    detail::backend_for(participants).broadcast(tensor.contiguous(), targets);
-  }
-  // A device named twice gets two tensors that do not alias each other.
-  for (size_t i : repeats) {
-    const auto first = std::find(devices.begin(), devices.end(), devices[i]) - devices.begin();
-    results[i] = results[static_cast<size_t>(first)].clone();
+  std::vector<Tensor> results;
+  results.reserve(devices.size());
+  for (std::vector<Tensor>& copies : detail::broadcast_lists({tensor}, devices)) {
+    results.push_back(std::move(copies.front()));
   }
   return results;
 }

@@ -1,7 +1,9 @@
-// comm::broadcast_coalesced and comm::reduce_add_coalesced: many tensors, one collective per bucket.
+// comm::broadcast_coalesced and comm::reduce_add_coalesced: many tensors, one collective per bucket (one NCCL group
+// of per-tensor operations on CUDA: no copies into or out of flat buffers).
 
 #include "buckets.h"
 #include "checks.h"
+#include "lists.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -19,16 +21,14 @@ std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& 
   }
   NoGradGuard no_grad;
 
-  std::vector<std::vector<Tensor>> results(devices.size(), std::vector<Tensor>(tensors.size()));
+  std::vector<std::vector<Tensor>> results(devices.size());
+  for (std::vector<Tensor>& list : results) list.reserve(tensors.size());
   for (const detail::Bucket& bucket : detail::make_buckets(tensors, buffer_size)) {
-    const std::vector<Tensor> copies = broadcast(detail::pack(tensors, bucket), devices);
+    const std::vector<Tensor> members(tensors.begin() + static_cast<std::ptrdiff_t>(bucket.begin),
+                                      tensors.begin() + static_cast<std::ptrdiff_t>(bucket.end));
+    std::vector<std::vector<Tensor>> copies = detail::broadcast_lists(members, devices);
     for (size_t d = 0; d < devices.size(); ++d) {
-      if (devices[d] == devices[0]) {
-        for (size_t i = bucket.begin; i < bucket.end; ++i) results[d][i] = tensors[i];
-        continue;
-      }
-      std::vector<Tensor> unpacked = detail::unpack(copies[d], tensors, bucket);
-      for (size_t i = bucket.begin; i < bucket.end; ++i) results[d][i] = std::move(unpacked[i - bucket.begin]);
+      for (Tensor& copy : copies[d]) results[d].push_back(std::move(copy));
     }
   }
   return results;
@@ -71,19 +71,20 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
   check_device_available(target, fn);
   NoGradGuard no_grad;
 
-  std::vector<Tensor> results(reference.size());
+  std::vector<Tensor> results;
+  results.reserve(reference.size());
   if (inputs.size() == 1) {  // like reduce_add of one input: the tensor itself when it is on the destination
-    for (size_t i = 0; i < reference.size(); ++i) {
-      results[i] = reference[i].device() == target ? reference[i] : detail::copy_to(reference[i], target);
-    }
+    for (const Tensor& t : reference) results.push_back(t.device() == target ? t : detail::copy_to(t, target));
     return results;
   }
   for (const detail::Bucket& bucket : detail::make_buckets(reference, buffer_size)) {
-    std::vector<Tensor> flats;
-    flats.reserve(inputs.size());
-    for (const std::vector<Tensor>& list : inputs) flats.push_back(detail::pack(list, bucket));
-    std::vector<Tensor> unpacked = detail::unpack(reduce_add(flats, target), reference, bucket);
-    for (size_t i = bucket.begin; i < bucket.end; ++i) results[i] = std::move(unpacked[i - bucket.begin]);
+    std::vector<std::vector<Tensor>> lists;  // the bucket's part of every input list
+    lists.reserve(inputs.size());
+    for (const std::vector<Tensor>& list : inputs) {
+      lists.emplace_back(list.begin() + static_cast<std::ptrdiff_t>(bucket.begin),
+                         list.begin() + static_cast<std::ptrdiff_t>(bucket.end));
+    }
+    for (Tensor& sum : detail::reduce_lists(lists, target)) results.push_back(std::move(sum));
   }
   return results;
 }

@@ -6,7 +6,9 @@
 //
 // Contract for every call: the tensors are defined and have a nonzero number of elements; the front end has
 // validated devices and shapes, allocated the outputs, and disabled grad mode. The collectives take contiguous
-// tensors that all have the same number of elements.
+// tensors in lists, position i of every list holding tensors of one size: a coalesced call passes a bucket's
+// tensors, a plain one lists of one. Each call is one collective over the whole lists where the backend can (one
+// NCCL group of per-tensor operations on CUDA), so nothing is packed into or unpacked out of flat buffers.
 
 #include <vector>
 
@@ -18,11 +20,12 @@ namespace tandem::comm::detail {
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Copies `src` into every tensor of `dsts`; src and the dsts live on pairwise distinct devices.
-  virtual void broadcast(const Tensor& src, const std::vector<Tensor>& dsts) = 0;
-  // output = inputs[0] + inputs[1] + ...; the inputs live on pairwise distinct devices; `output` is a fresh tensor
-  // on any device (it may or may not hold an input).
-  virtual void reduce(const std::vector<Tensor>& inputs, const Tensor& output) = 0;
+  // dsts[k][i] = srcs[i] for every k and i; the srcs live on one device, each list dsts[k] on another (the devices
+  // pairwise distinct).
+  virtual void broadcast(const std::vector<Tensor>& srcs, const std::vector<std::vector<Tensor>>& dsts) = 0;
+  // outputs[i] = inputs[0][i] + inputs[1][i] + ... for every i; each list inputs[d] lives on one device (pairwise
+  // distinct); the outputs are fresh tensors on one device (which may or may not hold an input list).
+  virtual void reduce(const std::vector<std::vector<Tensor>>& inputs, const std::vector<Tensor>& outputs) = 0;
   // In place: every tensor becomes the sum of all of them; pairwise distinct devices.
   virtual void all_reduce(const std::vector<Tensor>& tensors) = 0;
   // dsts[i] = srcs[i] for every i (equal shapes, any strides, any devices), with the copies overlapping where the

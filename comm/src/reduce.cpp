@@ -1,7 +1,9 @@
-// comm::reduce_add and comm::all_reduce: elementwise sums of one tensor per device.
+// comm::reduce_add and comm::all_reduce: elementwise sums of one tensor per device; and reduce_lists, the list
+// form of reduce_add, which reduce_add_coalesced shares.
 
 #include "checks.h"
 #include "comm_backend.h"
+#include "lists.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -22,6 +24,30 @@ void check_one_per_device(const std::vector<Tensor>& tensors, const char* fn, co
 
 }  // namespace
 
+namespace detail {
+
+std::vector<Tensor> reduce_lists(const std::vector<std::vector<Tensor>>& inputs, Device destination) {
+  std::vector<Tensor> outputs;
+  outputs.reserve(inputs.front().size());
+  std::vector<std::vector<Tensor>> sources(inputs.size());  // the inputs that have elements, contiguous
+  std::vector<Tensor> targets;                              // their sums
+  for (size_t i = 0; i < inputs.front().size(); ++i) {
+    outputs.push_back(Tensor::empty(inputs.front()[i].shape(), destination));
+    if (outputs.back().numel() == 0) continue;
+    targets.push_back(outputs.back());
+    for (size_t d = 0; d < inputs.size(); ++d) sources[d].push_back(inputs[d][i].contiguous());
+  }
+  if (!targets.empty()) {
+    std::vector<Device> participants;
+    participants.reserve(sources.size());
+    for (const std::vector<Tensor>& list : sources) participants.push_back(list.front().device());
+    backend_for(participants).reduce(sources, targets);
+  }
+  return outputs;
+}
+
+}  // namespace detail
+
 Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination) {
   constexpr const char* fn = "comm::reduce_add";
   check_one_per_device(inputs, fn, "input");
@@ -30,13 +56,10 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
   NoGradGuard no_grad;
 
   if (inputs.size() == 1) return inputs[0].device() == target ? inputs[0] : detail::copy_to(inputs[0], target);
-  Tensor output = Tensor::empty(inputs[0].shape(), target);
-  if (output.numel() == 0) return output;
-  std::vector<Tensor> sources;
-  sources.reserve(inputs.size());
-  for (const Tensor& input : inputs) sources.push_back(input.contiguous());
-  detail::backend_for(detail::devices_of(sources)).reduce(sources, output);
-  return output;
+  std::vector<std::vector<Tensor>> lists;  // one list of one tensor per device
+  lists.reserve(inputs.size());
+  for (const Tensor& input : inputs) lists.push_back({input});
+  return detail::reduce_lists(lists, target).front();
 }
 
 void all_reduce(std::vector<Tensor>& tensors) {

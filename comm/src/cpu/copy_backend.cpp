@@ -6,22 +6,29 @@
 namespace tandem::comm::detail {
 namespace {
 
+// sum = terms[0] + terms[1] + ..., accumulated in that order on sum's device.
+void sum_into(Tensor sum, const std::vector<Tensor>& terms) {
+  sum.copy_(terms[0]);
+  for (size_t d = 1; d < terms.size(); ++d) sum.add_(terms[d].to(sum.device()));
+}
+
 class CopyBackend final : public Backend {
  public:
-  void broadcast(const Tensor& src, const std::vector<Tensor>& dsts) override {
-    for (Tensor dst : dsts) dst.copy_(src);
+  void broadcast(const std::vector<Tensor>& srcs, const std::vector<std::vector<Tensor>>& dsts) override {
+    for (const std::vector<Tensor>& list : dsts) copy(srcs, list);
   }
 
-  // Sums in input order, ((inputs[0] + inputs[1]) + inputs[2]) + ..., on the output's device.
-  void reduce(const std::vector<Tensor>& inputs, const Tensor& output) override {
-    Tensor sum = output;
-    sum.copy_(inputs[0]);
-    for (size_t i = 1; i < inputs.size(); ++i) sum.add_(inputs[i].to(sum.device()));
+  void reduce(const std::vector<std::vector<Tensor>>& inputs, const std::vector<Tensor>& outputs) override {
+    std::vector<Tensor> column(inputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      for (size_t d = 0; d < inputs.size(); ++d) column[d] = inputs[d][i];
+      sum_into(outputs[i], column);
+    }
   }
 
   void all_reduce(const std::vector<Tensor>& tensors) override {
-    Tensor sum = Tensor::empty(tensors[0].shape(), tensors[0].device());
-    reduce(tensors, sum);
+    const Tensor sum = Tensor::empty(tensors[0].shape(), tensors[0].device());
+    sum_into(sum, tensors);
     for (Tensor t : tensors) t.copy_(sum);
   }
 

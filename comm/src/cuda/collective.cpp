@@ -6,9 +6,9 @@
 
 namespace tandem::comm::nccl {
 
-Collective::Collective(const std::vector<Tensor>& tensors) {
-  devices_.reserve(tensors.size());
-  for (const Tensor& t : tensors) devices_.push_back(t.device().index());
+Collective::Collective(const std::vector<Device>& devices) {
+  devices_.reserve(devices.size());
+  for (const Device& device : devices) devices_.push_back(device.index());
   std::sort(devices_.begin(), devices_.end());
   comms_ = &communicators(devices_);
 }
@@ -19,12 +19,6 @@ bool Collective::has(const Device& device) const {
 
 int Collective::rank_of(const Device& device) const {
   return static_cast<int>(std::lower_bound(devices_.begin(), devices_.end(), device.index()) - devices_.begin());
-}
-
-std::vector<void*> Collective::by_rank(const std::vector<Tensor>& tensors) const {
-  std::vector<void*> buffers(devices_.size());
-  for (const Tensor& t : tensors) buffers[static_cast<size_t>(rank_of(t.device()))] = t.mutable_data_ptr();
-  return buffers;
 }
 
 }  // namespace tandem::comm::nccl

@@ -4,6 +4,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "nccl_check.h"
@@ -33,17 +34,22 @@ class Group {
 
 class Collective {
  public:
-  // The devices of `tensors` (one tensor per device, all CUDA) become the ranks, in ascending device order.
-  explicit Collective(const std::vector<Tensor>& tensors);
+  // NCCL's limit on the operations between ncclGroupStart and ncclGroupEnd (one per rank and tensor).
+  static constexpr size_t kMaxGroupOperations = 2048;
 
+  // The participants: distinct CUDA devices, which become the ranks in ascending device order.
+  explicit Collective(const std::vector<Device>& devices);
+
+  size_t size() const { return devices_.size(); }
   bool has(const Device& device) const;
   int rank_of(const Device& device) const;
-  // The data of `tensors` (one per participating device) indexed by rank.
-  std::vector<void*> by_rank(const std::vector<Tensor>& tensors) const;
 
-  // Calls issue(rank, communicator, stream) for every rank inside one NCCL group, with each device's compute stream,
-  // while holding a CollectiveLaunchLock (Note [Launching collectives]), so collectives are issued one at a time:
-  // NCCL communicators may not be used by two host threads at once, and every rank must see the same order.
+  // Calls issue(rank, i, communicator, stream) for every rank and every i < count, with each device's compute
+  // stream, inside NCCL groups: every rank's operations in order of i, so that every communicator sees them in the
+  // same order, and no more than kMaxGroupOperations calls per group. NCCL aggregates the operations of a group
+  // into one kernel launch per device. The calls are made while holding a CollectiveLaunchLock (Note [Launching
+  // collectives]), so collectives are issued one at a time: NCCL communicators may not be used by two host threads
+  // at once, and every rank must see the same order.
   //
   // Note [Comm stream ordering]: a synchronous collective is issued on the participating devices' compute streams,
   // the streams on which its inputs were produced and on which its results are consumed. Stream order alone puts it
@@ -57,13 +63,19 @@ class Collective {
   // streams they were issued on. Nothing here allocates or frees device memory, so callers allocate every buffer
   // before calling run.
   template <typename Issue>
-  void run(Issue&& issue) const {
+  void run(size_t count, Issue&& issue) const {
     cuda::CollectiveLaunchLock lock;
-    Group group;
-    for (size_t r = 0; r < devices_.size(); ++r) {
-      issue(static_cast<int>(r), (*comms_)[r], cuda::compute_stream(devices_[r]));
+    const size_t per_group = std::max<size_t>(1, kMaxGroupOperations / devices_.size());
+    for (size_t first = 0; first < count; first += per_group) {
+      const size_t last = std::min(count, first + per_group);
+      Group group;
+      for (size_t r = 0; r < devices_.size(); ++r) {
+        for (size_t i = first; i < last; ++i) {
+          issue(static_cast<int>(r), i, (*comms_)[r], cuda::compute_stream(devices_[r]));
+        }
+      }
+      group.end();
     }
-    group.end();
   }
 
  private:

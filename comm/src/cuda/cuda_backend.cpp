@@ -1,8 +1,10 @@
 // The CUDA backend: one process drives every GPU. Broadcast, reduce and all-reduce are NCCL collectives (one NCCL
-// group over the participating devices, on their communication streams); copies are peer copies that overlap.
+// group over the participating devices, on their compute streams, with one operation per tensor of the lists);
+// copies are peer copies that overlap.
 
 #include <algorithm>
 
+#include "checks.h"
 #include "collective.h"
 #include "comm_backend.h"
 #include "peer_copies.h"
@@ -14,43 +16,67 @@ using nccl::Collective;
 
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
+// One list per device (a collective's lists, pairwise distinct devices).
+using Lists = std::vector<const std::vector<Tensor>*>;
+
+std::vector<Device> devices_of(const Lists& lists) {
+  std::vector<Device> devices;
+  devices.reserve(lists.size());
+  for (const std::vector<Tensor>* list : lists) devices.push_back(list->front().device());
+  return devices;
+}
+
+// `lists` reordered by the rank of their devices in `collective`.
+Lists by_rank(const Collective& collective, const Lists& lists) {
+  Lists ranked(lists.size());
+  for (const std::vector<Tensor>* list : lists) ranked[collective.rank_of(list->front().device())] = list;
+  return ranked;
+}
+
 class CudaBackend final : public Backend {
  public:
-  void broadcast(const Tensor& src, const std::vector<Tensor>& dsts) override {
-    std::vector<Tensor> tensors = dsts;
-    tensors.push_back(src);
-    const Collective collective(tensors);
-    const std::vector<void*> buffers = collective.by_rank(tensors);
-    const int root = collective.rank_of(src.device());
-    const size_t count = count_of(src);
-    collective.run([&](int rank, ncclComm_t comm, cudaStream_t stream) {
+  void broadcast(const std::vector<Tensor>& srcs, const std::vector<std::vector<Tensor>>& dsts) override {
+    Lists lists = {&srcs};
+    for (const std::vector<Tensor>& list : dsts) lists.push_back(&list);
+    const Collective collective(devices_of(lists));
+    const Lists ranked = by_rank(collective, lists);
+    const int root = collective.rank_of(srcs.front().device());
+    collective.run(srcs.size(), [&](int rank, size_t i, ncclComm_t comm, cudaStream_t stream) {
       // In place on the root (its send and receive buffers are the same), so the root copies nothing.
-      TANDEM_NCCL_CHECK(ncclBroadcast(buffers[rank], buffers[rank], count, ncclFloat, root, comm, stream));
+      void* const buffer = (*ranked[rank])[i].mutable_data_ptr();
+      TANDEM_NCCL_CHECK(ncclBroadcast(buffer, buffer, count_of(srcs[i]), ncclFloat, root, comm, stream));
     });
   }
 
-  // tandem: a destination that holds no input (another GPU, or the host) receives the sum through a temporary on
-  // the first input's device, since every rank of an NCCL reduce contributes an input.
-  void reduce(const std::vector<Tensor>& inputs, const Tensor& output) override {
-    const Collective collective(inputs);
-    const bool direct = collective.has(output.device());
-    const Tensor target = direct ? output : Tensor::empty(output.shape(), inputs[0].device());
-    const std::vector<void*> buffers = collective.by_rank(inputs);
-    const int root = collective.rank_of(target.device());
-    void* const result = target.mutable_data_ptr();
-    const size_t count = count_of(target);
-    collective.run([&](int rank, ncclComm_t comm, cudaStream_t stream) {
-      TANDEM_NCCL_CHECK(ncclReduce(buffers[rank], rank == root ? result : nullptr, count, ncclFloat, ncclSum, root,
-                                   comm, stream));
+  // tandem: a destination that holds no input list (another GPU, or the host) receives the sums through
+  // temporaries on the first list's device, since every rank of an NCCL reduce contributes an input.
+  void reduce(const std::vector<std::vector<Tensor>>& inputs, const std::vector<Tensor>& outputs) override {
+    Lists lists;
+    for (const std::vector<Tensor>& list : inputs) lists.push_back(&list);
+    const Collective collective(devices_of(lists));
+    const bool direct = collective.has(outputs.front().device());
+    std::vector<Tensor> targets = outputs;
+    if (!direct) {
+      for (Tensor& target : targets) target = Tensor::empty(target.shape(), inputs.front().front().device());
+    }
+    const Lists ranked = by_rank(collective, lists);
+    const int root = collective.rank_of(targets.front().device());
+    collective.run(targets.size(), [&](int rank, size_t i, ncclComm_t comm, cudaStream_t stream) {
+      void* const result = rank == root ? targets[i].mutable_data_ptr() : nullptr;
+      TANDEM_NCCL_CHECK(ncclReduce((*ranked[rank])[i].data_ptr(), result, count_of(targets[i]), ncclFloat, ncclSum,
+                                   root, comm, stream));
     });
-    if (!direct) Tensor(output).copy_(target);
+    if (!direct) {
+      for (size_t i = 0; i < outputs.size(); ++i) Tensor(outputs[i]).copy_(targets[i]);
+    }
   }
 
   void all_reduce(const std::vector<Tensor>& tensors) override {
-    const Collective collective(tensors);
-    const std::vector<void*> buffers = collective.by_rank(tensors);
-    const size_t count = count_of(tensors[0]);
-    collective.run([&](int rank, ncclComm_t comm, cudaStream_t stream) {
+    const Collective collective(detail::devices_of(tensors));
+    std::vector<void*> buffers(tensors.size());
+    for (const Tensor& t : tensors) buffers[collective.rank_of(t.device())] = t.mutable_data_ptr();
+    const size_t count = count_of(tensors.front());
+    collective.run(1, [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) {
       TANDEM_NCCL_CHECK(ncclAllReduce(buffers[rank], buffers[rank], count, ncclFloat, ncclSum, comm, stream));
     });
   }
