@@ -2,6 +2,7 @@
 // history live in views.cpp; arithmetic in ops.cpp.
 #include "tandem/core/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -284,6 +285,23 @@ void Tensor::backward(const Tensor& grad_output) const {
 Tensor Tensor::detach() const {
   check_defined("detach");
   return raw::alias(*this, impl_->shape, impl_->strides, impl_->offset);
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  check_defined("register_post_accumulate_grad_hook");
+  TANDEM_CHECK(impl_->grad_fn == nullptr && impl_->requires_grad,
+               "Tensor::register_post_accumulate_grad_hook: the tensor is ",
+               impl_->grad_fn ? "the result of an operation" : "a leaf that does not require grad",
+               " but expected a leaf that requires grad");
+  static std::atomic<uint64_t> next_handle{1};
+  const uint64_t handle = next_handle.fetch_add(1, std::memory_order_relaxed);
+  impl_->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t handle) const {
+  check_defined("remove_post_accumulate_grad_hook");
+  std::erase_if(impl_->post_accumulate_grad_hooks, [&](const auto& entry) { return entry.first == handle; });
 }
 
 }  // namespace tandem

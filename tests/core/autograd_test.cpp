@@ -135,6 +135,46 @@ TEST_P(AutogradTest, OutputThatIsAnInputKeepsTheInputIntact) {
   expect_values(x.grad(), {5, 5}, {2});
 }
 
+TEST_P(AutogradTest, PostAccumulateGradHooksRunAfterEachAccumulation) {
+  Tensor x = Tensor::from_vector({1, 2}, {2}, device()).set_requires_grad();
+  std::vector<std::vector<float>> seen;  // x.grad() as the first hook saw it, call by call
+  std::vector<int> calls;                // which hook ran, in order
+  const uint64_t first = x.register_post_accumulate_grad_hook([&](const Tensor& leaf) {
+    EXPECT_TRUE(leaf.is_same(x));
+    seen.push_back(leaf.grad().to_vector());
+    calls.push_back(1);
+  });
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { calls.push_back(2); });
+  sum(x * x).backward();     // d/dx = 2x = {2, 4}
+  sum(x * 3.0f).backward();  // accumulated: {5, 7}
+  EXPECT_EQ(seen, (std::vector<std::vector<float>>{{2, 4}, {5, 7}}));
+  EXPECT_EQ(calls, (std::vector<int>{1, 2, 1, 2}));
+
+  // Gradients that meet are summed before they reach the leaf: one accumulation, one call per hook.
+  sum(x * x + x).backward();
+  EXPECT_EQ(calls.size(), 6u);
+  EXPECT_EQ(seen.back(), (std::vector<float>{8, 12}));  // {5, 7} + 2x + 1
+
+  x.remove_post_accumulate_grad_hook(first);
+  x.remove_post_accumulate_grad_hook(first);  // already removed: nothing happens
+  sum(x).backward();
+  EXPECT_EQ(calls, (std::vector<int>{1, 2, 1, 2, 1, 2, 2}));
+  EXPECT_EQ(seen.size(), 3u);
+
+  Tensor w = Tensor::ones({2}, device()).set_requires_grad();
+  w.register_post_accumulate_grad_hook([](const Tensor&) { TANDEM_FAIL("hook: refused"); });
+  EXPECT_ERROR(sum(w * 2.0f).backward(), "hook: refused");
+  expect_values(w.grad(), {2, 2}, {2});  // the hook runs after the accumulation
+
+  const auto nothing = [](const Tensor&) {};
+  EXPECT_ERROR((x * 2.0f).register_post_accumulate_grad_hook(nothing),
+               "Tensor::register_post_accumulate_grad_hook: the tensor is the result of an operation but expected a "
+               "leaf that requires grad");
+  EXPECT_ERROR(Tensor::ones({2}, device()).register_post_accumulate_grad_hook(nothing),
+               "the tensor is a leaf that does not require grad");
+  EXPECT_ERROR(Tensor().register_post_accumulate_grad_hook(nothing), "register_post_accumulate_grad_hook");
+}
+
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE(AutogradTest);
 
 }  // namespace

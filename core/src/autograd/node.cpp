@@ -34,6 +34,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   } else {
     current.add_(incoming);
   }
+  for (const auto& [handle, hook] : leaf_->post_accumulate_grad_hooks) hook(leaf);
   return {};
 }
 

@@ -3,9 +3,11 @@
 // element type is kept in the metadata so that half types can follow.
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/device.h"
@@ -16,6 +18,8 @@ namespace tandem {
 
 enum class DType : uint8_t { Float32 };
 size_t element_size(DType dtype);
+
+class Tensor;
 
 namespace autograd {
 class Node;
@@ -35,6 +39,8 @@ struct TensorImpl {
   uint32_t output_nr = 0;                     // which output of grad_fn this tensor is
   std::shared_ptr<TensorImpl> grad;           // accumulated gradient (leaves)
   std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: the node that accumulates into grad
+  // leaves: (handle, hook) pairs, see Tensor::register_post_accumulate_grad_hook
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 class Tensor {
@@ -109,6 +115,16 @@ class Tensor {
   void backward() const;                                 // one-element tensors: seeds with 1
   void backward(const Tensor& grad_output) const;
   Tensor detach() const;                                 // shares storage, no autograd history
+
+  // Calls hook(leaf) each time a backward pass has accumulated a gradient into this leaf's .grad, right after the
+  // accumulation was issued (on a GPU it may still be running on the device's compute stream, where later work is
+  // ordered after it), on the thread running that backward; hooks run in registration order. An exception thrown
+  // by a hook propagates out of the backward call. Returns a handle for remove_post_accumulate_grad_hook. Registering
+  // and removing are not synchronized with a backward pass that reaches this leaf: do either while none runs.
+  // Errors: an undefined tensor; a tensor that is not a leaf requiring grad.
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  // Removes the hook registered under `handle`; does nothing when there is none (already removed).
+  void remove_post_accumulate_grad_hook(uint64_t handle) const;
 
  private:
   void check_defined(const char* caller) const;
