@@ -4,7 +4,10 @@
 // Code above this interface (core/src/*.cpp) allocates outputs, checks shapes and devices, and handles autograd;
 // a backend only computes. All tensors passed to one call live on one device of the backend's type.
 
+#include <memory>
+
 #include "tandem/core/fused.h"
+#include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::backend {
@@ -63,5 +66,9 @@ inline Backend& for_device(const Device& device) { return device.is_cpu() ? cpu(
 // Copies between two contiguous tensors of equal numel on different devices, at least one of them CUDA
 // (host <-> GPU, GPU <-> GPU peer copies), ordered after the producers and before later consumers on both sides.
 void cuda_copy_across_devices(const Tensor& src, const Tensor& dst);
+
+// An event from `device`'s pool, recorded on its compute stream; it returns to the pool when the last reference is
+// dropped (Note [Stream markers]).
+std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int device);
 
 }  // namespace tandem::backend

@@ -10,4 +10,5 @@
 #include "tandem/core/random.h"
 #include "tandem/core/shape.h"
 #include "tandem/core/storage.h"
+#include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"

@@ -20,6 +20,8 @@ Backend& cuda() { fail_without_cuda("backend::cuda"); }
 
 void cuda_copy_across_devices(const Tensor&, const Tensor&) { fail_without_cuda("backend::cuda_copy_across_devices"); }
 
+std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int) { fail_without_cuda("backend::cuda_record_marker"); }
+
 }  // namespace backend
 
 namespace alloc {

@@ -9,12 +9,14 @@
 #include <mutex>
 
 #include "tandem/core/error.h"
+#include "tandem/core/stream_marker.h"
 
 namespace tandem::cuda {
 
 // Note [Streams]: each device has one compute stream on which every op for that device is issued (whatever host
-// thread issues it), and one communication stream for collectives. Both are non-blocking streams created on
-// first use and kept for the life of the process. Work crosses streams and devices only through events.
+// thread issues it), and one communication stream for the communication that overlaps it (peer copies, the
+// asynchronous all-reduce; synchronous collectives run on the compute streams). Both are non-blocking streams
+// created on first use and kept for the life of the process. Work crosses streams and devices only through events.
 cudaStream_t compute_stream(int device);
 cudaStream_t comm_stream(int device);
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
@@ -46,6 +48,10 @@ class CollectiveLaunchLock {
  private:
   std::unique_lock<std::mutex> lock_;
 };
+
+// The event of a marker recorded on a CUDA device (Note [Stream markers]), valid while the marker lives. Errors: a
+// marker that holds no event (recorded on a CPU device, or default-constructed).
+cudaEvent_t marker_event(const StreamMarker& marker);
 
 // Sets the current device, restoring the previous one when destroyed.
 class DeviceGuard {
