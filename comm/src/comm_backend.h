@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm::detail {
@@ -28,6 +29,11 @@ class Backend {
   virtual void reduce(const std::vector<std::vector<Tensor>>& inputs, const std::vector<Tensor>& outputs) = 0;
   // In place: every tensor becomes the sum of all of them; pairwise distinct devices.
   virtual void all_reduce(const std::vector<Tensor>& tensors) = 0;
+  // all_reduce started after ready[i] on each tensor's device (a marker on that device), ordering nothing after it
+  // yet: join(tensors) must follow before the tensors are used or released. A synchronous backend sums here.
+  virtual void start_all_reduce(const std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready) = 0;
+  // Orders the later work on the tensors' devices after every all-reduce started on them.
+  virtual void join(const std::vector<Tensor>& tensors) = 0;
   // dsts[i] = srcs[i] for every i (equal shapes, any strides, any devices), with the copies overlapping where the
   // backend can (scatter: one source device, gather: one destination device).
   virtual void copy(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) = 0;

@@ -9,21 +9,6 @@
 #include "tandem/core/grad_mode.h"
 
 namespace tandem::comm {
-namespace {
-
-// One defined tensor per device, all of the shape of the first. `noun` names an entry in messages ("input 1").
-void check_one_per_device(const std::vector<Tensor>& tensors, const char* fn, const char* noun) {
-  TANDEM_CHECK(!tensors.empty(), fn, ": got no ", noun, "s");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    detail::check_defined(tensors[i], fn, noun + (" " + std::to_string(i)));
-    TANDEM_CHECK(tensors[i].shape() == tensors[0].shape(), fn, ": ", noun, " ", i, " has shape ",
-                 to_string(tensors[i].shape()), " but expected ", to_string(tensors[0].shape()));
-  }
-  detail::check_distinct(detail::devices_of(tensors), fn, noun);
-}
-
-}  // namespace
-
 namespace detail {
 
 std::vector<Tensor> reduce_lists(const std::vector<std::vector<Tensor>>& inputs, Device destination) {
@@ -50,7 +35,7 @@ std::vector<Tensor> reduce_lists(const std::vector<std::vector<Tensor>>& inputs,
 
 Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination) {
   constexpr const char* fn = "comm::reduce_add";
-  check_one_per_device(inputs, fn, "input");
+  detail::check_one_per_device(inputs, fn, "input");
   const Device target = destination.value_or(inputs[0].device());
   check_device_available(target, fn);
   NoGradGuard no_grad;
@@ -64,7 +49,7 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
 
 void all_reduce(std::vector<Tensor>& tensors) {
   constexpr const char* fn = "comm::all_reduce";
-  check_one_per_device(tensors, fn, "tensor");
+  detail::check_one_per_device(tensors, fn, "tensor");
   if (tensors.size() == 1 || tensors[0].numel() == 0) return;
   NoGradGuard no_grad;
 

@@ -79,5 +79,21 @@ TEST(CommStreamOrdering, CoalescedScatterAndGatherWaitForProducers_MultiCUDA) {
   }
 }
 
+// all_reduce_async waits for each device's marker only, runs beside later compute work, and is joined at wait().
+TEST(CommStreamOrdering, AllReduceAsyncWaitsForItsMarkersAndIsJoinedAtWait_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  std::vector<Tensor> tensors = {produced_slowly(4.0f, devs[0]), produced_slowly(5.0f, devs[1])};
+  comm::AllReduceWork work =
+      comm::all_reduce_async(tensors, {StreamMarker::record(devs[0]), StreamMarker::record(devs[1])});
+  const Tensor unrelated = produced_slowly(2.0f, devs[1]);  // compute work after the marker, beside the collective
+  work.wait();
+  const Tensor consumed0 = tensors[0] + tensors[0];
+  const Tensor consumed1 = tensors[1] + tensors[1];
+  expect_constant(consumed0, 18.0f);
+  expect_constant(consumed1, 18.0f);
+  expect_constant(unrelated, 2.0f);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -59,26 +59,53 @@ class Collective {
   // results are used on the compute stream right after, and would cost two event round trips per device (record
   // and wait before, record and wait after: eight driver calls for two GPUs, several microseconds of host time per
   // call, plus two cross-stream hops on every device). The communication streams carry the work that does overlap:
-  // peer copies (Note [Overlapping copies]). NCCL runs the operations of one communicator in issue order whatever
-  // streams they were issued on. Nothing here allocates or frees device memory, so callers allocate every buffer
-  // before calling run.
+  // peer copies (Note [Overlapping copies]) and all_reduce_async (run_after). NCCL runs the operations of one
+  // communicator in issue order whatever streams they were issued on, so a collective issued here still follows an
+  // all_reduce_async in flight on the same devices. Nothing here allocates or frees device memory, so callers
+  // allocate every buffer before calling run.
   template <typename Issue>
   void run(size_t count, Issue&& issue) const {
     cuda::CollectiveLaunchLock lock;
+    launch(count, cuda::compute_stream, issue);
+  }
+
+  // As run, but on the devices' communication streams, each of which first waits for ready[r] (an event recorded
+  // on the compute stream of rank r's device), and without joining anything back.
+  //
+  // Note [Deferred join]: this is how an all-reduce overlaps the rest of a backward pass. Its communication stream
+  // waits for one marker per device (the point after which its inputs are final), not for everything issued on the
+  // compute streams, and nothing waits for it until AllReduceWork::wait() makes each compute stream wait for its
+  // communication stream. In between, the compute streams run on, so two rules hold until the join: no work issued
+  // after the marker may read or write the tensors, and the tensors' blocks must not be released (the caching
+  // allocator would hand them to compute-stream work that does not wait for the collective, Note [Stream-ordered
+  // reuse]); AllReduceWork holds the tensors, and the gradient buffers of ReplicatedModule live as long as the
+  // module anyway. Deadlock freedom (Note [Launching collectives]): the marker waits are enqueued under the lock
+  // together with the launches, and the kernels depend only on work issued before them; no compute stream waits for
+  // a communication stream until the join, which comes after every launch of the collective.
+  template <typename Issue>
+  void run_after(const std::vector<cudaEvent_t>& ready, Issue&& issue) const {
+    cuda::CollectiveLaunchLock lock;
+    for (size_t r = 0; r < devices_.size(); ++r) {
+      TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::comm_stream(devices_[r]), ready[r], 0));
+    }
+    launch(1, cuda::comm_stream, issue);
+  }
+
+ private:
+  // Issues the groups of run and run_after on stream_of(device); the caller holds the CollectiveLaunchLock.
+  template <typename Issue>
+  void launch(size_t count, cudaStream_t (*stream_of)(int), Issue& issue) const {
     const size_t per_group = std::max<size_t>(1, kMaxGroupOperations / devices_.size());
     for (size_t first = 0; first < count; first += per_group) {
       const size_t last = std::min(count, first + per_group);
       Group group;
       for (size_t r = 0; r < devices_.size(); ++r) {
-        for (size_t i = first; i < last; ++i) {
-          issue(static_cast<int>(r), i, (*comms_)[r], cuda::compute_stream(devices_[r]));
-        }
+        for (size_t i = first; i < last; ++i) issue(static_cast<int>(r), i, (*comms_)[r], stream_of(devices_[r]));
       }
       group.end();
     }
   }
 
- private:
   std::vector<int> devices_;
   const std::vector<ncclComm_t>* comms_ = nullptr;
 };

@@ -81,6 +81,29 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // See Note [Deferred join] in collective.h.
+  void start_all_reduce(const std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready) override {
+    const Collective collective(detail::devices_of(tensors));
+    std::vector<void*> buffers(tensors.size());
+    std::vector<cudaEvent_t> events(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const int rank = collective.rank_of(tensors[i].device());
+      buffers[rank] = tensors[i].mutable_data_ptr();
+      events[rank] = cuda::marker_event(ready[i]);
+    }
+    const size_t count = count_of(tensors.front());
+    collective.run_after(events, [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) {
+      TANDEM_NCCL_CHECK(ncclAllReduce(buffers[rank], buffers[rank], count, ncclFloat, ncclSum, comm, stream));
+    });
+  }
+
+  void join(const std::vector<Tensor>& tensors) override {
+    for (const Tensor& t : tensors) {
+      const int device = t.device().index();
+      cuda::stream_wait(cuda::compute_stream(device), cuda::comm_stream(device), device);
+    }
+  }
+
   // Note [Overlapping copies]: core's cross-device copy runs each copy on the destination's compute stream and then
   // makes the source's compute stream wait for it, so a gather's copies (one destination) and a scatter's copies
   // to several GPUs (one source) would run one after another. Here each copy runs on the communication stream of

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm {
@@ -75,5 +76,38 @@ Tensor gather(const std::vector<Tensor>& tensors, int64_t dim = 0, std::optional
 // CUDA: one NCCL all-reduce when every tensor is a contiguous CUDA tensor.
 // Errors: empty list; an undefined tensor; shapes differ; two tensors on one device.
 void all_reduce(std::vector<Tensor>& tensors);
+
+// The part of an all_reduce_async still to be joined into the devices' work. Destroying it joins it (as wait()).
+class AllReduceWork {
+ public:
+  AllReduceWork() = default;  // nothing to join
+  AllReduceWork(AllReduceWork&& other) noexcept;
+  AllReduceWork& operator=(AllReduceWork&& other);  // joins the work it held first
+  ~AllReduceWork();
+
+  // Orders all later work on the tensors' devices after the all-reduce; the host does not wait for it. Afterwards
+  // the tensors hold the sums and may be used and released. Does nothing when already joined.
+  void wait();
+  bool pending() const { return !tensors_.empty(); }
+
+ private:
+  friend AllReduceWork all_reduce_async(std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready);
+  explicit AllReduceWork(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {}
+
+  std::vector<Tensor> tensors_;  // held until the join, so that no storage is released while the sum runs
+};
+
+// all_reduce, started without ordering later work after it (tandem). On CUDA, each device's communication stream
+// waits for ready[i] only, not for everything issued on its compute stream, and the NCCL all-reduce runs there: it
+// overlaps whatever the compute streams run after the markers (the rest of a backward pass), and wait() on the
+// returned work joins it back into them (Note [Deferred join] in comm/src/cuda/collective.h). Until then the
+// tensors must not be touched: no work issued after ready[i] may read or write tensors[i], and the caller must not
+// read them; the work keeps their storage alive. On CPU devices and mixed device lists the sum is done here and
+// the work has nothing to join. Concurrent calls from several threads are fine; each is one collective over all
+// devices, so the ranks agree on the order.
+// Requires: ready[i] was recorded on tensors[i]'s device after the work that produces tensors[i].
+// Errors: those of all_reduce; a tensor that is not contiguous; ready of another length than tensors, or a marker
+// on another device than its tensor.
+AllReduceWork all_reduce_async(std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready);
 
 }  // namespace tandem::comm
