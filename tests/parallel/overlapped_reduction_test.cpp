@@ -1,0 +1,209 @@
+// ReplicatedModule::forward_backward sums each gradient bucket while backward runs (Note [Overlapped gradient
+// reduction]); on CPU devices the all-reduces are synchronous, so these tests check that the bookkeeping (hooks,
+// buckets completed replica by replica, idle replicas, leftover buckets, accumulation) gives one device's numbers.
+
+#include "parallel/parallel_test_helpers.h"
+
+namespace tandem::testing {
+namespace {
+
+constexpr optim::SGDOptions kOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3};
+// Even and uneven batches, and batches with fewer rows than devices (some replicas idle).
+const std::vector<int64_t> kBatchRows = {12, 13, 2, 7, 1, 9};
+
+struct Batch {
+  Tensor x;
+  Tensor y;
+};
+
+Batch batch(size_t step, Device device) {
+  return {seeded_randn({kBatchRows[step], 10}, device, 900 + step),
+          seeded_randn({kBatchRows[step], 1}, device, 950 + step)};
+}
+
+// The replicas' weighted MSE (each chunk's mean weighted by its share of the rows): summed over replicas, the
+// gradient of the mean over the whole batch.
+std::vector<Tensor> forward_backward_step(parallel::ReplicatedModule& model, const Batch& b) {
+  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
+  const std::vector<Device> used(model.devices().begin(),
+                                 model.devices().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+  const std::vector<Tensor> targets = comm::scatter(b.y, used);
+  const auto rows = static_cast<float>(b.x.size(0));
+  return model.forward_backward(inputs, [&](size_t i, const Tensor& output) {
+    return nn::mse_loss(output, targets[i]) * (static_cast<float>(targets[i].size(0)) / rows);
+  });
+}
+
+// The same step without forward_backward: forward, one backward over every replica's loss, reduce_gradients().
+void manual_step(parallel::ReplicatedModule& model, const Batch& b) {
+  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
+  const std::vector<Device> used(model.devices().begin(),
+                                 model.devices().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+  const std::vector<Tensor> targets = comm::scatter(b.y, used);
+  const std::vector<Tensor> outputs = model.forward(inputs);
+  std::vector<Tensor> losses;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    losses.push_back(nn::mse_loss(outputs[i], targets[i]) *
+                     (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0))));
+  }
+  autograd::backward(losses);
+  model.reduce_gradients();
+}
+
+void expect_every_replica_has(const parallel::ReplicatedModule& model, const std::vector<Tensor>& gradients) {
+  for (size_t d = 0; d < model.size(); ++d) {
+    SCOPED_TRACE("replica " + std::to_string(d));
+    expect_gradients_close(*model.replicas()[d], gradients);
+  }
+}
+
+class OverlappedReduction : public EveryDeviceSet {};
+
+// Several buckets (128 bytes: [fc2.bias, fc2.weight], [fc1.bias], [fc1.weight]), idle replicas on the small
+// batches; reduce_gradients() after forward_backward must not sum a second time.
+TEST_P(OverlappedReduction, ForwardBackwardGivesOneDevicesGradientsAndParametersEachStep) {
+  const auto devices = this->devices();
+  auto net = make_net(devices[0], 10, 20, 1);
+  auto reference = make_net(devices[0], 10, 20, 1);
+  parallel::ReplicatedModule model(net, devices, {.bucket_size = 128});
+  ASSERT_EQ(model.bucket_count(), 3u);
+  parallel::ReplicatedSGD sgd(model, kOptions);
+  optim::SGD reference_sgd(reference->parameters(), kOptions);
+  for (size_t step = 0; step < kBatchRows.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Batch b = batch(step, devices[0]);
+    model.zero_grad();
+    const std::vector<Tensor> losses = forward_backward_step(model, b);
+    model.reduce_gradients();
+    reference_sgd.zero_grad();
+    const Tensor reference_loss = nn::mse_loss(reference->forward(b.x), b.y);
+    reference_loss.backward();
+    expect_every_replica_has(model, gradients_of(*reference));
+    double total = 0.0;
+    for (const Tensor& loss : losses) total += loss.item();
+    EXPECT_NEAR(total, reference_loss.item(), 1e-5);
+    sgd.step();
+    reference_sgd.step();
+    expect_parameters_close(*net, *reference);
+    for (size_t d = 1; d < model.size(); ++d) expect_parameters_close(*model.replicas()[d], *net, 0.0, 0.0);
+  }
+}
+
+// The hooks stay installed but only act inside forward_backward: steps without it still sum exactly once.
+TEST_P(OverlappedReduction, StepsWithAndWithoutForwardBackwardMix) {
+  const auto devices = this->devices();
+  auto net = make_net(devices[0], 10, 20, 1);
+  auto reference = make_net(devices[0], 10, 20, 1);
+  parallel::ReplicatedModule model(net, devices, {.bucket_size = 64});
+  parallel::ReplicatedSGD sgd(model, kOptions);
+  optim::SGD reference_sgd(reference->parameters(), kOptions);
+  for (size_t step = 0; step < kBatchRows.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Batch b = batch(step, devices[0]);
+    model.zero_grad();
+    if (step % 2 == 0) {
+      forward_backward_step(model, b);
+    } else {
+      manual_step(model, b);
+    }
+    reference_sgd.zero_grad();
+    nn::mse_loss(reference->forward(b.x), b.y).backward();
+    expect_every_replica_has(model, gradients_of(*reference));
+    sgd.step();
+    reference_sgd.step();
+  }
+  expect_parameters_close(*net, *reference);
+}
+
+// Note [Accumulating onto sums]: two forward_backward calls without zero_grad() in between give the gradient of
+// both batches, as two backward passes on one device do.
+TEST_P(OverlappedReduction, GradientsAccumulateOverCallsLikeOnOneDevice) {
+  const auto devices = this->devices();
+  auto reference = make_net(devices[0], 10, 20, 1);
+  parallel::ReplicatedModule model(make_net(devices[0], 10, 20, 1), devices, {.bucket_size = 100});
+  model.zero_grad();
+  for (size_t step = 0; step < 3; ++step) {
+    const Batch b = batch(step, devices[0]);
+    forward_backward_step(model, b);
+    nn::mse_loss(reference->forward(b.x), b.y).backward();
+  }
+  model.reduce_gradients();  // already sums: nothing to do
+  expect_every_replica_has(model, gradients_of(*reference));
+}
+
+// A net with a parameter that forward never uses: it gets no gradient, so its bucket (here the only one, shared
+// with every other parameter) never completes during backward and is summed once the replicas are done.
+class WithUnusedParameter : public nn::Cloneable<WithUnusedParameter> {
+ public:
+  explicit WithUnusedParameter(Device device) : unused(Tensor::ones({3}, device)) {
+    manual_seed(4321);
+    fc1 = std::make_shared<nn::Linear>(4, 5, true, device);
+    fc2 = std::make_shared<nn::Linear>(5, 2, true, device);
+    register_module("fc1", fc1);
+    register_parameter("unused", unused);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) override { return fc2->forward(tanh(fc1->forward(x))); }
+  std::shared_ptr<nn::Linear> fc1;
+  Tensor unused;
+  std::shared_ptr<nn::Linear> fc2;
+};
+
+TEST_P(OverlappedReduction, ABucketWithAParameterWithoutGradientIsSummedAtTheEnd) {
+  const auto devices = this->devices();
+  parallel::ReplicatedModule model(std::make_shared<WithUnusedParameter>(devices[0]), devices);
+  ASSERT_EQ(model.bucket_count(), 1u);
+  auto reference = std::make_shared<WithUnusedParameter>(devices[0]);
+  std::vector<Tensor> inputs;
+  for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({3, 4}, devices[d], 60 + d));
+  model.forward_backward(inputs, [](size_t i, const Tensor& output) {
+    return sum(output) * static_cast<float>(i + 1);
+  });
+  for (size_t d = 0; d < devices.size(); ++d)
+    (sum(reference->forward(inputs[d].to(devices[0]))) * static_cast<float>(d + 1)).backward();
+  std::vector<Tensor> expected = gradients_of(*reference);
+  const auto named = reference->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    if (named[i].first != "unused") continue;
+    ASSERT_FALSE(expected[i].defined());  // no gradient on one device; zeros in the buffers
+    expected[i] = Tensor::zeros({3}, devices[0]);
+  }
+  expect_every_replica_has(model, expected);
+}
+
+TEST_P(OverlappedReduction, ASecondGradientInOneCallIsAnErrorAndTheModuleStaysUsable) {
+  const auto devices = this->devices();
+  parallel::ReplicatedModule model(make_net(devices[0]), devices, {.bucket_size = 40});
+  std::vector<Tensor> inputs;
+  for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({2, 4}, devices[d], 70 + d));
+  // One replica only, so that no other replica's thread writes into the buffers while the sums run.
+  const auto backward_too_early = [&](size_t i, const Tensor& output) {
+    sum(model.replicas()[i]->forward(inputs[i])).backward();  // a backward of its own: one too many
+    return sum(output);
+  };
+  EXPECT_ERROR(model.forward_backward({inputs[0]}, backward_too_early),
+               "' of replica 0 received a second gradient in one step, but its bucket is summed once");
+
+  model.zero_grad();
+  model.forward_backward(inputs, [](size_t, const Tensor& output) { return sum(output); });
+  auto reference = make_net(devices[0]);
+  for (size_t d = 0; d < devices.size(); ++d) sum(reference->forward(inputs[d].to(devices[0]))).backward();
+  expect_every_replica_has(model, gradients_of(*reference));
+}
+
+TEST_P(OverlappedReduction, DestroyingTheModuleRemovesTheHooksFromTheMaster) {
+  const auto devices = this->devices();
+  auto net = make_net(devices[0]);
+  { parallel::ReplicatedModule model(net, devices); }
+  const Tensor x = seeded_randn({3, 4}, devices[0], 80);
+  net->zero_grad();
+  sum(net->forward(x)).backward();  // would call into the destroyed module if a hook were left behind
+  auto reference = make_net(devices[0]);
+  sum(reference->forward(x)).backward();
+  expect_gradients_close(*net, gradients_of(*reference));
+}
+
+TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(OverlappedReduction);
+
+}  // namespace
+}  // namespace tandem::testing
