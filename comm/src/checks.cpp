@@ -25,7 +25,7 @@ void check_distinct(const std::vector<Device>& devices, const char* caller, cons
 void check_one_per_device(const std::vector<Tensor>& tensors, const char* caller, const char* noun) {
   TANDEM_CHECK(!tensors.empty(), caller, ": got no ", noun, "s");
   for (size_t i = 0; i < tensors.size(); ++i) {
-    check_defined(tensors[i], caller, noun + (" " + std::to_string(i)));
+    check_defined(tensors[i], caller, std::string(noun) + " " + std::to_string(i));
     TANDEM_CHECK(tensors[i].shape() == tensors[0].shape(), caller, ": ", noun, " ", i, " has shape ",
                  to_string(tensors[i].shape()), " but expected ", to_string(tensors[0].shape()));
   }
