@@ -11,8 +11,7 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch libtorch)
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
-nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
-cat "$out/gpus.txt"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 
 run_stage() {
   case "$1" in
