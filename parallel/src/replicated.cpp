@@ -153,7 +153,10 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
     for (size_t d = 1; d < buffers_.size(); ++d) buffers_[d].zero_();
   }
   summed_ = false;
-  if (replicas_.size() > 1) start_step(inputs.size());
+  // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
+  // summed after backward, without the per-gradient bookkeeping of an overlapped step.
+  const bool overlap = replicas_.size() > 1 && buckets_.size() > 1;
+  if (overlap) start_step(inputs.size());
 
   std::vector<Tensor> losses(inputs.size());
   std::vector<std::function<void()>> tasks;
@@ -171,8 +174,12 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
     step_.reset();  // joins the all-reduces already started (AllReduceWork's destructor); the gradients are partial
     throw;
   }
-  if (step_) finish_step();
-  summed_ = true;
+  if (overlap) {
+    finish_step();
+    summed_ = true;
+  } else {
+    reduce_gradients();
+  }
   return losses;
 }
 

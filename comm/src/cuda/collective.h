@@ -44,29 +44,30 @@ class Collective {
   bool has(const Device& device) const;
   int rank_of(const Device& device) const;
 
-  // Calls issue(rank, i, communicator, stream) for every rank and every i < count, with each device's compute
+  // Calls issue(rank, i, communicator, stream) for every rank and every i < count, with each device's communication
   // stream, inside NCCL groups: every rank's operations in order of i, so that every communicator sees them in the
   // same order, and no more than kMaxGroupOperations calls per group. NCCL aggregates the operations of a group
   // into one kernel launch per device. The calls are made while holding a CollectiveLaunchLock (Note [Launching
   // collectives]), so collectives are issued one at a time: NCCL communicators may not be used by two host threads
   // at once, and every rank must see the same order.
   //
-  // Note [Comm stream ordering]: a synchronous collective is issued on the participating devices' compute streams,
-  // the streams on which its inputs were produced and on which its results are consumed. Stream order alone puts it
-  // after every producer of its inputs and every earlier user of its output blocks, and before every later consumer
-  // of its results and every reuse of those blocks by the caching allocator (Note [Stream-ordered reuse]); no event
-  // is recorded and the host never blocks. A separate communication stream would overlap nothing, since the
-  // results are used on the compute stream right after, and would cost two event round trips per device (record
-  // and wait before, record and wait after: eight driver calls for two GPUs, several microseconds of host time per
-  // call, plus two cross-stream hops on every device). The communication streams carry the work that does overlap:
-  // peer copies (Note [Overlapping copies]) and all_reduce_async (run_after). NCCL runs the operations of one
-  // communicator in issue order whatever streams they were issued on, so a collective issued here still follows an
-  // all_reduce_async in flight on the same devices. Nothing here allocates or frees device memory, so callers
+  // Note [Comm stream ordering]: a collective runs on the participating devices' communication streams, while its
+  // inputs were produced, and its results are consumed, on the devices' compute streams. Before the launch, each
+  // communication stream waits for everything issued so far on its device's compute stream, so NCCL reads final
+  // values and writes blocks that no earlier kernel still uses. After it, each compute stream waits for its
+  // communication stream, so every later consumer of the results, and every reuse of the input and output blocks
+  // by the caching allocator (Note [Stream-ordered reuse]), comes after the collective. Both waits are device-side
+  // events (stream_wait): the host never blocks, and nothing calls cudaDeviceSynchronize. They are made outside the
+  // CollectiveLaunchLock, which stream_wait takes itself. Nothing here allocates or frees device memory, so callers
   // allocate every buffer before calling run.
   template <typename Issue>
   void run(size_t count, Issue&& issue) const {
-    cuda::CollectiveLaunchLock lock;
-    launch(count, cuda::compute_stream, issue);
+    for (int d : devices_) cuda::stream_wait(cuda::comm_stream(d), cuda::compute_stream(d), d);
+    {
+      cuda::CollectiveLaunchLock lock;
+      launch(count, cuda::comm_stream, issue);
+    }
+    for (int d : devices_) cuda::stream_wait(cuda::compute_stream(d), cuda::comm_stream(d), d);
   }
 
   // As run, but on the devices' communication streams, each of which first waits for ready[r] (an event recorded

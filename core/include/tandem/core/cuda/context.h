@@ -30,8 +30,8 @@ void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_devi
 // thread could do between those launches would then hang the process:
 //  - make a stream of a participating device that does not yet hold its collective kernel wait for an event
 //    recorded after the kernel already launched on another participating device: a cycle between the devices, once
-//    the remaining kernel is launched behind that wait (possible where a collective runs on the compute streams,
-//    Note [Comm stream ordering]);
+//    the remaining kernel is launched behind that wait (the joins of Note [Comm stream ordering] make such events
+//    common);
 //  - call cudaDeviceSynchronize or cudaFree on a participating device: that thread waits for the launched kernel
 //    while holding driver locks that the remaining launches need.
 // So the comm backend launches every collective while holding a CollectiveLaunchLock, and stream_wait and the
