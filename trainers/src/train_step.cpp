@@ -23,7 +23,6 @@ Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedSGD& op
   const std::vector<Tensor> losses = model.forward_backward(inputs, [&](size_t i, const Tensor& output) {
     return nn::mse_loss(output, labels[i]) * (static_cast<float>(labels[i].size(0)) / static_cast<float>(rows));
   });
-  model.reduce_gradients();
   optimizer.step();
 
   NoGradGuard no_grad;
