@@ -21,6 +21,27 @@ int64_t numel_of(const Shape& shape) {
   return count;
 }
 
+int64_t checked_numel(const Shape& shape, const char* caller) {
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t size : shape) {
+    TANDEM_CHECK(size >= 0, caller, ": negative size ", size, " in shape ", to_string(shape));
+    overflow = overflow || __builtin_mul_overflow(count, size, &count);
+  }
+  // A zero anywhere makes the product 0 even when a partial product overflowed; such a shape is still refused,
+  // because its strides would not fit either.
+  TANDEM_CHECK(!overflow, caller, ": shape ", to_string(shape), " has more than 2^63 - 1 elements");
+  return count;
+}
+
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* caller) {
+  const int64_t count = checked_numel(shape, caller);
+  int64_t bytes = 0;
+  TANDEM_CHECK(!__builtin_mul_overflow(count, static_cast<int64_t>(element_size), &bytes), caller, ": shape ",
+               to_string(shape), " (", count, " elements of ", element_size, " bytes) needs more than 2^63 - 1 bytes");
+  return static_cast<size_t>(bytes);
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t stride = 1;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <new>
 #include <sstream>
 
 #include "raw_ops.h"
@@ -25,10 +26,9 @@ size_t element_size(DType dtype) {
 // ---- factories ----------------------------------------------------------------------------------------------------
 
 Tensor Tensor::empty(const Shape& shape, Device device) {
-  for (int64_t size : shape)
-    TANDEM_CHECK(size >= 0, "Tensor::empty: negative size ", size, " in shape ", to_string(shape));
+  const size_t nbytes = checked_nbytes(shape, sizeof(float), "Tensor::empty");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(device, static_cast<size_t>(numel_of(shape)) * sizeof(float));
+  impl->storage = std::make_shared<Storage>(device, nbytes);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   return Tensor(std::move(impl));
@@ -52,15 +52,32 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
   return out;
 }
 
+namespace {
+
+// Host values for a random tensor of `shape`, drawn after the shape is checked; running out of host memory for them
+// is an Error like running out for the tensor itself.
+template <typename Draw>
+std::vector<float> host_values(const Shape& shape, const char* caller, Draw draw) {
+  const int64_t count = checked_numel(shape, caller);
+  try {
+    return draw(static_cast<size_t>(count));
+  } catch (const std::bad_alloc&) {
+    TANDEM_FAIL(caller, ": out of host memory drawing ", count, " values for shape ", to_string(shape));
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::randn(const Shape& shape, Device device) {
-  return from_vector(random::normal(static_cast<size_t>(numel_of(shape))), shape, device);
+  return from_vector(host_values(shape, "Tensor::randn", [](size_t n) { return random::normal(n); }), shape, device);
 }
 
 Tensor Tensor::rand(const Shape& shape, Device device) { return uniform(shape, 0.0f, 1.0f, device); }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Device device) {
   TANDEM_CHECK(low < high, "Tensor::uniform: low (", low, ") must be less than high (", high, ")");
-  return from_vector(random::uniform(static_cast<size_t>(numel_of(shape)), low, high), shape, device);
+  return from_vector(host_values(shape, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); }),
+                     shape, device);
 }
 
 // ---- metadata -----------------------------------------------------------------------------------------------------

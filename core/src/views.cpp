@@ -46,17 +46,14 @@ Tensor apply_view(const char* name, const Tensor& input, Forward forward, Backwa
 
 Shape infer_shape(const Shape& requested, int64_t numel, const char* caller) {
   Shape shape = requested;
-  int64_t known = 1;
   int64_t inferred = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == -1) {
-      TANDEM_CHECK(inferred < 0, caller, ": only one dimension can be -1, got ", to_string(requested));
-      inferred = static_cast<int64_t>(i);
-    } else {
-      TANDEM_CHECK(shape[i] >= 0, caller, ": invalid size ", shape[i], " in shape ", to_string(requested));
-      known *= shape[i];
-    }
+    if (shape[i] != -1) continue;
+    TANDEM_CHECK(inferred < 0, caller, ": only one dimension can be -1, got ", to_string(requested));
+    inferred = static_cast<int64_t>(i);
+    shape[i] = 1;
   }
+  const int64_t known = checked_numel(shape, caller);
   if (inferred >= 0) {
     TANDEM_CHECK(known != 0 && numel % known == 0, caller, ": shape ", to_string(requested),
                  " is invalid for a tensor of ", numel, " elements");

@@ -26,6 +26,24 @@ TEST_P(TensorTest, FactoryErrors) {
   EXPECT_ERROR(Tensor().shape(), "undefined");
 }
 
+TEST_P(TensorTest, SizeArithmeticThatOverflowsIsAnError) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  // 2^32 * 2^32 wraps to 0 elements in unchecked int64 arithmetic; a later fill would then write out of bounds.
+  EXPECT_ERROR(Tensor::empty({k32, k32}, device()), "Tensor::empty: shape [4294967296, 4294967296] has more than");
+  EXPECT_ERROR(Tensor::zeros({k32, k32, 0}, device()), "has more than 2^63 - 1 elements");
+  // Fits in elements, not in bytes.
+  EXPECT_ERROR(Tensor::empty({int64_t{1} << 62}, device()), "needs more than 2^63 - 1 bytes");
+  EXPECT_ERROR(Tensor::randn({k32, k32}, device()), "Tensor::randn: shape [4294967296, 4294967296]");
+  EXPECT_ERROR(Tensor::rand({-3}, device()), "negative size -3");
+  // Fits in int64 but not in memory: an Error, never std::bad_alloc.
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 40, 1 << 20}, device()), Error);
+  EXPECT_THROW(Tensor::randn({int64_t{1} << 50}, device()), Error);
+  // A view of a tensor with no elements cannot take a shape whose product overflows to 0.
+  Tensor none = Tensor::empty({0}, device());
+  EXPECT_ERROR(none.view({k32, k32, 0}), "Tensor::view: shape [4294967296, 4294967296, 0] has more than");
+  EXPECT_ERROR(none.view({k32, k32, -1}), "Tensor::view: shape [4294967296, 4294967296, 1] has more than");
+}
+
 TEST_P(TensorTest, MetadataAndItem) {
   Tensor t = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, device());
   EXPECT_EQ(t.dim(), 2);

@@ -1,9 +1,11 @@
 #pragma once
 // One exception type for every user mistake and every library failure, and the checks that throw it.
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tandem {
 
@@ -13,6 +15,11 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// A piece of untrusted text (a CSV cell, a JSON fragment, a file name) fit for one line of an error message: at most
+// `max_chars` characters, control and non-ASCII bytes escaped as \xNN, and a note of the full length when cut, e.g.
+// `excerpt(cell)` -> "1.5e9999999999999999999999999999999999999999999999999999999... (50000000 bytes)".
+std::string excerpt(std::string_view text, size_t max_chars = 60);
 
 namespace detail {
 

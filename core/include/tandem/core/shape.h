@@ -10,7 +10,12 @@ namespace tandem {
 using Shape = std::vector<int64_t>;
 
 std::string to_string(const Shape& shape);          // "[5, 4]", "[]" for a scalar
-int64_t numel_of(const Shape& shape);               // product of sizes (1 for a scalar)
+int64_t numel_of(const Shape& shape);               // product of sizes (1 for a scalar); the shape must be valid
+// The one checked size computation behind every allocation and every shape taken from a user or a file: throws
+// Error naming `caller` and the shape when a size is negative or when the element count, or the byte count for
+// elements of `element_size` bytes, does not fit in int64.
+int64_t checked_numel(const Shape& shape, const char* caller);
+size_t checked_nbytes(const Shape& shape, size_t element_size, const char* caller);
 Shape contiguous_strides(const Shape& shape);       // row-major strides in elements
 // Wraps a possibly negative dimension into [0, ndim); throws Error naming `caller` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller);
