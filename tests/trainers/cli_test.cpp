@@ -93,18 +93,28 @@ TEST(TandemTrain, QuietPrintsOnlyTheSummary) {
 
 TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
   const std::pair<const char*, const char*> cases[] = {
-      {"--epochs 0", "--epochs must be at least 1, got 0"},
-      {"--epochs ten", "--epochs"},
-      {"--batch-size 0", "--batch-size must be at least 1"},
+      {"--epochs 0", "--epochs must be an integer in [1, 1000000000], got \"0\""},
+      {"--epochs ten", "--epochs must be an integer in [1, 1000000000], got \"ten\""},
+      {"--epochs 99999999999999999999", "--epochs must be an integer in [1, 1000000000], got \"99999999999999999999\""},
+      {"--epochs 0x10", "--epochs must be an integer in [1, 1000000000], got \"0x10\""},
+      {"--epochs 1e3", "--epochs must be an integer"},
+      {"--batch-size 0", "--batch-size must be an integer in [1, 2147483648], got \"0\""},
+      {"--batch-size 9223372036854775807", "--batch-size must be an integer in [1, 2147483648]"},
       {"--lr 0", "--lr must be a positive number"},
       {"--momentum 1.5", "--momentum must lie in [0, 1), got 1.5"},
-      {"--hidden 0", "--hidden must be at least 1"},
+      {"--hidden 0", "--hidden must be an integer in [1, 16777216], got \"0\""},
+      {"--hidden 4611686018427387904", "--hidden must be an integer in [1, 16777216]"},
       {"--activation sigmoid", "--activation: parse_activation: \"sigmoid\" is not an activation"},
       {"--devices gpu:0", "--devices: Device::parse: cannot parse 'gpu:0'"},
       {"--devices cpu:0,cpu:0", "--devices"},
       {"--test-fraction 1", "--test-fraction must lie in [0, 1), got 1"},
-      {"--seed -3", "--seed must not be negative"},
+      {"--seed -3", "--seed must be an integer in [0, 18446744073709551615], got \"-3\""},
+      {"--seed 18446744073709551616", "--seed must be an integer in [0, 18446744073709551615]"},
+      {"--lr 1e999", "--lr must be a positive number, got inf"},
+      {"--lr nan", "--lr must be a positive number"},
       {"--checkpoint-every 2", "--checkpoint-every requires --checkpoint"},
+      {"--checkpoint x --epochs 3 --checkpoint-every 4", "--checkpoint-every must be at most --epochs (3), got 4"},
+      {"--allow-change lr", "--allow-change requires --resume"},
       {"--data /nonexistent.csv", "/nonexistent.csv"},
       {"--resume /nonexistent.safetensors", "/nonexistent.safetensors"},
       {"--target nosuch", "--target: no column \"nosuch\" (columns: age, sex, bmi"},
@@ -176,7 +186,7 @@ TEST(TandemTrain, ResumeMatchesAnUninterruptedRun) {
   EXPECT_EQ(load_checkpoint(checkpoint).epoch, 4);  // epochs 3 and 4 (the last) were written
 
   const std::string resumed = temp_path("resumed.json");
-  ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --metrics " + metrics +
+  ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --allow-change epochs --metrics " + metrics +
                         " --summary-json " + resumed);
   ASSERT_EQ(second.status, 0) << second.output;
 

@@ -1,7 +1,10 @@
 #include "tandem/trainers/checkpoint.h"
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "json/untrusted_json.h"
 #include "tandem/core/error.h"
 #include "tandem/nn/serialize.h"
 
@@ -10,9 +13,121 @@ namespace {
 
 constexpr const char* kMetadataKey = "tandem.trainer";
 constexpr const char* kFormat = "tandem-trainer-checkpoint";
-constexpr int kVersion = 1;
+constexpr int64_t kVersion = 2;
 constexpr std::string_view kParameterPrefix = "model.";
 constexpr std::string_view kMomentumPrefix = "momentum.";
+// Bounds of the metadata: far above any real run, low enough that a hostile file cannot make us allocate much.
+constexpr size_t kMaxFeatures = 1'000'000;
+constexpr size_t kMaxSetupFacts = 1'000;
+
+using Json = nlohmann::json;
+
+// Reads the trainer metadata field by field: every field must be present with its type and range, and no other
+// field may be there. Every failure is an Error that starts with `where` and names the field.
+class MetadataReader {
+ public:
+  explicit MetadataReader(std::string where) : where_(std::move(where)) {}
+
+  const Json& object(const Json& parent, const char* key, std::initializer_list<const char*> fields) const {
+    const Json& value = field(parent, key);
+    expect_object(value, key, fields);
+    return value;
+  }
+  void expect_object(const Json& value, const std::string& name, std::initializer_list<const char*> fields) const {
+    TANDEM_CHECK(value.is_object(), where_, name, " is ", type(value), " but expected an object");
+    for (const auto& [key, unused] : value.items()) {
+      bool known = false;
+      for (const char* expected : fields) known = known || key == expected;
+      TANDEM_CHECK(known, where_, name, " has an unexpected field \"", excerpt(key), "\"");
+    }
+  }
+  const Json& field(const Json& parent, const char* key) const {
+    const auto found = parent.find(key);
+    TANDEM_CHECK(found != parent.end(), where_, "the field \"", key, "\" is missing");
+    return *found;
+  }
+  std::string string(const Json& parent, const char* key) const {
+    const Json& value = field(parent, key);
+    TANDEM_CHECK(value.is_string(), where_, key, " is ", type(value), " but expected a string");
+    return value.get<std::string>();
+  }
+  // An integer in [0, max]: floats such as 1e30 or 2.5 are refused rather than converted.
+  uint64_t count(const Json& parent, const char* key, uint64_t max) const {
+    const Json& value = field(parent, key);
+    TANDEM_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= max, where_, key, " is ",
+                 excerpt(value.dump()), " but expected an integer in [0, ", max, "]");
+    return value.get<uint64_t>();
+  }
+  double finite(const Json& value, const std::string& name) const {
+    TANDEM_CHECK(value.is_number() && std::isfinite(value.get<double>()), where_, name, " is ",
+                 excerpt(value.dump()), " but expected a finite number");
+    return value.get<double>();
+  }
+  double positive(const Json& value, const std::string& name) const {
+    const double number = finite(value, name);
+    TANDEM_CHECK(number > 0.0, where_, name, " is ", number, " but expected a positive number");
+    return number;
+  }
+  std::vector<double> numbers(const Json& parent, const char* key, bool positive_only) const {
+    const Json& value = field(parent, key);
+    TANDEM_CHECK(value.is_array() && !value.empty() && value.size() <= kMaxFeatures, where_, key, " is ",
+                 type(value), value.is_array() ? " of " + std::to_string(value.size()) + " entries" : "",
+                 " but expected an array of 1 to ", kMaxFeatures, " numbers");
+    std::vector<double> numbers;
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string name = std::string(key) + "[" + std::to_string(i) + "]";
+      numbers.push_back(positive_only ? positive(value[i], name) : finite(value[i], name));
+    }
+    return numbers;
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  static std::string type(const Json& value) { return std::string("a JSON ") + value.type_name(); }
+  std::string where_;
+};
+
+void read_metadata(const std::string& text, const std::string& path, Checkpoint& checkpoint) {
+  const MetadataReader read("load_checkpoint: '" + path + "': metadata " + kMetadataKey + ": ");
+  const Json state = json::parse_untrusted(text, read.where());
+  read.expect_object(state, "the metadata", {"format", "version", "epoch", "step", "generator", "shuffle_state",
+                                             "standardizer", "setup"});
+  const std::string format = read.string(state, "format");
+  const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
+  TANDEM_CHECK(format == kFormat && version == kVersion, read.where(), "format \"", excerpt(format), "\" version ",
+               version, " but expected \"", kFormat, "\" version ", kVersion,
+               version < kVersion && format == kFormat ? " (written by an older tandem; retrain or convert it)" : "");
+
+  constexpr uint64_t kMaxCounter = std::numeric_limits<int64_t>::max();
+  checkpoint.epoch = static_cast<int64_t>(read.count(state, "epoch", kMaxCounter));
+  checkpoint.step = static_cast<int64_t>(read.count(state, "step", kMaxCounter));
+  TANDEM_CHECK(checkpoint.step >= checkpoint.epoch, read.where(), "step is ", checkpoint.step, " but epoch is ",
+               checkpoint.epoch, "; every epoch takes at least one step");
+  constexpr uint64_t kAnyU64 = std::numeric_limits<uint64_t>::max();
+  const Json& generator = read.object(state, "generator", {"seed", "counter"});
+  checkpoint.generator.seed = read.count(generator, "seed", kAnyU64);
+  checkpoint.generator.counter = read.count(generator, "counter", kAnyU64);
+  checkpoint.shuffle_state = read.count(state, "shuffle_state", kAnyU64);
+
+  const Json& s =
+      read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
+  Standardizer& standardizer = checkpoint.standardizer;
+  standardizer.feature_mean = read.numbers(s, "feature_mean", /*positive_only=*/false);
+  standardizer.feature_scale = read.numbers(s, "feature_scale", /*positive_only=*/true);
+  TANDEM_CHECK(standardizer.feature_mean.size() == standardizer.feature_scale.size(), read.where(),
+               "feature_mean has ", standardizer.feature_mean.size(), " entries but feature_scale has ",
+               standardizer.feature_scale.size());
+  standardizer.target_mean = read.finite(read.field(s, "target_mean"), "target_mean");
+  standardizer.target_scale = read.positive(read.field(s, "target_scale"), "target_scale");
+
+  const Json& setup = read.field(state, "setup");
+  TANDEM_CHECK(setup.is_object() && setup.size() <= kMaxSetupFacts, read.where(),
+               "setup is not an object of at most ", kMaxSetupFacts, " facts");
+  for (const auto& [name, value] : setup.items()) {
+    TANDEM_CHECK(value.is_string(), read.where(), "setup fact \"", excerpt(name), "\" is not a string");
+    checkpoint.setup[name] = value.get<std::string>();
+  }
+}
 
 }  // namespace
 
@@ -25,7 +140,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
     tensors.emplace_back(std::string(kMomentumPrefix) + name, tensor);
   }
   const Standardizer& s = checkpoint.standardizer;
-  nlohmann::json state = {
+  const Json state = {
       {"format", kFormat},
       {"version", kVersion},
       {"epoch", checkpoint.epoch},
@@ -37,6 +152,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
         {"feature_scale", s.feature_scale},
         {"target_mean", s.target_mean},
         {"target_scale", s.target_scale}}},
+      {"setup", checkpoint.setup},
   };
   save_tensors(tensors, path, {{kMetadataKey, state.dump()}});
 }
@@ -44,34 +160,17 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
 Checkpoint load_checkpoint(const std::string& path) {
   TensorFile file = load_tensors(path);
   auto entry = file.metadata.find(kMetadataKey);
-  TANDEM_CHECK(entry != file.metadata.end(), "load_checkpoint: \"", path,
-               "\" is a tensor file but not a trainer checkpoint (no \"", kMetadataKey, "\" metadata)");
+  TANDEM_CHECK(entry != file.metadata.end(), "load_checkpoint: '", path,
+               "' is a tensor file but not a trainer checkpoint (no \"", kMetadataKey, "\" metadata)");
   Checkpoint checkpoint;
-  try {
-    nlohmann::json state = nlohmann::json::parse(entry->second);
-    TANDEM_CHECK(state.at("format") == kFormat && state.at("version") == kVersion, "load_checkpoint: \"", path,
-                 "\" has format ", state.at("format"), " version ", state.at("version"), " but expected ", kFormat,
-                 " version ", kVersion);
-    checkpoint.epoch = state.at("epoch").get<int64_t>();
-    checkpoint.step = state.at("step").get<int64_t>();
-    checkpoint.generator.seed = state.at("generator").at("seed").get<uint64_t>();
-    checkpoint.generator.counter = state.at("generator").at("counter").get<uint64_t>();
-    checkpoint.shuffle_state = state.at("shuffle_state").get<uint64_t>();
-    const nlohmann::json& s = state.at("standardizer");
-    checkpoint.standardizer.feature_mean = s.at("feature_mean").get<std::vector<double>>();
-    checkpoint.standardizer.feature_scale = s.at("feature_scale").get<std::vector<double>>();
-    checkpoint.standardizer.target_mean = s.at("target_mean").get<double>();
-    checkpoint.standardizer.target_scale = s.at("target_scale").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_FAIL("load_checkpoint: \"", path, "\" has malformed trainer metadata: ", e.what());
-  }
+  read_metadata(entry->second, path, checkpoint);
   for (auto& [name, tensor] : file.tensors) {
     if (name.starts_with(kParameterPrefix)) {
       checkpoint.parameters.emplace_back(name.substr(kParameterPrefix.size()), std::move(tensor));
     } else if (name.starts_with(kMomentumPrefix)) {
       checkpoint.momentum_buffers.emplace_back(name.substr(kMomentumPrefix.size()), std::move(tensor));
     } else {
-      TANDEM_FAIL("load_checkpoint: \"", path, "\" has an unexpected tensor \"", name, "\"");
+      TANDEM_FAIL("load_checkpoint: '", path, "' has an unexpected tensor \"", excerpt(name), "\"");
     }
   }
   return checkpoint;

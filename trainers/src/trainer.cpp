@@ -24,6 +24,10 @@ double seconds_since(Clock::time_point begin) {
 TrainerOptions validated(TrainerOptions options) {
   TANDEM_CHECK(options.epochs >= 1, "Trainer: epochs is ", options.epochs, " but expected at least 1");
   TANDEM_CHECK(options.batch_size >= 1, "Trainer: batch_size is ", options.batch_size, " but expected at least 1");
+  for (const std::string& name : options.resume_may_change) {
+    TANDEM_CHECK(name == "lr" || name == "epochs", "Trainer: resume_may_change holds \"", excerpt(name),
+                 "\" but only \"lr\" and \"epochs\" may change on a resume");
+  }
   if (options.devices.empty()) options.devices = default_devices();
   std::set<Device> seen;
   for (const Device& device : options.devices) {
@@ -51,7 +55,9 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       model_(placed(std::move(model), options_.devices.front())),
       replicas_(std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(std::make_unique<parallel::ReplicatedSGD>(*replicas_, options_.sgd)),
-      shuffle_state_(options_.shuffle_seed) {}
+      shuffle_state_(options_.shuffle_seed) {
+  setup();  // refuses options.setup facts that clash with the Trainer's own
+}
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   TANDEM_CHECK(callback != nullptr, "Trainer::add_callback: the callback is null");
@@ -64,6 +70,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ",
                options_.epochs, "; epochs counts all epochs (those before a resume too), so expected at least ",
                epoch_);
+  check_same_training_data(train);
   if (!standardizer_) standardizer_ = Standardizer::fit(train, options_.standardize_target);
   const Dataset standardized = standardizer_->apply(train);
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
@@ -95,6 +102,36 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   result.seconds = seconds_since(begin);
   for (const auto& callback : callbacks_) callback->on_fit_end(*this, result);
   return result;
+}
+
+void Trainer::check_same_training_data(const Dataset& train) {
+  const std::string current = fingerprint(train);
+  if (resumed_ && resumed_->train_data && *resumed_->train_data != current) {
+    TANDEM_FAIL("Trainer::fit: the training data differs from the data of the checkpoint '", resumed_->path,
+                "' being resumed: ", *resumed_->train_data, " there, ", current, " now");
+  }
+  train_data_ = current;
+}
+
+SetupFacts Trainer::setup() const {
+  SetupFacts facts = options_.setup;
+  const auto add = [&](const std::string& name, std::string value) {
+    TANDEM_CHECK(facts.emplace(name, std::move(value)).second, "Trainer: options.setup must not set \"", name,
+                 "\", which the Trainer records itself");
+  };
+  const optim::SGDOptions& sgd = options_.sgd;
+  add("model", describe_module(*model_));
+  add("lr", exact_text(sgd.lr));
+  add("momentum", exact_text(sgd.momentum));
+  add("weight_decay", exact_text(sgd.weight_decay));
+  add("dampening", exact_text(sgd.dampening));
+  add("nesterov", sgd.nesterov ? "true" : "false");
+  add("batch_size", std::to_string(options_.batch_size));
+  add("shuffle_seed", std::to_string(options_.shuffle_seed));
+  add("standardize_target", options_.standardize_target ? "true" : "false");
+  add("epochs", std::to_string(options_.epochs));
+  if (train_data_) add("train_data", *train_data_);
+  return facts;
 }
 
 double Trainer::train_epoch(DataLoader& loader) {
@@ -176,36 +213,72 @@ void Trainer::save_checkpoint(const std::string& path) const {
   checkpoint.generator = generator_state();
   checkpoint.shuffle_state = shuffle_state_;
   checkpoint.standardizer = *standardizer_;
+  checkpoint.setup = setup();
   trainers::save_checkpoint(checkpoint, path);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }
 
-void Trainer::load_checkpoint(const std::string& path) {
-  Checkpoint checkpoint = trainers::load_checkpoint(path);
-  auto named = model_->named_parameters();
+namespace {
+
+// Throws unless every element of `tensor` is finite, naming the first that is not.
+void check_finite(const Tensor& tensor, const std::string& what, const std::string& path) {
+  const std::vector<float> values = tensor.to_vector();
+  for (size_t i = 0; i < values.size(); ++i) {
+    TANDEM_CHECK(std::isfinite(values[i]), "Trainer::load_checkpoint: '", path, "' holds ", values[i], " at element ",
+                 i, " of ", what, "; the checkpoint is corrupt (a run stops before it would save non-finite values)");
+  }
+}
+
+// The checkpoint's tensors in the order of `named`, checked by name and shape; entries stay undefined for names the
+// checkpoint does not hold (allowed only for momentum buffers).
+std::vector<Tensor> matched(const std::vector<std::pair<std::string, Tensor>>& named,
+                            const std::vector<std::pair<std::string, Tensor>>& stored, const char* kind,
+                            const std::string& path) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < named.size(); ++i) index[named[i].first] = i;
-
   std::vector<Tensor> values(named.size());
-  for (const auto& [name, tensor] : checkpoint.parameters) {
-    auto found = index.find(name);
-    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: \"", path, "\" has parameter ", name,
-                 " which the model ", model_->name(), " does not have");
+  for (const auto& [name, tensor] : stored) {
+    const auto found = index.find(name);
+    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: '", path, "' has a ", kind, " for ", excerpt(name),
+                 " which the model does not have");
     const Tensor& parameter = named[found->second].second;
-    TANDEM_CHECK(tensor.shape() == parameter.shape(), "Trainer::load_checkpoint: parameter ", name, " has shape ",
-                 to_string(tensor.shape()), " in \"", path, "\" but ", to_string(parameter.shape()), " in the model");
+    TANDEM_CHECK(tensor.shape() == parameter.shape(), "Trainer::load_checkpoint: ", kind, " ", name, " has shape ",
+                 to_string(tensor.shape()), " in '", path, "' but ", to_string(parameter.shape()), " in the model");
+    check_finite(tensor, std::string(kind) + " " + name, path);
     values[found->second] = tensor;
   }
+  return values;
+}
+
+}  // namespace
+
+void Trainer::load_checkpoint(const std::string& path) {
+  // Note [All-or-nothing resume]: everything that can be wrong with the file is checked before the first write to
+  // the model, the optimizer or the counters, so a refused checkpoint leaves the Trainer exactly as it was.
+  Checkpoint checkpoint = trainers::load_checkpoint(path);
+  const std::vector<std::string> differences =
+      setup_differences(checkpoint.setup, setup(), [&] {
+        std::set<std::string> ignored = options_.resume_may_change;
+        ignored.insert("train_data");  // compared when fit() sees the data
+        return ignored;
+      }());
+  if (!differences.empty()) {
+    std::string list;
+    for (const std::string& difference : differences) list += (list.empty() ? "" : "; ") + difference;
+    throw SetupMismatch("Trainer::load_checkpoint: '" + path + "' belongs to another setup: " + list +
+                        " (only lr and epochs may be allowed to change, through resume_may_change)");
+  }
+  TANDEM_CHECK(checkpoint.epoch <= options_.epochs, "Trainer::load_checkpoint: '", path, "' is at epoch ",
+               checkpoint.epoch, " but epochs is ", options_.epochs,
+               "; epochs counts all epochs (those before a resume too)");
+
+  auto named = model_->named_parameters();
+  const std::vector<Tensor> values = matched(named, checkpoint.parameters, "parameter", path);
   for (size_t i = 0; i < named.size(); ++i) {
-    TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: \"", path, "\" has no parameter ", named[i].first);
+    TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: '", path, "' has no parameter ", named[i].first);
   }
-  std::vector<Tensor> buffers(named.size());
-  for (const auto& [name, tensor] : checkpoint.momentum_buffers) {
-    auto found = index.find(name);
-    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: \"", path, "\" has a momentum buffer for ", name,
-                 " which the model does not have");
-    buffers[found->second] = tensor;
-  }
+  const std::vector<Tensor> buffers = matched(named, checkpoint.momentum_buffers, "momentum buffer", path);
+
   {
     NoGradGuard no_grad;
     for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
@@ -216,6 +289,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   step_ = checkpoint.step;
   shuffle_state_ = checkpoint.shuffle_state;
   standardizer_ = checkpoint.standardizer;
+  const auto recorded_data = checkpoint.setup.find("train_data");
+  resumed_ = Resumed{path, recorded_data == checkpoint.setup.end() ? std::nullopt : std::optional(recorded_data->second)};
+  train_data_ = resumed_->train_data;
   set_generator_state(checkpoint.generator);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }

@@ -1,8 +1,11 @@
 #include "flags.h"
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "tandem/core/error.h"
@@ -25,17 +28,46 @@ std::string text(double value) {
   return out.str();
 }
 
+// The bounds of the integer flags: far above any run this tool is for, and low enough that nothing derived from them
+// (steps, tensor sizes) can overflow.
+constexpr int64_t kMaxEpochs = 1'000'000'000;
+constexpr int64_t kMaxBatchSize = int64_t{1} << 31;
+constexpr int64_t kMaxHidden = int64_t{1} << 24;
+
+// A decimal integer in [min, max]: no sign unless min < 0, no hex, no exponent, no clamping.
+template <typename Integer>
+Integer parse_integer(const char* flag, const std::string& text, Integer min, Integer max) {
+  Integer value{};
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(first, last, value);
+  const bool in_range = error == std::errc() && end == last && !text.empty() && value >= min && value <= max;
+  check(in_range, std::string(flag) + " must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                      "], got \"" + excerpt(text) + "\"");
+  return value;
+}
+
 void validate(const Flags& flags) {
-  check(flags.epochs >= 1, "--epochs must be at least 1, got " + std::to_string(flags.epochs));
-  check(flags.batch_size >= 1, "--batch-size must be at least 1, got " + std::to_string(flags.batch_size));
   check(flags.lr > 0.0 && std::isfinite(flags.lr), "--lr must be a positive number, got " + text(flags.lr));
   check(flags.momentum >= 0.0 && flags.momentum < 1.0,
         "--momentum must lie in [0, 1), got " + text(flags.momentum));
-  check(flags.hidden >= 1, "--hidden must be at least 1, got " + std::to_string(flags.hidden));
   check(flags.test_fraction >= 0.0 && flags.test_fraction < 1.0,
         "--test-fraction must lie in [0, 1), got " + text(flags.test_fraction));
-  check(flags.checkpoint_every >= 1,
-        "--checkpoint-every must be at least 1, got " + std::to_string(flags.checkpoint_every));
+  check(flags.checkpoint_every <= flags.epochs, "--checkpoint-every must be at most --epochs (" +
+                                                    std::to_string(flags.epochs) + "), got " +
+                                                    std::to_string(flags.checkpoint_every));
+  check(flags.allow_change.empty() || flags.resume.has_value(), "--allow-change needs --resume");
+}
+
+std::set<std::string> parse_allowed_changes(const std::string& text) {
+  std::set<std::string> names;
+  std::stringstream list(text);
+  for (std::string name; std::getline(list, name, ',');) {
+    check(name == "lr" || name == "epochs",
+          "--allow-change takes lr and/or epochs (comma-separated), got \"" + excerpt(name) + "\"");
+    names.insert(name);
+  }
+  return names;
 }
 
 // Runs a tandem parser of a flag's text, turning its Error into a UsageError that names the flag.
@@ -60,7 +92,13 @@ ParsedFlags parse_flags(int argc, char** argv) {
   flags.momentum = defaults.sgd.momentum;
   flags.hidden = kHidden;
   flags.test_fraction = kTestFraction;
-  int64_t seed = 0;  // read as a signed number so that a negative one is refused, not wrapped
+  // Integers are read as text and parsed here: CLI11 would clamp out-of-range values and accept hex.
+  std::string epochs = std::to_string(flags.epochs);
+  std::string batch_size = std::to_string(flags.batch_size);
+  std::string hidden = std::to_string(flags.hidden);
+  std::string seed = "0";
+  std::string checkpoint_every = "1";
+  std::string allow_change;
   std::string devices = "all";
   std::string activation = "none";
 
@@ -71,30 +109,39 @@ ParsedFlags parse_flags(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--target", flags.target, "Target column name (default: the last column)");
   app.add_option("--devices", devices, "cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all")->capture_default_str();
-  app.add_option("--epochs", flags.epochs, "Epochs in all (a resumed run continues up to this)")
+  app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")
       ->capture_default_str();
-  app.add_option("--batch-size", flags.batch_size, "Global batch size (split over the devices)")
+  app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")
       ->capture_default_str();
   app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--hidden", flags.hidden, "Width of the hidden layer")->capture_default_str();
+  app.add_option("--hidden", hidden, "Width of the hidden layer")->capture_default_str();
   app.add_option("--activation", activation, "none|relu|tanh (none: a linear net)")->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initialization and of the shuffling")->capture_default_str();
   app.add_option("--test-fraction", flags.test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();
   CLI::Option* checkpoint = app.add_option("--checkpoint", flags.checkpoint, "Write checkpoints to this path");
-  app.add_option("--checkpoint-every", flags.checkpoint_every, "Checkpoint every N epochs (and after the last)")
+  app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every N epochs (and after the last)")
       ->capture_default_str()
       ->needs(checkpoint);
-  app.add_option("--resume", flags.resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
+  CLI::Option* resume =
+      app.add_option("--resume", flags.resume, "Continue from this checkpoint (of the same setup)")
+          ->check(CLI::ExistingFile);
+  app.add_option("--allow-change", allow_change,
+                 "Let the resumed run change these (comma-separated): lr, epochs")
+      ->needs(resume);
   app.add_option("--metrics", flags.metrics, "Append one JSON line per epoch to this file");
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
 
   try {
     app.parse(argc, argv);
-    check(seed >= 0, "--seed must not be negative, got " + std::to_string(seed));
-    flags.seed = static_cast<uint64_t>(seed);
+    flags.epochs = parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs);
+    flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
+    flags.hidden = parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden);
+    flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
+    flags.checkpoint_every = parse_integer<int64_t>("--checkpoint-every", checkpoint_every, 1, kMaxEpochs);
+    flags.allow_change = parse_allowed_changes(allow_change);
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
     flags.devices = parse_value("--devices", [&] { return parse_devices(devices); });

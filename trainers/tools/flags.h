@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct Flags {
   std::optional<std::string> checkpoint;
   int64_t checkpoint_every = 1;
   std::optional<std::string> resume;
+  std::set<std::string> allow_change;  // "lr", "epochs": what a resume may change
   std::optional<std::string> metrics;
   std::optional<std::string> summary_json;
   bool quiet = false;

@@ -89,6 +89,24 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   write_atomically(path, summary.dump(2) + "\n");
 }
 
+// What a checkpoint of this tool records beyond the Trainer's own facts (model, optimizer, batch size, epochs and a
+// fingerprint of the training rows): the data's provenance and column choices, which a resume must keep.
+SetupFacts setup_facts(const Flags& flags, const Dataset& data) {
+  std::string features;
+  for (const std::string& name : data.feature_names) features += (features.empty() ? "" : ",") + name;
+  return {{"features", features},
+          {"target", data.target_name},
+          {"test_fraction", exact_text(flags.test_fraction)}};
+}
+
+void resume(Trainer& trainer, const std::string& path) {
+  try {
+    trainer.load_checkpoint(path);
+  } catch (const SetupMismatch& e) {
+    throw SetupMismatch(std::string(e.what()) + "; --allow-change lr,epochs allows changing those two");
+  }
+}
+
 int run(const Flags& flags) {
   const Dataset data = make_dataset(load_table(flags), flags.target);
   const Split split = train_test_split(data, flags.test_fraction);
@@ -100,8 +118,10 @@ int run(const Flags& flags) {
   options.batch_size = flags.batch_size;
   options.sgd = optim::SGDOptions{.lr = flags.lr, .momentum = flags.momentum};
   options.shuffle_seed = flags.seed;
+  options.setup = setup_facts(flags, data);
+  options.resume_may_change = flags.allow_change;
   Trainer trainer(make_mlp(data.num_features(), flags.hidden, flags.activation), options);
-  if (flags.resume) trainer.load_checkpoint(*flags.resume);
+  if (flags.resume) resume(trainer, *flags.resume);
 
   if (!flags.quiet) {
     print_banner(flags, data, split, trainer);

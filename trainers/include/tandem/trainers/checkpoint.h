@@ -2,7 +2,8 @@
 // Training checkpoints: everything needed to continue a run exactly where it stopped. One safetensors file (see
 // nn/serialize.h) holding the model's parameters as "model.<name>", the optimizer's momentum buffers as
 // "momentum.<name>" and, in its metadata under "tandem.trainer", a JSON object with the counters, the generator and
-// shuffle states and the standardization. Written atomically (a temporary file renamed over the path).
+// shuffle states, the standardization and the run's setup facts (see run_setup.h). Written atomically (a temporary
+// file renamed over the path).
 
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "tandem/core/random.h"
 #include "tandem/core/tensor.h"
+#include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
 
 namespace tandem::trainers {
@@ -23,10 +25,12 @@ struct Checkpoint {
   GeneratorState generator;      // tandem::generator_state()
   uint64_t shuffle_state = 0;    // DataLoader::shuffle_state() before the next epoch
   Standardizer standardizer;
+  SetupFacts setup;              // Trainer::setup() when it was written
 };
 
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
-// Throws Error when the file cannot be read or is not a trainer checkpoint.
+// Throws Error when the file cannot be read or is not a trainer checkpoint. The metadata is validated field by field
+// (types, ranges, lengths, no unknown fields); the tensors are checked against a model by Trainer::load_checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
 
 }  // namespace tandem::trainers

@@ -34,7 +34,7 @@ class DataLoader {
 
   // Starts the next epoch: with shuffling, draws a new permutation (advancing the shuffle state).
   void begin_epoch();
-  int64_t num_batches() const { return (data_.rows() + batch_size_ - 1) / batch_size_; }
+  int64_t num_batches() const { return data_.rows() / batch_size_ + (data_.rows() % batch_size_ != 0); }
   // Batch `index` of the current epoch, 0 <= index < num_batches().
   Batch batch(int64_t index) const;
   const std::vector<int64_t>& order() const { return order_; }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/metrics.h"
+#include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
 
 namespace tandem::trainers {
@@ -39,6 +41,11 @@ struct TrainerOptions {
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
+  // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
+  // checkpoints beside its own (see Trainer::setup()); a resume must match them all.
+  SetupFacts setup;
+  // Facts a resume may change: only "lr" and "epochs" (continue longer, or at another learning rate).
+  std::set<std::string> resume_may_change;
 };
 
 class Trainer {
@@ -60,8 +67,16 @@ class Trainer {
   RegressionMetrics evaluate(const Dataset& data) const;
 
   void save_checkpoint(const std::string& path) const;
-  // Restores a checkpoint written by save_checkpoint for a model of the same structure; fit() then continues.
+  // Restores a checkpoint written by save_checkpoint; fit() then continues. All or nothing: the file's metadata,
+  // every parameter and momentum buffer (names, shapes, finite values) and the setup are checked before anything is
+  // changed. A checkpoint of another setup (model, optimizer, batch size, shuffle seed, epochs, options.setup) is
+  // refused with the list of differences, except for the facts in options.resume_may_change; the training data is
+  // compared at the start of fit().
   void load_checkpoint(const std::string& path);
+  // The facts recorded in checkpoints: options.setup, plus "model", "lr", "momentum", "weight_decay", "dampening",
+  // "nesterov", "batch_size", "shuffle_seed", "standardize_target", "epochs", and "train_data" (a fingerprint of the
+  // training set) once fit() has seen it.
+  SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
   const parallel::ReplicatedSGD& optimizer() const { return *optimizer_; }
@@ -72,6 +87,7 @@ class Trainer {
 
  private:
   double train_epoch(DataLoader& loader);
+  void check_same_training_data(const Dataset& train);
   void check_parameters_finite() const;
   std::string stopped_note() const;  // how a stopped fit left its checkpoints
 
@@ -84,6 +100,12 @@ class Trainer {
   int64_t epoch_ = 0;
   int64_t step_ = 0;
   uint64_t shuffle_state_ = 0;  // the loader's state before the next epoch
+  std::optional<std::string> train_data_;  // fingerprint(train) of the last fit, or of the checkpoint resumed from
+  struct Resumed {
+    std::string path;
+    std::optional<std::string> train_data;
+  };
+  std::optional<Resumed> resumed_;  // the checkpoint loaded last, whose training data fit() must see again
   struct WrittenCheckpoint {
     std::string path;
     int64_t epoch;

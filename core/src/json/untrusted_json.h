@@ -1,0 +1,20 @@
+#pragma once
+// JSON from files that users hand us (safetensors headers, checkpoint metadata): parsed with bounded nesting and
+// without duplicate keys, every failure a tandem::Error. Internal to the library (not installed).
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+namespace tandem::json {
+
+// The default nesting bound: deep enough for any file tandem writes, shallow enough that the recursive parts of
+// nlohmann::json (destruction, dump) stay far from the stack's end.
+inline constexpr size_t kMaxUntrustedDepth = 64;
+
+// Parses `text`. Throws Error starting with `where` when it nests more than `max_depth` arrays/objects, when an
+// object repeats a key, or when it is not valid JSON (messages quote at most a short excerpt of the text).
+nlohmann::json parse_untrusted(std::string_view text, std::string_view where,
+                               size_t max_depth = kMaxUntrustedDepth);
+
+}  // namespace tandem::json

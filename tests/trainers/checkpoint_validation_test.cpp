@@ -1,0 +1,227 @@
+// Checkpoints are files users share: their metadata is validated field by field, a resume loads all or nothing,
+// and a checkpoint of another setup is refused with the differences listed.
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace tandem::trainers {
+namespace {
+
+const Split& diabetes() {
+  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
+  return split;
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "tandem_checkpoint_validation_" + std::to_string(getpid()) + "_" + name;
+}
+
+TrainerOptions seed_options(int64_t epochs = 2) {
+  TrainerOptions options;
+  options.devices = {Device::cpu(0)};
+  options.epochs = epochs;
+  return options;
+}
+
+Trainer seed_net(TrainerOptions options = seed_options()) {
+  manual_seed(0);
+  return Trainer(make_mlp(10, 20), std::move(options));
+}
+
+std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
+  std::vector<std::vector<float>> values;
+  for (const Tensor& p : trainer.model()->parameters()) values.push_back(p.to_vector());
+  return values;
+}
+
+// A checkpoint of two epochs of the seed net, as a tensor file to edit.
+class CheckpointValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Trainer trainer = seed_net();
+    trainer.fit(diabetes().train);
+    trainer.save_checkpoint(good_);
+    file_ = load_tensors(good_);
+    state_ = nlohmann::json::parse(file_.metadata.at("tandem.trainer"));
+  }
+
+  // Writes the checkpoint with `metadata` as its trainer metadata text and returns the path.
+  std::string with_metadata(const std::string& metadata) {
+    TensorFile edited = file_;
+    edited.metadata["tandem.trainer"] = metadata;
+    save_tensors(edited.tensors, edited_, edited.metadata);
+    return edited_;
+  }
+  std::string with_state(const nlohmann::json& state) { return with_metadata(state.dump()); }
+  // The error of resuming a fresh seed net from `path`, whose parameters must be left untouched.
+  std::string resume_error(const std::string& path, TrainerOptions options = seed_options()) {
+    Trainer fresh = seed_net(std::move(options));
+    const auto before = parameter_values(fresh);
+    std::string message = "(no error)";
+    try {
+      fresh.load_checkpoint(path);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_EQ(parameter_values(fresh), before) << "a refused checkpoint changed the model";
+    EXPECT_EQ(fresh.epoch(), 0);
+    return message;
+  }
+
+  const std::string good_ = temp_path("good.safetensors");
+  const std::string edited_ = temp_path("edited.safetensors");
+  TensorFile file_;
+  nlohmann::json state_;
+};
+
+#define EXPECT_CONTAINS(text, fragment) EXPECT_NE((text).find(fragment), std::string::npos) << (text)
+
+TEST_F(CheckpointValidation, FeatureStatisticsMustBeCompleteAndFinite) {
+  nlohmann::json state = state_;
+  state["standardizer"]["feature_scale"] = nlohmann::json::array();
+  EXPECT_CONTAINS(resume_error(with_state(state)), "feature_scale is a JSON array of 0 entries but expected an array");
+  state = state_;
+  state["standardizer"]["feature_scale"].erase(3);
+  EXPECT_CONTAINS(resume_error(with_state(state)), "feature_mean has 10 entries but feature_scale has 9");
+  state = state_;
+  state["standardizer"]["feature_scale"][2] = 0.0;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "feature_scale[2] is 0 but expected a positive number");
+  state = state_;
+  state["standardizer"]["feature_mean"][0] = "1.5";
+  EXPECT_CONTAINS(resume_error(with_state(state)), "feature_mean[0] is \"1.5\" but expected a finite number");
+  state = state_;
+  state["standardizer"]["target_scale"] = -2.0;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "target_scale is -2 but expected a positive number");
+}
+
+TEST_F(CheckpointValidation, CountersMustBeIntegersInRange) {
+  for (const char* field : {"epoch", "step", "shuffle_state"}) {
+    SCOPED_TRACE(field);
+    for (const char* bad : {"1e30", "-1", "2.5", "true", "18446744073709551616"}) {
+      nlohmann::json state = state_;
+      std::string text = state.dump();
+      const std::string key = std::string("\"") + field + "\":";
+      const size_t at = text.find(key) + key.size();
+      text.replace(at, text.find_first_of(",}", at) - at, bad);
+      EXPECT_CONTAINS(resume_error(with_metadata(text)), std::string(field) + " is ");
+    }
+  }
+  nlohmann::json state = state_;
+  state["epoch"] = uint64_t{1} << 63;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "epoch is 9223372036854775808 but expected an integer in [0, ");
+  state = state_;
+  state["generator"]["counter"] = 1.5;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "counter is 1.5 but expected an integer in [0, ");
+  state = state_;
+  state["step"] = 1;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "step is 1 but epoch is 2");
+}
+
+TEST_F(CheckpointValidation, FieldsMustBeThereAndNothingElse) {
+  nlohmann::json state = state_;
+  state.erase("shuffle_state");
+  EXPECT_CONTAINS(resume_error(with_state(state)), "the field \"shuffle_state\" is missing");
+  state = state_;
+  state["extra"] = 1;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "the metadata has an unexpected field \"extra\"");
+  state = state_;
+  state["version"] = 1;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "written by an older tandem");
+  state = state_;
+  state["setup"]["lr"] = 0.01;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "setup fact \"lr\" is not a string");
+  EXPECT_CONTAINS(resume_error(with_metadata("[1, 2]")), "the metadata is a JSON array but expected an object");
+  EXPECT_CONTAINS(resume_error(with_metadata("{\"epoch\": 1")), "invalid JSON");
+}
+
+TEST_F(CheckpointValidation, HostileJsonIsRefusedBeforeItIsBuilt) {
+  // 100000 nested arrays would overflow the stack when the parsed value is released.
+  const std::string deep = "{\"format\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_CONTAINS(resume_error(with_metadata(deep)), "the JSON nests deeper than 64 levels");
+  std::string twice = state_.dump();
+  twice.insert(1, "\"epoch\":0,");
+  EXPECT_CONTAINS(resume_error(with_metadata(twice)), "the JSON repeats the key \"epoch\" in one object");
+}
+
+TEST_F(CheckpointValidation, NonFiniteWeightsAreBlamedOnTheFile) {
+  TensorFile edited = file_;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "model.1.weight") {
+      std::vector<float> values = tensor.to_vector();
+      values[7] = std::nanf("");
+      tensor = Tensor::from_vector(values, tensor.shape());
+    }
+  }
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  const std::string message = resume_error(edited_);
+  EXPECT_CONTAINS(message, "holds nan at element 7 of parameter 1.weight; the checkpoint is corrupt");
+  EXPECT_EQ(message.find("learning rate"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
+  // Valid parameters first, then a momentum buffer of the wrong shape: nothing may be applied.
+  TensorFile edited = file_;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "momentum.1.bias") tensor = Tensor::zeros({2});
+  }
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "momentum buffer 1.bias has shape [2] in '");
+
+  edited = file_;
+  edited.tensors.emplace_back("momentum.2.weight", Tensor::zeros({1}));
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "has a momentum buffer for 2.weight which the model does not have");
+
+  edited = file_;
+  edited.tensors.erase(edited.tensors.begin() + 1);
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "has no parameter 0.bias");
+}
+
+TEST_F(CheckpointValidation, AnotherSetupIsRefusedWithTheDifferences) {
+  TrainerOptions options = seed_options();
+  options.sgd.lr = 0.02;
+  options.batch_size = 32;
+  options.shuffle_seed = 5;
+  const std::string message = resume_error(good_, options);
+  EXPECT_CONTAINS(message, "belongs to another setup: batch_size: 64 in the checkpoint, 32 now; lr: 0.01 in the "
+                           "checkpoint, 0.02 now; shuffle_seed: 0 in the checkpoint, 5 now");
+
+  options = seed_options(/*epochs=*/5);
+  EXPECT_CONTAINS(resume_error(good_, options), "epochs: 2 in the checkpoint, 5 now");
+  options.setup = {{"activation", "tanh"}};
+  EXPECT_CONTAINS(resume_error(good_, options), "activation: (none) in the checkpoint, tanh now");
+
+  // lr and epochs may change when the caller says so; then training continues from epoch 2.
+  options = seed_options(/*epochs=*/3);
+  options.sgd.lr = 0.02;
+  options.resume_may_change = {"lr", "epochs"};
+  Trainer resumed = seed_net(options);
+  resumed.load_checkpoint(good_);
+  EXPECT_EQ(resumed.epoch(), 2);
+  EXPECT_EQ(resumed.fit(diabetes().train).epochs, 3);
+
+  options.resume_may_change = {"batch_size"};
+  EXPECT_ERROR(seed_net(options), "resume_may_change holds \"batch_size\" but only \"lr\" and \"epochs\" may change");
+  options.resume_may_change = {};
+  options.setup = {{"lr", "1"}};
+  EXPECT_ERROR(seed_net(options), "options.setup must not set \"lr\", which the Trainer records itself");
+}
+
+TEST_F(CheckpointValidation, OtherTrainingDataIsRefusedAtFit) {
+  TrainerOptions options = seed_options(/*epochs=*/3);
+  options.resume_may_change = {"epochs"};
+  Trainer resumed = seed_net(options);
+  resumed.load_checkpoint(good_);
+  const Dataset fewer_rows = diabetes().train.slice(0, 100);
+  EXPECT_ERROR(resumed.fit(fewer_rows), "Trainer::fit: the training data differs from the data of the checkpoint");
+  EXPECT_ERROR(resumed.fit(fewer_rows), "354 rows x 10 features, target target, fnv1a64 ");
+  EXPECT_EQ(resumed.epoch(), 2);
+  EXPECT_EQ(resumed.fit(diabetes().train).epochs, 3);
+}
+
+}  // namespace
+}  // namespace tandem::trainers

@@ -1,0 +1,37 @@
+#pragma once
+// The setup a training run belongs to. A checkpoint records these facts, and a resume compares them with its own,
+// so that resuming with other data, another model or other hyperparameters is refused with a list of the
+// differences instead of silently training something else.
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/nn/module.h"
+#include "tandem/trainers/dataset.h"
+
+namespace tandem::trainers {
+
+// Thrown by Trainer::load_checkpoint for a checkpoint of another setup; the message lists the differences.
+class SetupMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+// Fact name -> value, e.g. {"lr": "0.01", "batch_size": "64", "model": "Sequential(0: Linear(...), ...)"}.
+using SetupFacts = std::map<std::string, std::string>;
+
+// The module's structure on one line: "Sequential(0: Linear(in_features=10, out_features=20, bias=true), 1: ReLU())".
+std::string describe_module(const nn::Module& module);
+// A fingerprint of a data set's names and values: "353 rows x 10 features, target y, fnv1a64 3b1f...".
+std::string fingerprint(const Dataset& data);
+// A double written so that reading it back gives the same value ("0.01", "0.90000000000000002").
+std::string exact_text(double value);
+// "name: A in the checkpoint, B now" for every fact whose values differ ("(none)" for a fact on one side only),
+// skipping the names in `ignored`.
+std::vector<std::string> setup_differences(const SetupFacts& recorded, const SetupFacts& current,
+                                           const std::set<std::string>& ignored = {});
+
+}  // namespace tandem::trainers
