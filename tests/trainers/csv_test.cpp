@@ -1,7 +1,11 @@
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "support/test_support.h"
@@ -209,7 +213,8 @@ TEST(Csv, ReadCsvParsesARegularFileWithOptions) {
 }
 
 TEST(Csv, ReadCsvNamesTheFile) {
-  EXPECT_ERROR(read_csv("/nonexistent/data.csv"), "read_csv: cannot open \"/nonexistent/data.csv\"");
+  EXPECT_ERROR(read_csv("/nonexistent/data.csv"),
+               "read_csv: cannot open \"/nonexistent/data.csv\": No such file or directory");
   const std::string path = temp_path("ragged.csv");
   std::ofstream(path) << "a,b\n1,2\n3\n";
   EXPECT_ERROR(read_csv(path), "read_csv: " + path + " line 3 has 1 cells but the header has 2 columns");
@@ -218,6 +223,29 @@ TEST(Csv, ReadCsvNamesTheFile) {
   std::ofstream(path, std::ios::trunc) << "a,b\n";
   EXPECT_ERROR(read_csv(path), path + " has a header but no data rows");
   std::remove(path.c_str());
+}
+
+TEST(Csv, ReadCsvRefusesDirectoriesFifosAndDevicesWithoutBlocking) {
+  const std::string fifo = temp_path("fifo.csv");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string directory = temp_path("directory.csv");
+  ASSERT_EQ(mkdir(directory.c_str(), 0700), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {directory, "read_csv: \"" + directory + "\" is a directory but expected a regular file"},
+      {fifo, "read_csv: \"" + fifo + "\" is a FIFO but expected a regular file"},
+      {"/dev/zero", "read_csv: \"/dev/zero\" is a character device but expected a regular file"},
+  };
+  for (const auto& [path, expected] : cases) {
+    SCOPED_TRACE(path);
+    auto message = std::async(std::launch::async, [&path] { return error_message([&] { read_csv(path); }); });
+    if (message.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+      ADD_FAILURE() << "read_csv blocked";
+      ::close(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK));  // releases a reader that waits for a writer
+    }
+    EXPECT_EQ(message.get(), expected);
+  }
+  std::remove(fifo.c_str());
+  rmdir(directory.c_str());
 }
 
 TEST(Csv, BuiltInDiabetesIsTheBundledFile) {

@@ -43,7 +43,8 @@ struct CsvOptions {
 CsvTable parse_csv(std::string_view text, std::string_view source = "<text>");
 CsvTable parse_csv(std::string_view text, std::string_view source, const CsvOptions& options);
 
-// Reads a file and parses it as parse_csv does, naming `path` as the source; throws Error when it cannot be opened.
+// Reads a regular file and parses it as parse_csv does, naming `path` as the source. Never blocks on a FIFO or
+// device: throws Error naming the path when it cannot be opened or read, or is a directory, FIFO, device or socket.
 CsvTable read_csv(const std::string& path);
 CsvTable read_csv(const std::string& path, const CsvOptions& options);
 
