@@ -1,106 +1,334 @@
 #include "tandem/trainers/csv.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <set>
-#include <sstream>
+#include <system_error>
+#include <unordered_map>
 
 #include "tandem/core/error.h"
 
 namespace tandem::trainers {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
+constexpr size_t kMaxColumns = 1'000'000;
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+constexpr std::array<std::string_view, 8> kMissingTokens = {"NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?"};
 
-std::vector<std::string_view> split_cells(std::string_view line) {
-  std::vector<std::string_view> cells;
-  size_t start = 0;
-  while (true) {
-    size_t comma = line.find(',', start);
-    cells.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) return cells;
-    start = comma + 1;
+bool is_blank(char c) { return c == ' ' || c == '\t'; }
+bool is_line_end(char c) { return c == '\n' || c == '\r'; }
+
+bool is_missing(std::string_view cell) {
+  if (cell.empty()) return true;
+  for (std::string_view token : kMissingTokens) {
+    if (cell == token) return true;
   }
+  return false;
 }
 
-// Walks the text line by line, keeping the 1-based line number for messages and skipping blank lines.
-class LineReader {
+// Names places in the text for messages: "data.csv line 7, column 3 (bmi)". `columns` holds the header names read
+// so far; a column beyond them is named by number only.
+class Locator {
  public:
-  explicit LineReader(std::string_view text) : text_(text) {}
-  bool next(std::string_view& line) {
-    while (position_ < text_.size()) {
-      size_t end = text_.find('\n', position_);
-      if (end == std::string_view::npos) end = text_.size();
-      line = trim(text_.substr(position_, end - position_));
-      position_ = end + 1;
-      ++number_;
-      if (!line.empty()) return true;
-    }
-    return false;
+  Locator(const char* caller, std::string_view source, const std::vector<std::string>& columns)
+      : caller_(caller), source_(source), columns_(columns) {}
+
+  const char* caller() const { return caller_; }
+  std::string_view source() const { return source_; }
+  std::string line(int64_t line) const { return std::string(source_) + " line " + std::to_string(line); }
+  std::string cell(int64_t line, size_t column) const {
+    std::string place = this->line(line) + ", column " + std::to_string(column);
+    if (column <= columns_.size()) place += " (" + excerpt(columns_[column - 1]) + ")";
+    return place;
   }
-  int64_t number() const { return number_; }
 
  private:
-  std::string_view text_;
-  size_t position_ = 0;
-  int64_t number_ = 0;
+  const char* caller_;
+  std::string_view source_;
+  const std::vector<std::string>& columns_;
 };
 
-double parse_cell(std::string_view cell, const char* caller, std::string_view source, int64_t line, size_t column,
-                  const std::string& name) {
-  double value = 0.0;
+// One field as the scanner found it.
+struct Field {
+  std::string_view text;  // trimmed when unquoted; without its quotes and with "" undone when quoted
+  bool quoted = false;
+  int64_t line = 0;   // the physical line (1-based) where the field starts
+  size_t column = 0;  // 1-based position in its record
+  bool ends_record = false;
+
+  bool is_blank_line() const { return column == 1 && ends_record && !quoted && text.empty(); }
+};
+
+// Note [CSV scanner states]
+// next() reads one field with a small state machine over the bytes of the text:
+//   FieldStart     spaces and tabs are skipped; '"' opens a quoted field (-> Quoted); a comma, a line end or the end
+//                  of the text gives an empty field; anything else starts an unquoted field (-> Unquoted).
+//   Unquoted       runs to the next comma, line end or the end of the text; a '"' is an error.
+//   Quoted         runs to the next '"' (-> QuoteInQuoted); commas, CR and LF are data, but line ends still count
+//                  as physical lines; the end of the text is an error naming the line where the quote opened.
+//   QuoteInQuoted  after a '"' inside quotes: another '"' is an escaped quote (-> Quoted); a comma, line end or
+//                  the end of the text ends the field; a space or tab -> AfterQuoted; anything else is an error.
+//   AfterQuoted    spaces and tabs up to a comma, line end or the end of the text; anything else is an error.
+// A comma ends the field; a line end (LF, CRLF or a lone CR) or the end of the text ends the field and its record.
+// Unquoted fields and quoted fields without "" are views into the text (no allocation per cell); the others are
+// unescaped into one buffer that the next call reuses.
+class Scanner {
+ public:
+  Scanner(std::string_view text, const Locator& where) : text_(text), where_(where) {}
+
+  bool done() const { return position_ >= text_.size(); }
+
+  // Reads the next field. At the end of the text (also after a final comma) the field is empty and ends the record.
+  Field next() {
+    enum class State { FieldStart, Unquoted, Quoted, QuoteInQuoted, AfterQuoted };
+    Field field{{}, false, line_, column_, false};
+    State state = State::FieldStart;
+    size_t begin = position_;  // of the field's text
+    size_t end = position_;    // one past its last byte that is not a trailing space or tab
+    bool escapes = false;
+    for (; position_ < text_.size(); ++position_) {
+      const char c = text_[position_];
+      if (c == ',' || is_line_end(c)) {
+        if (state == State::Quoted) {
+          if (c == '\n' || (c == '\r' && !next_is('\n'))) ++line_;
+          continue;
+        }
+        return finish(field, begin, end, escapes, c == ',' ? 1 : consume_line_end());
+      }
+      switch (state) {
+        case State::FieldStart:
+          if (is_blank(c)) {
+            begin = end = position_ + 1;
+          } else if (c == '"') {
+            field.quoted = true;
+            begin = position_ + 1;
+            state = State::Quoted;
+          } else {
+            end = position_ + 1;
+            state = State::Unquoted;
+          }
+          break;
+        case State::Unquoted:
+          if (!is_blank(c)) end = position_ + 1;
+          TANDEM_CHECK(c != '"', where_.caller(), ": ", where_.cell(field.line, field.column),
+                       ": a quote inside the unquoted field \"", excerpt(rest_of_field(begin)),
+                       "\" (quote the whole field)");
+          break;
+        case State::Quoted:
+          if (c == '"') {
+            end = position_;
+            state = State::QuoteInQuoted;
+          }
+          break;
+        case State::QuoteInQuoted:
+          if (c == '"') {
+            escapes = true;
+            state = State::Quoted;
+            break;
+          }
+          [[fallthrough]];
+        case State::AfterQuoted:
+          TANDEM_CHECK(is_blank(c), where_.caller(), ": ", where_.cell(field.line, field.column), ": text \"",
+                       excerpt(rest_of_field(position_)), "\" after the closing quote of a quoted field");
+          state = State::AfterQuoted;
+          break;
+      }
+    }
+    TANDEM_CHECK(state != State::Quoted, where_.caller(), ": ", where_.cell(field.line, field.column),
+                 ": the quote that opens this field is not closed before the end of the text");
+    return finish(field, begin, end, escapes, 0);
+  }
+
+ private:
+  bool next_is(char c) const { return position_ + 1 < text_.size() && text_[position_ + 1] == c; }
+
+  // The text from `begin` to the next comma, line end or the end of the text.
+  std::string_view rest_of_field(size_t begin) const {
+    return text_.substr(begin, text_.find_first_of(",\r\n", begin) - begin);
+  }
+
+  // Counts the line end (CR, LF or CRLF) at position_ and returns its length.
+  size_t consume_line_end() {
+    ++line_;
+    return text_[position_] == '\r' && next_is('\n') ? 2 : 1;
+  }
+
+  // Completes `field` with the text [begin, end), steps past `separator` bytes (0 at the end of the text, which
+  // also ends the record) and moves to the next column or record.
+  Field finish(Field field, size_t begin, size_t end, bool escapes, size_t separator) {
+    field.text = text_.substr(begin, end - begin);
+    if (escapes) field.text = unescape(field.text);
+    field.ends_record = separator == 0 || text_[position_] != ',';
+    position_ += separator;
+    column_ = field.ends_record ? 1 : column_ + 1;
+    return field;
+  }
+
+  // Replaces each "" by ".
+  std::string_view unescape(std::string_view text) {
+    buffer_.clear();
+    for (size_t i = 0; i < text.size(); ++i) {
+      buffer_ += text[i];
+      if (text[i] == '"') ++i;
+    }
+    return buffer_;
+  }
+
+  std::string_view text_;
+  const Locator& where_;
+  size_t position_ = 0;
+  int64_t line_ = 1;
+  size_t column_ = 1;
+  std::string buffer_;
+};
+
+// Whether `cell` holds a finite number; if so, stores it in `value`.
+bool parse_number(std::string_view cell, double& value) {
   const char* first = cell.data();
   const char* last = cell.data() + cell.size();
-  if (!cell.empty() && *first == '+') ++first;  // from_chars rejects a leading '+'
+  if (first != last && *first == '+') ++first;  // from_chars rejects a leading '+'
   auto [end, error] = std::from_chars(first, last, value);
-  TANDEM_CHECK(!cell.empty() && error == std::errc() && end == last && std::isfinite(value), caller, ": ", source,
-               " line ", line, ", column ", column, " (", name, "): \"", cell, "\" is not a finite number");
-  return value;
+  return error == std::errc() && end == last && std::isfinite(value);
 }
 
-CsvTable parse(std::string_view text, std::string_view source, const char* caller) {
-  LineReader reader(text);
-  std::string_view line;
-  TANDEM_CHECK(reader.next(line), caller, ": ", source, " is empty but expected a header line and data rows");
+// Reads the header record (skipping blank lines before it) into table.columns.
+void read_header(Scanner& scanner, const Locator& where, CsvTable& table) {
+  Field field;
+  do {
+    TANDEM_CHECK(!scanner.done(), where.caller(), ": ", where.source(),
+                 " is empty but expected a header line and data rows");
+    field = scanner.next();
+  } while (field.is_blank_line());
 
-  CsvTable table;
-  std::set<std::string> seen;
-  for (std::string_view cell : split_cells(line)) {
-    TANDEM_CHECK(!cell.empty(), caller, ": ", source, " line ", reader.number(), ": column ",
-                 table.columns.size() + 1, " of the header has no name");
-    TANDEM_CHECK(seen.insert(std::string(cell)).second, caller, ": ", source, " line ", reader.number(),
-                 ": column name \"", cell, "\" appears twice in the header");
-    table.columns.emplace_back(cell);
+  std::unordered_map<std::string, size_t> seen;
+  while (true) {
+    TANDEM_CHECK(field.column <= kMaxColumns, where.caller(), ": ", where.line(field.line),
+                 ": the header has more than ", kMaxColumns, " columns");
+    TANDEM_CHECK(!field.text.empty(), where.caller(), ": ", where.line(field.line), ": column ", field.column,
+                 " of the header has no name");
+    auto [previous, inserted] = seen.emplace(field.text, field.column);
+    TANDEM_CHECK(inserted, where.caller(), ": ", where.line(field.line), ": column name \"", excerpt(field.text),
+                 "\" appears twice in the header (columns ", previous->second, " and ", field.column, ")");
+    table.columns.emplace_back(field.text);
+    if (field.ends_record) return;
+    field = scanner.next();
   }
+}
 
-  while (reader.next(line)) {
-    std::vector<std::string_view> cells = split_cells(line);
-    TANDEM_CHECK(cells.size() == table.columns.size(), caller, ": ", source, " line ", reader.number(), " has ",
-                 cells.size(), " cells but the header has ", table.columns.size(), " columns");
-    for (size_t c = 0; c < cells.size(); ++c) {
-      table.values.push_back(parse_cell(cells[c], caller, source, reader.number(), c + 1, table.columns[c]));
+// Reads the data records after the header, converting each cell as it is scanned.
+void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options, CsvTable& table) {
+  const size_t width = table.columns.size();
+  while (!scanner.done()) {
+    Field field = scanner.next();
+    if (field.is_blank_line()) continue;
+    const int64_t line = field.line;
+    const size_t row_begin = table.values.size();
+    bool has_missing = false;
+    while (true) {
+      TANDEM_CHECK(field.column <= width, where.caller(), ": ", where.line(line), " has at least ", field.column,
+                   " cells but the header has ", width, " columns");
+      double value = 0.0;
+      if (parse_number(field.text, value)) {
+        table.values.push_back(value);
+      } else {
+        TANDEM_CHECK(is_missing(field.text), where.caller(), ": ", where.cell(field.line, field.column), ": \"",
+                     excerpt(field.text), "\" is not a finite number");
+        TANDEM_CHECK(options.missing == MissingValues::DropRow, where.caller(), ": ",
+                     where.cell(field.line, field.column), ": missing value \"", field.text,
+                     "\"; expected a number (pass MissingValues::DropRow to skip such rows)");
+        has_missing = true;
+      }
+      if (field.ends_record) break;
+      field = scanner.next();
+    }
+    TANDEM_CHECK(field.column == width, where.caller(), ": ", where.line(line), " has ", field.column,
+                 " cells but the header has ", width, " columns");
+    if (has_missing) {
+      table.values.resize(row_begin);
+      ++table.dropped_rows;
     }
   }
-  TANDEM_CHECK(!table.values.empty(), caller, ": ", source, " has a header but no data rows");
+}
+
+CsvTable parse(std::string_view text, std::string_view source, const CsvOptions& options, const char* caller) {
+  if (text.starts_with(kByteOrderMark)) text.remove_prefix(kByteOrderMark.size());
+  CsvTable table;
+  const Locator where(caller, source, table.columns);
+  Scanner scanner(text, where);
+  read_header(scanner, where, table);
+  read_rows(scanner, where, options, table);
+  TANDEM_CHECK(table.rows() > 0 || table.dropped_rows > 0, caller, ": ", source, " has a header but no data rows");
+  TANDEM_CHECK(table.rows() > 0, caller, ": ", source, " has no data rows left: all ", table.dropped_rows,
+               " rows have a missing value (dropped by MissingValues::DropRow)");
   return table;
+}
+
+std::string errno_text(int error) { return std::generic_category().message(error); }
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes a file descriptor when it goes out of scope.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { ::close(fd_); }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Note [Regular files only]
+// A FIFO without a writer blocks open() and a device such as /dev/zero never ends, so the path is opened without
+// blocking and checked with fstat (which looks at what was opened, so a swap after a stat cannot fool it) before
+// anything is read. O_NONBLOCK changes nothing for reading a regular file.
+std::string read_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  TANDEM_CHECK(fd >= 0, "read_csv: cannot open \"", path, "\": ", errno_text(errno));
+  FileDescriptor file(fd);
+  struct stat info {};
+  TANDEM_CHECK(::fstat(file.get(), &info) == 0, "read_csv: cannot inspect \"", path, "\": ", errno_text(errno));
+  TANDEM_CHECK(S_ISREG(info.st_mode), "read_csv: \"", path, "\" is ", file_kind(info.st_mode),
+               " but expected a regular file");
+  std::string contents;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(file.get(), chunk, sizeof(chunk));
+    if (got == 0) return contents;
+    if (got < 0) {
+      TANDEM_CHECK(errno == EINTR, "read_csv: error while reading \"", path, "\": ", errno_text(errno));
+      continue;
+    }
+    contents.append(chunk, static_cast<size_t>(got));
+  }
 }
 
 }  // namespace
 
-CsvTable parse_csv(std::string_view text, std::string_view source) { return parse(text, source, "parse_csv"); }
+CsvTable parse_csv(std::string_view text, std::string_view source) { return parse_csv(text, source, CsvOptions{}); }
 
-CsvTable read_csv(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  TANDEM_CHECK(file.is_open(), "read_csv: cannot open \"", path, "\"");
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  TANDEM_CHECK(!file.bad(), "read_csv: error while reading \"", path, "\"");
-  return parse(contents.str(), path, "read_csv");
+CsvTable parse_csv(std::string_view text, std::string_view source, const CsvOptions& options) {
+  return parse(text, source, options, "parse_csv");
+}
+
+CsvTable read_csv(const std::string& path) { return read_csv(path, CsvOptions{}); }
+
+CsvTable read_csv(const std::string& path, const CsvOptions& options) {
+  return parse(read_regular_file(path), path, options, "read_csv");
 }
 
 }  // namespace tandem::trainers
