@@ -2,12 +2,9 @@
 // every error of load by message (corrupt files are written byte by byte here).
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
-#include "support/test_support.h"
+#include "safetensors_test_helpers.h"
 
 namespace tandem {
 namespace {
@@ -15,58 +12,12 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_close;
 using testing::expect_values;
-
-// A fresh, empty directory per test, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-    for (char& c : name)
-      if (c == '/') c = '_';
-    path_ = fs::path(::testing::TempDir()) / ("tandem_nn_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string le64(uint64_t value) {
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
-  return bytes;
-}
-
-std::string float_bytes(const std::vector<float>& values) {
-  std::string bytes(values.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
-}
-
-// A safetensors file: length, header (unpadded unless the caller pads it), data.
-std::string safetensors_file(const std::string& header, const std::string& data) {
-  return le64(header.size()) + header + data;
-}
+using testing::float_bytes;
+using testing::le64;
+using testing::read_bytes;
+using testing::safetensors_file;
+using testing::ScratchDir;
+using testing::write_bytes;
 
 nn::Linear known_linear() {
   nn::Linear fc(2, 3);
