@@ -163,26 +163,26 @@ class LoadErrorTest : public ::testing::Test {
 TEST_F(LoadErrorTest, MissingTruncatedAndMalformedFiles) {
   nn::Linear fc(2, 3);
   EXPECT_ERROR(load(fc, dir_.file("absent.safetensors")),
-               "load: cannot open '" + dir_.file("absent.safetensors") + "': No such file or directory");
+               "load: '" + dir_.file("absent.safetensors") + "': cannot open the file: No such file or directory");
   expect_load_error(std::string("\x10\0\0\0\0", 5),
                     "load: '" + path_ + "': the file is truncated: it has 5 bytes, but a safetensors file starts "
                     "with an 8-byte header length");
   expect_load_error(le64(1000) + std::string(24, ' '),
                     "the header length 1000 runs past the end of the file (24 bytes follow the length)");
-  expect_load_error(safetensors_file("{\"weight\": [", ""), "the header is not valid JSON: ");
+  expect_load_error(safetensors_file("{\"weight\": {\"dtype\": ", ""), "the header is not valid JSON: ");
   expect_load_error(safetensors_file("[1, 2]", ""), "the header is not a JSON object");
-  expect_load_error(safetensors_file(R"({"__metadata__":{"step":7}})", ""), "__metadata__ entry 'step' is not a string");
+  expect_load_error(safetensors_file(R"({"__metadata__":{"step":7}})", ""), "__metadata__ entry 'step' is 7, not a string");
 }
 
 TEST_F(LoadErrorTest, BadEntries) {
   std::string data = weight_and_bias_data();
   std::string bias = entry("bias", "[3]", 24, 36);
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24, "F64") + "," + bias + "}", data),
-                    "tensor 'weight' has dtype F64 but only F32 is supported");
+                    "tensor 'weight' has dtype 'F64', but only F32 is supported");
   expect_load_error(safetensors_file("{" + entry("weight", "[3,-2]", 0, 24) + "," + bias + "}", data),
-                    "tensor 'weight' has shape [3,-2] but sizes must be non-negative integers");
+                    "tensor 'weight' has the shape size -2, but sizes are integers in [0, 2^63 - 1]");
   expect_load_error(safetensors_file(R"({"weight":{"dtype":"F32","shape":[3,2]}})", data),
-                    "tensor 'weight' has no valid data_offsets (expected [begin, end])");
+                    "tensor 'weight' has no data_offsets");
   expect_load_error(safetensors_file(R"({"weight":{"shape":[3,2],"data_offsets":[0,24]}})", data),
                     "tensor 'weight' has no dtype");
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 400) + "," + bias + "}", data),
@@ -192,12 +192,12 @@ TEST_F(LoadErrorTest, BadEntries) {
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 20, 32) +
                                          "}",
                                      data),
-                    "tensors 'weight' and 'bias' overlap in the data section");
+                    "tensors 'weight' [0, 24] and 'bias' [20, 32] overlap in the data section");
 }
 
 TEST_F(LoadErrorTest, NamesAndShapesMustMatchTheModule) {
   std::string data = weight_and_bias_data();
-  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "}", data),
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "}", data.substr(0, 24)),
                     "load: checkpoint has no tensor 'bias'");
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) +
                                          "," + entry("extra", "[]", 32, 36) + "}",
