@@ -7,9 +7,19 @@
 //
 // Writes are atomic: the data goes to "<path>.tmp.<pid>" in the same directory, is flushed to disk and renamed over
 // `path`, so a reader sees either the old file or the new one, never a partial one.
+//
+// Reads treat every file as hostile and are as strict as the reference loader: only a regular file is opened (a
+// FIFO, a directory or a device is refused without blocking); the header is at most 100,000,000 bytes, a JSON
+// object of valid UTF-8 that nests at most 64 levels and repeats no key in any object; it describes at most
+// 1,000,000 tensors, each {"dtype": "F32", "shape": [at most 64 sizes], "data_offsets": [begin, end]} with no other
+// key, whose byte range matches its shape; sorted, the ranges cover the data section exactly (no gap, no overlap, no
+// trailing bytes); "__metadata__" maps strings to strings. Each tensor's bytes are read straight into its storage:
+// loading holds the header once and the tensors' data once (plus a small record per tensor). A file that cannot be
+// read is a tandem::Error "<function>: '<path>': ..." that quotes untrusted text with excerpt().
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +43,11 @@ struct TensorFile {
 // Tensors: defined, unique non-empty names other than "__metadata__"; any device.
 void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
                   const std::map<std::string, std::string>& metadata = {});
+// Reads a file as described at the top. Errors: the file cannot be opened or read, is not a regular file, shrinks
+// while being read, or breaks any rule of the format or the limits above; running out of host memory.
 TensorFile load_tensors(const std::string& path);
+// The same for the bytes of a file in memory (for fuzzers and tests): the same checks, the same messages with
+// "load_tensors_from_bytes: '<source>': " as the prefix. `bytes` is only read during the call.
+TensorFile load_tensors_from_bytes(std::string_view bytes, std::string_view source = "<memory>");
 
 }  // namespace tandem
