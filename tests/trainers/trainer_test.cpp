@@ -384,6 +384,11 @@ TEST(Trainer, CheckpointSaverWritesEveryNthAndTheLastEpoch) {
   trainer.add_callback(probe);
   trainer.fit(diabetes().train);
   EXPECT_EQ(probe->seen, (std::vector<int64_t>{0, 2, 2, 4, 5}));
+
+  EXPECT_ERROR(CheckpointSaver(path, 0), "CheckpointSaver: every is 0 but expected at least 1");
+  EXPECT_ERROR(CheckpointSaver("/nonexistent/dir/model.safetensors"),
+               "CheckpointSaver: cannot write '/nonexistent/dir/model.safetensors': the directory '/nonexistent/dir' "
+               "does not exist");
 }
 
 TEST(Trainer, BadOptionsAreErrors) {

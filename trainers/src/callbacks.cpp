@@ -130,6 +130,7 @@ void MetricsLogger::write_lines() const {
 
 CheckpointSaver::CheckpointSaver(std::string path, int64_t every) : path_(std::move(path)), every_(every) {
   TANDEM_CHECK(every >= 1, "CheckpointSaver: every is ", every, " but expected at least 1");
+  check_writable(path_, "CheckpointSaver");
 }
 
 void CheckpointSaver::on_epoch_end(const Trainer& trainer, const EpochReport& report) {

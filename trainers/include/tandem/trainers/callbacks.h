@@ -97,7 +97,8 @@ class MetricsLogger : public Callback {
   std::vector<Line> lines_;  // the file's contents, in order
 };
 
-// Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one.
+// Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one. Throws Error
+// for every < 1 and for a path that cannot be written (see check_writable), before any training time is spent.
 class CheckpointSaver : public Callback {
  public:
   CheckpointSaver(std::string path, int64_t every = 1);
