@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/trainers/trainer.h"
 
@@ -36,6 +37,16 @@ void validate(const Flags& flags) {
         "--test-fraction must lie in [0, 1), got " + text(flags.test_fraction));
   check(flags.checkpoint_every >= 1,
         "--checkpoint-every must be at least 1, got " + std::to_string(flags.checkpoint_every));
+}
+
+// Refuses an output path that a write would refuse (see check_writable) before any training time is spent.
+void check_output(const char* flag, const std::optional<std::string>& path) {
+  if (!path) return;
+  try {
+    check_writable(*path, flag);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 // Runs a tandem parser of a flag's text, turning its Error into a UsageError that names the flag.
@@ -87,7 +98,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
       ->capture_default_str()
       ->needs(checkpoint);
   app.add_option("--resume", flags.resume, "Continue from this checkpoint")->check(CLI::ExistingFile);
-  app.add_option("--metrics", flags.metrics, "Append one JSON line per epoch to this file");
+  app.add_option("--metrics", flags.metrics,
+                 "One JSON line per epoch (a resumed run keeps the lines up to its checkpoint)");
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
 
@@ -98,6 +110,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
     flags.devices = parse_value("--devices", [&] { return parse_devices(devices); });
+    check_output("--checkpoint", flags.checkpoint);
+    check_output("--metrics", flags.metrics);
+    check_output("--summary-json", flags.summary_json);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     parsed.exit_status = 0;
