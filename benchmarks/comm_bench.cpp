@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -288,6 +287,7 @@ int run(const Options& options) {
     std::cout << "comm_bench: --gpus must be at least 2\n";
     return 2;
   }
+  if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   Raw raw(gpus);
   std::vector<Row> rows;
   for (size_t bytes : {size_t{4} << 10, size_t{1} << 20, size_t{64} << 20, size_t{256} << 20}) {
@@ -295,14 +295,7 @@ int run(const Options& options) {
   }
   const std::string table = markdown_table(rows, gpus, options);
   std::cout << table;
-  if (!options.markdown.empty()) {
-    std::ofstream file(options.markdown);
-    file << table;
-    if (!file) {
-      std::cerr << "comm_bench: cannot write " << options.markdown << "\n";
-      return 1;
-    }
-  }
+  if (!options.markdown.empty()) tandem::write_file_atomically(options.markdown, table, "--markdown");
   return 0;
 }
 

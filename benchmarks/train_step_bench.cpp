@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -122,6 +121,7 @@ int run(const Options& options) {
     std::cout << "train_step_bench: no GPU visible; nothing to measure\n";
     return 0;
   }
+  if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   std::ostringstream table;
   table << "| workload | tandem 1 GPU | tandem " << gpus << " GPUs | target (2 GPUs) | PyTorch 1 GPU | "
         << "PyTorch DataParallel | LibTorch 1 GPU | LibTorch data_parallel |\n"
@@ -138,7 +138,7 @@ int run(const Options& options) {
   }
   std::cout << "Milliseconds per training step (median; PyTorch and LibTorch: reference numbers on 2x H200)\n\n"
             << table.str();
-  if (!options.markdown.empty()) std::ofstream(options.markdown) << table.str();
+  if (!options.markdown.empty()) tandem::write_file_atomically(options.markdown, table.str(), "--markdown");
   return 0;
 }
 

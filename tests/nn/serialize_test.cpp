@@ -109,7 +109,7 @@ TEST_P(SerializeDeviceTest, RoundTripIntoExistingParametersAcrossDevices) {
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE(SerializeDeviceTest);
 
-TEST(SerializeTest, OverwritesAtomicallyAndLeavesTheOldFileWhenWritingFails) {
+TEST(SerializeTest, OverwritesAtomicallyAndRefusesWhatItCannotReplace) {
   ScratchDir dir;
   std::string path = dir.file("model.safetensors");
   save(known_linear(), path);
@@ -118,24 +118,35 @@ TEST(SerializeTest, OverwritesAtomicallyAndLeavesTheOldFileWhenWritingFails) {
   save(other, path);  // replaces the file
   EXPECT_NE(read_bytes(path), old_bytes);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
-  old_bytes = read_bytes(path);
 
-  // The temporary file cannot be created (a directory is in its place): the target is untouched.
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  fs::create_directory(temp);
-  EXPECT_ERROR(save(known_linear(), path), "save: cannot write '" + path + "': cannot create '" + temp +
-                                               "': Is a directory");
-  EXPECT_EQ(read_bytes(path), old_bytes);
-  fs::remove(temp);
-
-  // The rename fails (the target is a non-empty directory): the temporary file is removed again.
+  // A directory in the target's place is refused before anything is written.
   std::string blocked = dir.file("blocked");
   fs::create_directories(blocked + "/inside");
-  EXPECT_ERROR(save(known_linear(), blocked), "save: cannot write '" + blocked + "': renaming '" + blocked +
-                                                  ".tmp." + std::to_string(::getpid()) + "' over it failed: ");
+  EXPECT_ERROR(save(known_linear(), blocked),
+               "save: cannot write '" + blocked + "': it is a directory but expected a regular file");
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"blocked", "model.safetensors"}));
 
-  EXPECT_ERROR(save(known_linear(), dir.file("missing/dir/model.safetensors")), "No such file or directory");
+  EXPECT_ERROR(save(known_linear(), dir.file("missing/dir/model.safetensors")),
+               "the directory '" + dir.file("missing/dir") + "' does not exist");
+}
+
+TEST(SerializeTest, SavingThroughASymlinkKeepsTheLinkAndTheMode) {
+  ScratchDir dir;
+  const std::string real = dir.file("run1.safetensors");
+  const std::string link = dir.file("latest.safetensors");
+  save(known_linear(), real);
+  fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_symlink("run1.safetensors", link);
+
+  nn::Linear other(2, 3);
+  save(other, link);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(fs::status(real).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+  nn::Linear loaded(2, 3);
+  load(loaded, link);
+  expect_close(loaded.weight, other.weight);
+  expect_close(loaded.bias, other.bias);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"latest.safetensors", "run1.safetensors"}));
 }
 
 class LoadErrorTest : public ::testing::Test {

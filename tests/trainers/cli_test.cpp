@@ -14,13 +14,16 @@
 namespace tandem::trainers {
 namespace {
 
+namespace fs = std::filesystem;
+
 struct ToolRun {
   int status = -1;
   std::string output;  // stdout and stderr together
 };
 
-ToolRun run_tool(const std::string& arguments) {
-  const std::string command = TANDEM_BINARY_DIR "/bin/tandem-train " + arguments + " 2>&1";
+// Runs tandem-train with `arguments` through sh, after the shell commands `setup` (e.g. "ulimit -f 0;").
+ToolRun run_tool(const std::string& arguments, const std::string& setup = "") {
+  const std::string command = setup + " " TANDEM_BINARY_DIR "/bin/tandem-train " + arguments + " 2>&1";
   ToolRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -118,6 +121,10 @@ TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
       {"--data /nonexistent.csv", "/nonexistent.csv"},
       {"--resume /nonexistent.safetensors", "/nonexistent.safetensors"},
       {"--target nosuch", "--target: no column \"nosuch\" (columns: age, sex, bmi"},
+      {"--summary-json /nonexistent/dir/summary.json",
+       "--summary-json: cannot write '/nonexistent/dir/summary.json': the directory '/nonexistent/dir' does not exist"},
+      {"--metrics /dev/null", "--metrics: cannot write '/dev/null': it is a character device"},
+      {"--checkpoint /", "--checkpoint: cannot write '/': it is a directory"},
       {"--no-such-flag", "--no-such-flag"},
       {"stray", "stray"},
   };
@@ -157,6 +164,47 @@ TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
   EXPECT_EQ(diverging.status, 1) << diverging.output;
   EXPECT_NE(diverging.output.find("Trainer::fit: the loss is "), std::string::npos) << diverging.output;
   EXPECT_NE(diverging.output.find(" at epoch 1, step "), std::string::npos) << diverging.output;
+}
+
+// An output that cannot be written is refused at once, with one line, rather than after the whole run.
+TEST(TandemTrain, SummaryJsonInAMissingDirectoryFailsBeforeTraining) {
+  const std::string summary = temp_path("missing_dir") + "/summary.json";
+  ToolRun run = run_tool("--summary-json " + summary);
+  EXPECT_NE(run.status, 0) << run.output;
+  ASSERT_EQ(lines_of(run.output).size(), 1u) << run.output;
+  EXPECT_EQ(run.output, "tandem-train: --summary-json: cannot write '" + summary + "': the directory '" +
+                            temp_path("missing_dir") + "' does not exist\n");
+}
+
+TEST(TandemTrain, FailedSummaryWriteExitsNonZeroAndKeepsTheOldFile) {
+  const std::string summary = temp_path("unwritable.json");
+  std::ofstream(summary) << "{\"old\": true}\n";
+  // No file may grow past 0 bytes (and SIGXFSZ is ignored, so write() fails with EFBIG), as on a full disk.
+  ToolRun run = run_tool("--quiet --epochs 2 --devices cpu:0 --summary-json " + summary, "trap '' XFSZ; ulimit -f 0;");
+  EXPECT_EQ(run.status, 1) << run.output;
+  const std::vector<std::string> lines = lines_of(run.output);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("tandem-train: --summary-json: cannot write '" + summary + "': writing '", 0), 0u)
+      << run.output;
+  EXPECT_NE(lines.back().find("File too large"), std::string::npos) << run.output;
+  EXPECT_EQ(read_json(summary), nlohmann::json({{"old", true}}));
+  const std::string temp_prefix = "." + fs::path(summary).filename().string() + ".tandem-tmp.";
+  for (const auto& entry : fs::directory_iterator(fs::path(summary).parent_path())) {
+    EXPECT_NE(entry.path().filename().string().rfind(temp_prefix, 0), 0u) << entry.path();
+  }
+}
+
+TEST(TandemTrain, SymlinkedSummaryJsonStaysALink) {
+  const std::string real = temp_path("summary_target.json");
+  const std::string link = temp_path("summary_link.json");
+  std::ofstream(real) << "{}\n";
+  fs::remove(link);
+  fs::create_symlink(real, link);
+  ToolRun run = run_tool("--quiet --epochs 2 --devices cpu:0 --summary-json " + link);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(fs::read_symlink(link), real);
+  EXPECT_EQ(read_json(real).at("epochs"), 2);
 }
 
 TEST(TandemTrain, OwnCsvWithTargetByName) {

@@ -268,7 +268,84 @@ TEST(Trainer, MetricsLoggerWritesOneJsonLinePerEpoch) {
     EXPECT_DOUBLE_EQ(entry.at("test_r2").get<double>(), report.test->r2);
   }
   EXPECT_EQ(epoch, 3);
-  EXPECT_ERROR(MetricsLogger("/nonexistent/dir/metrics.jsonl"), "MetricsLogger: cannot open");
+  EXPECT_ERROR(MetricsLogger("/nonexistent/dir/metrics.jsonl"),
+               "MetricsLogger: cannot write '/nonexistent/dir/metrics.jsonl': the directory '/nonexistent/dir' does "
+               "not exist");
+}
+
+std::vector<std::string> lines_of_file(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(Trainer, MetricsLoggerStartsEmptyUnlessAppending) {
+  const std::string path = temp_path("fresh_metrics.jsonl");
+  std::ofstream(path) << "{\"epoch\":1}\nnot even JSON\n";
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
+  trainer.add_callback(std::make_shared<MetricsLogger>(path));
+  trainer.fit(diabetes().train);
+  const std::vector<std::string> lines = lines_of_file(path);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(lines[1]).at("epoch"), 2);
+}
+
+// A run of 4 epochs checkpointed after epoch 2 only (as when it was killed before its next checkpoint), resumed from
+// there to epoch 4: the metrics list epochs 1, 2, 3 and 4 once each.
+TEST(Trainer, MetricsLoggerResumeDropsTheEpochsAfterTheCheckpoint) {
+  const std::string metrics = temp_path("resumed_metrics.jsonl");
+  const std::string checkpoint = temp_path("resumed_metrics.safetensors");
+  struct SaveAfterEpochTwo : Callback {
+    std::string path;
+    void on_epoch_end(const Trainer& trainer, const EpochReport& report) override {
+      if (report.epoch == 2) trainer.save_checkpoint(path);
+    }
+  };
+  auto saver = std::make_shared<SaveAfterEpochTwo>();
+  saver->path = checkpoint;
+  Trainer first = seed_net_trainer({Device::cpu(0)}, 4);
+  first.add_callback(std::make_shared<MetricsLogger>(metrics));
+  first.add_callback(saver);
+  first.fit(diabetes().train, diabetes().test);
+  const std::vector<std::string> uninterrupted = lines_of_file(metrics);
+  ASSERT_EQ(uninterrupted.size(), 4u);
+
+  Trainer resumed = seed_net_trainer({Device::cpu(0)}, 4);
+  resumed.load_checkpoint(checkpoint);
+  resumed.add_callback(std::make_shared<MetricsLogger>(metrics, /*append=*/true));
+  resumed.fit(diabetes().train, diabetes().test);
+  const std::vector<std::string> lines = lines_of_file(metrics);
+  ASSERT_EQ(lines.size(), 4u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    SCOPED_TRACE(lines[i]);
+    const nlohmann::json entry = nlohmann::json::parse(lines[i]);
+    EXPECT_EQ(entry.at("epoch"), i + 1);
+    EXPECT_EQ(entry.at("train_loss").get<double>(),
+              nlohmann::json::parse(uninterrupted[i]).at("train_loss").get<double>());
+  }
+  EXPECT_EQ(lines[0], uninterrupted[0]);  // the kept lines are the first run's, byte for byte
+  EXPECT_EQ(lines[1], uninterrupted[1]);
+}
+
+TEST(Trainer, MetricsLoggerRefusesToResumeAFileThatIsNotJsonLines) {
+  const std::string path = temp_path("bad_metrics.jsonl");
+  Trainer trainer = seed_net_trainer({Device::cpu(0)}, 1);
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"epoch\":1}\nnot json\n", "line 2 is not a JSON object with a non-negative integer \"epoch\": not json"},
+      {"{\"epoch\":1}\n{\"epoch\":2}\n[2]\n", "line 3 is not a JSON object"},
+      {"{\"epoch\":\"1\"}\n", "line 1 is not a JSON object"},
+      {"{\"epoch\":-1}\n", "line 1 is not a JSON object"},
+      {"{\"epoch\":1}\n\n", "line 2 is not a JSON object with a non-negative integer \"epoch\": "},
+      {"{\"epoch\":1}\n\x01\xff{\n", "line 2 is not a JSON object with a non-negative integer \"epoch\": \\x01\\xff{"},
+  };
+  for (const auto& [contents, fragment] : cases) {
+    SCOPED_TRACE(contents);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+    MetricsLogger logger(path, /*append=*/true);
+    EXPECT_ERROR(logger.on_fit_begin(trainer), "MetricsLogger: \"" + path + "\" " + fragment);
+    EXPECT_EQ(file_bytes(path), contents);  // left as it was
+  }
 }
 
 TEST(Trainer, ProgressPrinterLinesAndBar) {
@@ -310,6 +387,11 @@ TEST(Trainer, CheckpointSaverWritesEveryNthAndTheLastEpoch) {
   trainer.add_callback(probe);
   trainer.fit(diabetes().train);
   EXPECT_EQ(probe->seen, (std::vector<int64_t>{0, 2, 2, 4, 5}));
+
+  EXPECT_ERROR(CheckpointSaver(path, 0), "CheckpointSaver: every is 0 but expected at least 1");
+  EXPECT_ERROR(CheckpointSaver("/nonexistent/dir/model.safetensors"),
+               "CheckpointSaver: cannot write '/nonexistent/dir/model.safetensors': the directory '/nonexistent/dir' "
+               "does not exist");
 }
 
 TEST(Trainer, BadOptionsAreErrors) {

@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/trainers/trainer.h"
 
@@ -74,9 +78,14 @@ void ProgressPrinter::on_epoch_end(const Trainer&, const EpochReport& report) {
   out_ << epoch_line(report) << '\n' << std::flush;
 }
 
-MetricsLogger::MetricsLogger(const std::string& path, bool append)
-    : path_(path), file_(path, append ? std::ios::app : std::ios::trunc) {
-  TANDEM_CHECK(file_.is_open(), "MetricsLogger: cannot open \"", path, "\" for writing");
+MetricsLogger::MetricsLogger(const std::string& path, bool append) : path_(path), append_(append) {
+  check_writable(path, "MetricsLogger");
+}
+
+void MetricsLogger::on_fit_begin(const Trainer& trainer) {
+  if (append_) lines_ = read_lines(path_);
+  std::erase_if(lines_, [&](const Line& line) { return line.epoch > trainer.epoch(); });
+  write_lines();
 }
 
 void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
@@ -87,12 +96,41 @@ void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
     line["test_r2"] = report.test->r2;
   }
   line["seconds"] = report.seconds;
-  file_ << line.dump() << '\n' << std::flush;
-  TANDEM_CHECK(file_.good(), "MetricsLogger: writing \"", path_, "\" failed");
+  lines_.push_back({report.epoch, line.dump()});
+  write_lines();
+}
+
+std::vector<MetricsLogger::Line> MetricsLogger::read_lines(const std::string& path) {
+  std::error_code error;
+  const bool exists = std::filesystem::exists(path, error);
+  TANDEM_CHECK(!error, "MetricsLogger: cannot read \"", path, "\" to resume it: ", error.message());
+  if (!exists) return {};
+  std::ifstream file(path, std::ios::binary);
+  TANDEM_CHECK(file.is_open(), "MetricsLogger: cannot open \"", path, "\" to resume it");
+  std::vector<Line> lines;
+  int64_t number = 0;
+  for (std::string text; std::getline(file, text);) {
+    ++number;
+    const nlohmann::json entry = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const bool has_epoch = entry.is_object() && entry.contains("epoch") && entry["epoch"].is_number_unsigned() &&
+                           entry["epoch"].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+    TANDEM_CHECK(has_epoch, "MetricsLogger: \"", path, "\" line ", number,
+                 " is not a JSON object with a non-negative integer \"epoch\": ", excerpt(text));
+    lines.push_back({entry["epoch"].get<int64_t>(), std::move(text)});
+  }
+  TANDEM_CHECK(!file.bad(), "MetricsLogger: reading \"", path, "\" failed after line ", number);
+  return lines;
+}
+
+void MetricsLogger::write_lines() const {
+  std::string text;
+  for (const Line& line : lines_) text.append(line.json).push_back('\n');
+  write_file_atomically(path_, text, "MetricsLogger");
 }
 
 CheckpointSaver::CheckpointSaver(std::string path, int64_t every) : path_(std::move(path)), every_(every) {
   TANDEM_CHECK(every >= 1, "CheckpointSaver: every is ", every, " but expected at least 1");
+  check_writable(path_, "CheckpointSaver");
 }
 
 void CheckpointSaver::on_epoch_end(const Trainer& trainer, const EpochReport& report) {

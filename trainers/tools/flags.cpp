@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/trainers/trainer.h"
 
@@ -70,6 +71,16 @@ std::set<std::string> parse_allowed_changes(const std::string& text) {
   return names;
 }
 
+// Refuses an output path that a write would refuse (see check_writable) before any training time is spent.
+void check_output(const char* flag, const std::optional<std::string>& path) {
+  if (!path) return;
+  try {
+    check_writable(*path, flag);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 // Runs a tandem parser of a flag's text, turning its Error into a UsageError that names the flag.
 template <class Parse>
 auto parse_value(const char* flag, Parse parse) {
@@ -130,7 +141,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--allow-change", allow_change,
                  "Let the resumed run change these (comma-separated): lr, epochs")
       ->needs(resume);
-  app.add_option("--metrics", flags.metrics, "Append one JSON line per epoch to this file");
+  app.add_option("--metrics", flags.metrics,
+                 "One JSON line per epoch (a resumed run keeps the lines up to its checkpoint)");
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
 
@@ -145,6 +157,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
     flags.devices = parse_value("--devices", [&] { return parse_devices(devices); });
+    check_output("--checkpoint", flags.checkpoint);
+    check_output("--metrics", flags.metrics);
+    check_output("--summary-json", flags.summary_json);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     parsed.exit_status = 0;

@@ -2,8 +2,6 @@
 // Exit status: 0 on success, 2 for a bad flag or value, 1 for any other error (with its message).
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -59,20 +57,6 @@ void print_summary(const FitResult& result, const Trainer& trainer) {
   std::fflush(stdout);
 }
 
-// Writes `text` to "<path>.tmp" and renames it over `path`, so readers never see a partial file.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    TANDEM_CHECK(file.is_open(), "tandem-train: cannot open \"", temporary, "\" for writing");
-    file << text;
-    TANDEM_CHECK(file.good(), "tandem-train: writing \"", temporary, "\" failed");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  TANDEM_CHECK(!error, "tandem-train: cannot rename \"", temporary, "\" to \"", path, "\": ", error.message());
-}
-
 void write_summary(const std::string& path, const FitResult& result, const Trainer& trainer) {
   nlohmann::ordered_json summary;
   summary["train_mse"] = result.train.mse;
@@ -86,7 +70,7 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["devices"] = nlohmann::ordered_json::array();
   for (const Device& device : trainer.options().devices) summary["devices"].push_back(device.str());
   summary["seconds"] = result.seconds;
-  write_atomically(path, summary.dump(2) + "\n");
+  write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }
 
 // What a checkpoint of this tool records beyond the Trainer's own facts (model, optimizer, batch size, epochs and a

@@ -1,6 +1,7 @@
 #pragma once
-// core: devices, tensors, ops, autograd, random.
+// core: devices, tensors, ops, autograd, random, atomic file writes.
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"

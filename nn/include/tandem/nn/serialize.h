@@ -5,8 +5,9 @@
 // padded with spaces to a multiple of 8, then the raw little-endian float32 data. A file written by save() opens
 // in PyTorch with safetensors.torch.load_file.
 //
-// Writes are atomic: the data goes to "<path>.tmp.<pid>" in the same directory, is flushed to disk and renamed over
-// `path`, so a reader sees either the old file or the new one, never a partial one.
+// Writes go through AtomicFile (tandem/core/atomic_file.h): a reader sees either the old file or the new one, never a
+// partial one; a symlinked path stays a link, an existing file keeps its permission bits, and a path that is a
+// directory, a device or a FIFO is refused with an Error.
 //
 // Reads treat every file as hostile and are as strict as the reference loader: only a regular file is opened (a
 // FIFO, a directory or a device is refused without blocking); the header is at most 100,000,000 bytes, a JSON

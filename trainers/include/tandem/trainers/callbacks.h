@@ -5,11 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/trainers/metrics.h"
 
@@ -70,21 +70,35 @@ class ProgressPrinter : public Callback {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
-// Appends one JSON object per epoch to a file ("JSON lines"):
+// Keeps one JSON object per epoch in a file ("JSON lines"):
 //   {"epoch":3,"epochs":150,"step":36,"train_loss":3011.2,"test_mse":2950.1,"test_r2":0.54,"seconds":0.003}
-// The file is truncated when the logger is created unless `append` (for resumed runs). Throws Error when it cannot
-// be opened.
+// The whole file is rewritten atomically (write_file_atomically) at the start of each fit and after every epoch, so
+// a reader, a full disk or a killed run never leaves half a line. The file starts empty unless `append` (a resumed
+// run): then on_fit_begin reads the existing file, if any, and keeps its lines whose "epoch" is at most the
+// trainer's epoch, so that the epochs after the checkpoint, which the resumed run repeats, are listed once. Throws
+// Error when the path cannot be written (checked at construction, see check_writable) and, from on_fit_begin, when
+// the existing file is not JSON lines with an "epoch" each (naming the line).
 class MetricsLogger : public Callback {
  public:
   explicit MetricsLogger(const std::string& path, bool append = false);
+  void on_fit_begin(const Trainer& trainer) override;
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
 
  private:
+  struct Line {
+    int64_t epoch;
+    std::string json;
+  };
+  static std::vector<Line> read_lines(const std::string& path);
+  void write_lines() const;
+
   std::string path_;
-  std::ofstream file_;
+  bool append_;
+  std::vector<Line> lines_;  // the file's contents, in order
 };
 
-// Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one.
+// Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one. Throws Error
+// for every < 1 and for a path that cannot be written (see check_writable), before any training time is spent.
 class CheckpointSaver : public Callback {
  public:
   CheckpointSaver(std::string path, int64_t every = 1);
