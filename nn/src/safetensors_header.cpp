@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "json/untrusted_json.h"
 #include "tandem/core/error.h"
 
 namespace tandem::safetensors {
@@ -20,35 +21,6 @@ constexpr std::array<std::string_view, 15> kFormatDtypes = {
     "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"};
 
 std::string in_quotes(std::string_view text) { return detail::concat("'", excerpt(text), "'"); }
-
-// Note [Nesting depth]: a header that nests arrays and objects more than kMaxNestingDepth deep is refused before
-// nlohmann parses it, as the reference loader refuses it. nlohmann's parser keeps its own stack and the handler below
-// stores no JSON values, but dump(), copies and comparisons of a nlohmann value recurse once per level: 100000 nested
-// arrays overflow the stack wherever such a value is built and touched, so no such text reaches a parser here. The
-// scan is linear and counts the arrays and objects open at each byte; brackets inside strings (escapes included) do
-// not count. A malformed header can fool the count only past the point where nlohmann refuses it anyway (the first
-// unbalanced bracket or unterminated string).
-void check_nesting_depth(std::string_view json, const std::string& where) {
-  size_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character, e.g. the quote in \"
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      TANDEM_CHECK(++depth <= kMaxNestingDepth, where, "the header nests arrays and objects more than ",
-                   kMaxNestingDepth, " levels deep (at byte ", i, ")");
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-}
 
 // nlohmann's message quotes the whole offending token ("last read: '...'"), which a hostile header makes as long as
 // itself: keep the explanation before it and an excerpt of the token.
@@ -293,7 +265,7 @@ void check_layout(std::vector<TensorEntry>& tensors, uint64_t data_size, const s
 Header parse_header(std::string_view json, uint64_t data_size, const std::string& where) {
   TANDEM_CHECK(!json.empty() && json.front() == '{', where, "the header is not a JSON object: it starts with ",
                in_quotes(json.substr(0, 16)));
-  check_nesting_depth(json, where);
+  json::check_depth(json, where, kMaxNestingDepth);  // see Note [Depth before parsing]
   HeaderHandler handler(where);
   try {
     // Syntax errors reach handler.parse_error, which throws like every other method of the handler.

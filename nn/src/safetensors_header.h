@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "json/untrusted_json.h"
 #include "tandem/core/shape.h"
 
 namespace tandem::safetensors {
@@ -18,7 +19,7 @@ constexpr size_t kHeaderLengthBytes = 8;  // the little-endian uint64 before the
 // Limits on hostile headers. The first two are the reference loader's; the others bound what a header may make this
 // reader allocate (each tensor costs a Tensor) and are far above what real checkpoints use.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr size_t kMaxNestingDepth = 64;  // arrays and objects open at once anywhere in the header
+constexpr size_t kMaxNestingDepth = json::kMaxUntrustedDepth;  // arrays and objects open at once anywhere in the header
 constexpr size_t kMaxTensors = 1'000'000;
 constexpr size_t kMaxRank = 64;  // PyTorch's limit on dimensions
 

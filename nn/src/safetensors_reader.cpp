@@ -4,7 +4,7 @@
 #include <map>
 #include <new>
 
-#include "byte_source.h"
+#include "io/byte_source.h"
 #include "safetensors_header.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"

@@ -22,8 +22,6 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr size_t kHeaderLengthBytes = 8;
 
-std::string errno_text() { return std::strerror(errno); }
-
 // ---- writing --------------------------------------------------------------------------------------------------
 
 void write_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,

@@ -89,7 +89,7 @@ class SafetensorsReaderTest : public ::testing::Test {
 
 TEST_F(SafetensorsReaderTest, DeepNestingIsRefusedBeforeParsing) {
   const std::string deep = repeated("[", 100000) + repeated("]", 100000);
-  const std::string too_deep = "the header nests arrays and objects more than 64 levels deep";
+  const std::string too_deep = "the JSON nests arrays and objects more than 64 levels deep";
   expect_refused_header(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})",
                         too_deep + " (at byte 90)");
   expect_refused_header(R"({"__metadata__":{"note":)" + deep + "}}", too_deep + " (at byte 86)");

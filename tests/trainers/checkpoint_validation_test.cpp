@@ -140,7 +140,7 @@ TEST_F(CheckpointValidation, FieldsMustBeThereAndNothingElse) {
 TEST_F(CheckpointValidation, HostileJsonIsRefusedBeforeItIsBuilt) {
   // 100000 nested arrays would overflow the stack when the parsed value is released.
   const std::string deep = "{\"format\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
-  EXPECT_CONTAINS(resume_error(with_metadata(deep)), "the JSON nests deeper than 64 levels");
+  EXPECT_CONTAINS(resume_error(with_metadata(deep)), "the JSON nests arrays and objects more than 64 levels deep");
   std::string twice = state_.dump();
   twice.insert(1, "\"epoch\":0,");
   EXPECT_CONTAINS(resume_error(with_metadata(twice)), "the JSON repeats the key \"epoch\" in one object");

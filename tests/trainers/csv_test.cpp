@@ -214,7 +214,7 @@ TEST(Csv, ReadCsvParsesARegularFileWithOptions) {
 
 TEST(Csv, ReadCsvNamesTheFile) {
   EXPECT_ERROR(read_csv("/nonexistent/data.csv"),
-               "read_csv: cannot open \"/nonexistent/data.csv\": No such file or directory");
+               "read_csv: '/nonexistent/data.csv': cannot open the file: No such file or directory");
   const std::string path = temp_path("ragged.csv");
   std::ofstream(path) << "a,b\n1,2\n3\n";
   EXPECT_ERROR(read_csv(path), "read_csv: " + path + " line 3 has 1 cells but the header has 2 columns");
@@ -231,9 +231,9 @@ TEST(Csv, ReadCsvRefusesDirectoriesFifosAndDevicesWithoutBlocking) {
   const std::string directory = temp_path("directory.csv");
   ASSERT_EQ(mkdir(directory.c_str(), 0700), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {directory, "read_csv: \"" + directory + "\" is a directory but expected a regular file"},
-      {fifo, "read_csv: \"" + fifo + "\" is a FIFO but expected a regular file"},
-      {"/dev/zero", "read_csv: \"/dev/zero\" is a character device but expected a regular file"},
+      {directory, "read_csv: '" + directory + "': it is a directory, but only regular files can be read"},
+      {fifo, "read_csv: '" + fifo + "': it is a FIFO, but only regular files can be read"},
+      {"/dev/zero", "read_csv: '/dev/zero': it is a character device, but only regular files can be read"},
   };
   for (const auto& [path, expected] : cases) {
     SCOPED_TRACE(path);

@@ -1,16 +1,11 @@
 #include "tandem/trainers/csv.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <system_error>
 #include <unordered_map>
 
+#include "io/byte_source.h"
 #include "tandem/core/error.h"
 
 namespace tandem::trainers {
@@ -268,53 +263,12 @@ CsvTable parse(std::string_view text, std::string_view source, const CsvOptions&
   return table;
 }
 
-std::string errno_text(int error) { return std::generic_category().message(error); }
-
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-// Closes a file descriptor when it goes out of scope.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() { ::close(fd_); }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Note [Regular files only]
-// A FIFO without a writer blocks open() and a device such as /dev/zero never ends, so the path is opened without
-// blocking and checked with fstat (which looks at what was opened, so a swap after a stat cannot fool it) before
-// anything is read. O_NONBLOCK changes nothing for reading a regular file.
+// Reads the whole file; only regular files are opened (see Note [Opening untrusted paths] in io/byte_source.cpp).
 std::string read_regular_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  TANDEM_CHECK(fd >= 0, "read_csv: cannot open \"", path, "\": ", errno_text(errno));
-  FileDescriptor file(fd);
-  struct stat info {};
-  TANDEM_CHECK(::fstat(file.get(), &info) == 0, "read_csv: cannot inspect \"", path, "\": ", errno_text(errno));
-  TANDEM_CHECK(S_ISREG(info.st_mode), "read_csv: \"", path, "\" is ", file_kind(info.st_mode),
-               " but expected a regular file");
-  std::string contents;
-  char chunk[1 << 16];
-  while (true) {
-    const ssize_t got = ::read(file.get(), chunk, sizeof(chunk));
-    if (got == 0) return contents;
-    if (got < 0) {
-      TANDEM_CHECK(errno == EINTR, "read_csv: error while reading \"", path, "\": ", errno_text(errno));
-      continue;
-    }
-    contents.append(chunk, static_cast<size_t>(got));
-  }
+  FileByteSource file(path, "read_csv: '" + path + "': ");
+  std::string contents(file.size(), '\0');
+  file.read(0, contents.data(), contents.size());
+  return contents;
 }
 
 }  // namespace

@@ -7,11 +7,12 @@
 #include "tandem/core/error.h"
 
 namespace tandem::json {
-namespace {
 
-// Note [Depth before parsing]: nlohmann's parser is iterative, but destroying or printing a parsed value recurses
-// once per level, so 100000 nested '[' parse fine and then overflow the stack when the value (or an error message
-// built from it) is released. The bound is therefore checked on the raw bytes, before any value exists.
+// Note [Depth before parsing]: nlohmann's parser keeps its own stack, but destroying, copying, comparing or printing
+// a parsed value recurses once per level, so 100000 nested '[' parse fine and then overflow the stack when the value
+// (or an error message built from it) is touched. The bound is therefore checked on the raw bytes, before any value
+// exists. The scan is linear; a malformed text can fool the count only past the point where the parser refuses it
+// anyway (the first unbalanced bracket or unterminated string).
 void check_depth(std::string_view text, std::string_view where, size_t max_depth) {
   size_t depth = 0;
   bool in_string = false;
@@ -26,15 +27,13 @@ void check_depth(std::string_view text, std::string_view where, size_t max_depth
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      TANDEM_CHECK(++depth <= max_depth, where, "the JSON nests deeper than ", max_depth, " levels (at byte ", i,
-                   ")");
+      TANDEM_CHECK(++depth <= max_depth, where, "the JSON nests arrays and objects more than ", max_depth,
+                   " levels deep (at byte ", i, ")");
     } else if (c == ']' || c == '}') {
       if (depth > 0) --depth;  // unbalanced text is the parser's to report
     }
   }
 }
-
-}  // namespace
 
 nlohmann::json parse_untrusted(std::string_view text, std::string_view where, size_t max_depth) {
   check_depth(text, where, max_depth);

@@ -12,6 +12,10 @@ namespace tandem::json {
 // nlohmann::json (destruction, dump) stay far from the stack's end.
 inline constexpr size_t kMaxUntrustedDepth = 64;
 
+// Throws Error starting with `where` when `text` opens more than `max_depth` arrays and objects at once (see
+// Note [Depth before parsing]). Brackets inside strings do not count; unbalanced text is left for a parser to refuse.
+void check_depth(std::string_view text, std::string_view where, size_t max_depth = kMaxUntrustedDepth);
+
 // Parses `text`. Throws Error starting with `where` when it nests more than `max_depth` arrays/objects, when an
 // object repeats a key, or when it is not valid JSON (messages quote at most a short excerpt of the text).
 nlohmann::json parse_untrusted(std::string_view text, std::string_view where,

@@ -1,4 +1,5 @@
-#include "byte_source.h"
+#include "io/byte_source.h"
+#include "io/file_kind.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,15 +14,6 @@ namespace tandem {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
-
-const char* kind_of_file(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 }  // namespace
 
@@ -45,7 +37,7 @@ FileByteSource::Opened FileByteSource::open_regular_file(const std::string& path
   if (::fstat(fd, &info) != 0) {
     problem = "fstat failed: " + errno_text();
   } else if (!S_ISREG(info.st_mode)) {
-    problem = std::string("it is ") + kind_of_file(info.st_mode) + ", but only regular files can be read";
+    problem = std::string("it is ") + io::kind_of_file(info.st_mode) + ", but only regular files can be read";
   } else if (const int flags = ::fcntl(fd, F_GETFL); flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     problem = "fcntl failed: " + errno_text();
   }

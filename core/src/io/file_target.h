@@ -25,7 +25,4 @@ FileTarget resolve_file_target(const std::string& path, const char* caller);
 // error message about writing `path`.
 std::string cannot_write(const char* caller, const std::string& path, const std::string& target);
 
-// "a directory", "a FIFO", ... for messages.
-const char* kind_of_file(mode_t mode);
-
 }  // namespace tandem::detail

@@ -1,4 +1,5 @@
-#include "file_target.h"
+#include "io/file_target.h"
+#include "io/file_kind.h"
 
 #include <unistd.h>
 
@@ -45,17 +46,6 @@ std::string cannot_write(const char* caller, const std::string& path, const std:
   return message;
 }
 
-const char* kind_of_file(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symlink";
-  if (S_ISREG(mode)) return "a regular file";
-  return "an unknown kind of file";
-}
-
 FileTarget resolve_file_target(const std::string& path, const char* caller) {
   TANDEM_CHECK(!path.empty(), caller, ": cannot write '': the path is empty");
   FileTarget target;
@@ -78,7 +68,7 @@ FileTarget resolve_file_target(const std::string& path, const char* caller) {
   }
 
   TANDEM_CHECK(!target.exists || S_ISREG(target.status.st_mode), cannot_write(caller, path, target.path), ": it is ",
-               kind_of_file(target.status.st_mode), " but expected a regular file (or a new name)");
+               io::kind_of_file(target.status.st_mode), " but expected a regular file (or a new name)");
   const size_t slash = target.path.rfind('/');
   target.directory = slash == std::string::npos ? "." : slash == 0 ? "/" : target.path.substr(0, slash);
   target.name = slash == std::string::npos ? target.path : target.path.substr(slash + 1);
@@ -93,7 +83,7 @@ FileTarget resolve_file_target(const std::string& path, const char* caller) {
         error == ENOENT ? std::string("does not exist") : std::string("cannot be read: ") + std::strerror(error));
   }
   TANDEM_CHECK(S_ISDIR(directory.st_mode), cannot_write(caller, path, target.path), ": '", target.directory, "' is ",
-               kind_of_file(directory.st_mode), " but expected a directory");
+               io::kind_of_file(directory.st_mode), " but expected a directory");
   return target;
 }
 

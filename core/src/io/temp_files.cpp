@@ -1,4 +1,4 @@
-#include "temp_files.h"
+#include "io/temp_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

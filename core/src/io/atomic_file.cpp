@@ -7,9 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "file_target.h"
+#include "io/file_kind.h"
+#include "io/file_target.h"
 #include "tandem/core/error.h"
-#include "temp_files.h"
+#include "io/temp_files.h"
 
 namespace tandem {
 
@@ -83,7 +84,7 @@ void AtomicFile::copy_target_permissions() {
     fail("lstat", error);
   }
   if (!S_ISREG(status.st_mode)) {
-    const std::string kind = detail::kind_of_file(status.st_mode);
+    const std::string kind = io::kind_of_file(status.st_mode);
     discard();
     TANDEM_FAIL(cannot_write(), ": it became ", kind, " while it was written but expected a regular file");
   }
