@@ -1,9 +1,13 @@
 // tandem-train, run as a program: exit statuses, messages, summary and metrics files, resume.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <random>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -218,6 +222,94 @@ TEST(TandemTrain, OwnCsvWithTargetByName) {
   ToolRun run = run_tool("--quiet --data " + data + " --target y --epochs 200 --summary-json " + summary);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_GT(read_json(summary).at("test_r2").get<double>(), 0.999);
+}
+
+TEST(TandemTrain, MissingValuesAreAnErrorOrDroppedRows) {
+  const std::string data = temp_path("missing.csv");
+  {
+    std::ofstream file(data);
+    file << "x,y\n";
+    for (int i = 0; i < 40; ++i) file << (i == 7 ? std::string("NA") : std::to_string(i)) << "," << 2 * i << "\n";
+  }
+  ToolRun refused = run_tool("--quiet --data " + data);
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("line 9, column 1 (x): missing value \"NA\""), std::string::npos) << refused.output;
+  ToolRun dropped = run_tool("--epochs 1 --data " + data + " --missing drop-row");
+  EXPECT_EQ(dropped.status, 0) << dropped.output;
+  EXPECT_NE(dropped.output.find("39 rows (1 rows with missing values dropped)"), std::string::npos) << dropped.output;
+  EXPECT_EQ(run_tool("--missing sometimes").status, 2);
+}
+
+TEST(TandemTrain, ResumeRefusesAnotherSetupUnlessAllowed) {
+  const std::string checkpoint = temp_path("setup.safetensors");
+  ASSERT_EQ(run_tool("--quiet --epochs 2 --checkpoint " + checkpoint).status, 0);
+  ToolRun other = run_tool("--quiet --epochs 2 --resume " + checkpoint + " --lr 0.02 --batch-size 32");
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_EQ(lines_of(other.output).size(), 1u) << other.output;
+  EXPECT_NE(other.output.find("belongs to another setup: batch_size: 64 in the checkpoint, 32 now; lr: 0.01 in the "
+                              "checkpoint, 0.02 now"),
+            std::string::npos)
+      << other.output;
+  EXPECT_NE(other.output.find("--allow-change lr,epochs"), std::string::npos) << other.output;
+  EXPECT_EQ(run_tool("--quiet --epochs 2 --resume " + checkpoint + " --activation relu").status, 1);
+  EXPECT_EQ(run_tool("--quiet --epochs 2 --resume " + checkpoint + " --target bmi").status, 1);
+  ToolRun allowed = run_tool("--quiet --epochs 3 --resume " + checkpoint + " --lr 0.02 --allow-change lr,epochs");
+  EXPECT_EQ(allowed.status, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("done: 3 epochs"), std::string::npos) << allowed.output;
+}
+
+// Starts tandem-train with `arguments` (no shell in between, so a signal reaches it) and returns its pid.
+pid_t spawn_tool(const std::vector<std::string>& arguments) {
+  std::vector<std::string> argv_strings = {TANDEM_BINARY_DIR "/bin/tandem-train"};
+  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (std::string& argument : argv_strings) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stdout);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST(TandemTrain, CheckpointsSurviveKillNine) {
+  const std::string directory = temp_path("kill9");
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directory(directory);
+  const std::string checkpoint = directory + "/run.safetensors";
+  const std::vector<std::string> run = {"--quiet", "--devices", "cpu:0", "--epochs", "1000000", "--checkpoint",
+                                        checkpoint};
+  std::mt19937 random(7);
+  int64_t last_epoch = 0;
+  for (int kill_number = 0; kill_number < 12; ++kill_number) {
+    std::vector<std::string> arguments = run;
+    if (std::filesystem::exists(checkpoint)) arguments.insert(arguments.end(), {"--resume", checkpoint});
+    const pid_t pid = spawn_tool(arguments);
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 200));
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed";
+    if (!std::filesystem::exists(checkpoint)) continue;
+    // Whatever instant the kill hit, the checkpoint is a complete one, never older than the one before.
+    const Checkpoint loaded = load_checkpoint(checkpoint);
+    EXPECT_GE(loaded.epoch, last_epoch);
+    last_epoch = loaded.epoch;
+  }
+  EXPECT_GT(last_epoch, 0) << "no checkpoint was written in any run";
+  // A last run finishes; its checkpoint writes sweep the temporary files that the killed runs left behind.
+  const std::string epochs = std::to_string(last_epoch + 1);
+  ToolRun finish = run_tool("--quiet --devices cpu:0 --epochs " + epochs + " --checkpoint " + checkpoint +
+                            " --resume " + checkpoint + " --allow-change epochs");
+  ASSERT_EQ(finish.status, 0) << finish.output;
+  EXPECT_EQ(load_checkpoint(checkpoint).epoch, last_epoch + 1);
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    EXPECT_EQ(entry.path().filename().string().find("tandem-tmp"), std::string::npos) << entry.path();
+  }
+  std::filesystem::remove_all(directory);
 }
 
 TEST(TandemTrain, ResumeMatchesAnUninterruptedRun) {

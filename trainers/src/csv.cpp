@@ -235,7 +235,7 @@ void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options
                      excerpt(field.text), "\" is not a finite number");
         TANDEM_CHECK(options.missing == MissingValues::DropRow, where.caller(), ": ",
                      where.cell(field.line, field.column), ": missing value \"", field.text,
-                     "\"; expected a number (pass MissingValues::DropRow to skip such rows)");
+                     "\"; expected a number (to skip such rows: MissingValues::DropRow, or tandem-train --missing drop-row)");
         has_missing = true;
       }
       if (field.ends_record) break;

@@ -111,6 +111,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string checkpoint_every = "1";
   std::string allow_change;
   std::string devices = "all";
+  std::string missing = "error";
   std::string activation = "none";
 
   CLI::App app("Trains a small regression net with data-parallel SGD. With no flags: Linear(10,20) -> Linear(20,1) "
@@ -118,6 +119,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
                "tandem-train");
   app.add_option("--data", flags.data, "CSV file: a header line, then numeric rows (default: built-in diabetes)")
       ->check(CLI::ExistingFile);
+  app.add_option("--missing", missing,
+                 "Cells that are empty or NA, N/A, NaN, nan, null, NULL, None, ?: error (name the cell) or drop-row")
+      ->capture_default_str();
   app.add_option("--target", flags.target, "Target column name (default: the last column)");
   app.add_option("--devices", devices, "cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all")->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")
@@ -154,6 +158,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
     flags.checkpoint_every = parse_integer<int64_t>("--checkpoint-every", checkpoint_every, 1, kMaxEpochs);
     flags.allow_change = parse_allowed_changes(allow_change);
+    check(missing == "error" || missing == "drop-row",
+          "--missing must be error or drop-row, got \"" + excerpt(missing) + "\"");
+    flags.csv.missing = missing == "error" ? trainers::MissingValues::Error : trainers::MissingValues::DropRow;
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
     flags.devices = parse_value("--devices", [&] { return parse_devices(devices); });

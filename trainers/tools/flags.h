@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/trainers/csv.h"
 #include "tandem/trainers/models.h"
 
 namespace tandem::train_tool {
@@ -16,6 +17,7 @@ namespace tandem::train_tool {
 struct Flags {
   std::optional<std::string> data;    // none: the built-in diabetes data
   std::optional<std::string> target;  // none: the last column
+  trainers::CsvOptions csv;           // the missing-value policy
   std::vector<Device> devices;
   int64_t epochs = 0;
   int64_t batch_size = 0;

@@ -15,7 +15,8 @@ namespace {
 using namespace trainers;
 
 CsvTable load_table(const Flags& flags) {
-  CsvTable table = flags.data ? read_csv(*flags.data) : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)");
+  CsvTable table = flags.data ? read_csv(*flags.data, flags.csv)
+                              : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)", flags.csv);
   if (flags.target) {
     std::string names;
     bool found = false;
@@ -34,8 +35,12 @@ std::string describe_model(int64_t inputs, const Flags& flags) {
          std::to_string(flags.hidden) + ", 1)";
 }
 
-void print_banner(const Flags& flags, const Dataset& data, const Split& split, const Trainer& trainer) {
-  std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows, "
+void print_banner(const Flags& flags, const CsvTable& table, const Dataset& data, const Split& split,
+                  const Trainer& trainer) {
+  const std::string dropped =
+      table.dropped_rows > 0 ? " (" + std::to_string(table.dropped_rows) + " rows with missing values dropped)" : "";
+  std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows"
+            << dropped << ", "
             << data.num_features() << " features, target \"" << data.target_name << "\"; train " << split.train.rows()
             << " rows, test " << split.test.rows() << " rows\n"
             << "model: " << describe_model(data.num_features(), flags) << " (" << trainer.model()->num_parameters()
@@ -80,6 +85,7 @@ SetupFacts setup_facts(const Flags& flags, const Dataset& data) {
   for (const std::string& name : data.feature_names) features += (features.empty() ? "" : ",") + name;
   return {{"features", features},
           {"target", data.target_name},
+          {"missing", flags.csv.missing == MissingValues::Error ? "error" : "drop-row"},
           {"test_fraction", exact_text(flags.test_fraction)}};
 }
 
@@ -92,7 +98,8 @@ void resume(Trainer& trainer, const std::string& path) {
 }
 
 int run(const Flags& flags) {
-  const Dataset data = make_dataset(load_table(flags), flags.target);
+  const CsvTable table = load_table(flags);
+  const Dataset data = make_dataset(table, flags.target);
   const Split split = train_test_split(data, flags.test_fraction);
 
   manual_seed(flags.seed);
@@ -108,7 +115,7 @@ int run(const Flags& flags) {
   if (flags.resume) resume(trainer, *flags.resume);
 
   if (!flags.quiet) {
-    print_banner(flags, data, split, trainer);
+    print_banner(flags, table, data, split, trainer);
     trainer.add_callback(ProgressPrinter::to_stdout());
   }
   if (flags.metrics) trainer.add_callback(std::make_shared<MetricsLogger>(*flags.metrics, flags.resume.has_value()));
