@@ -1,6 +1,5 @@
 // comm::scatter: chunks of one tensor, one per device.
 
-#include <numeric>
 
 #include "checks.h"
 #include "comm_backend.h"
@@ -15,10 +14,7 @@ void check_chunk_sizes(const std::vector<int64_t>& chunk_sizes, size_t device_co
                        const char* fn) {
   TANDEM_CHECK(chunk_sizes.size() == device_count, fn, ": got ", chunk_sizes.size(), " chunk sizes for ",
                device_count, " devices");
-  for (size_t i = 0; i < chunk_sizes.size(); ++i) {
-    TANDEM_CHECK(chunk_sizes[i] >= 0, fn, ": chunk size ", i, " is ", chunk_sizes[i], " but expected >= 0");
-  }
-  const int64_t total = std::accumulate(chunk_sizes.begin(), chunk_sizes.end(), int64_t{0});
+  const int64_t total = checked_sum(chunk_sizes, fn, "chunk_sizes");
   TANDEM_CHECK(total == size, fn, ": chunk_sizes sum to ", total, " but dim ", dim, " has size ", size);
 }
 

@@ -42,6 +42,16 @@ size_t checked_nbytes(const Shape& shape, size_t element_size, const char* calle
   return static_cast<size_t>(bytes);
 }
 
+int64_t checked_sum(const std::vector<int64_t>& sizes, const char* caller, const char* what) {
+  int64_t total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    TANDEM_CHECK(sizes[i] >= 0, caller, ": ", what, "[", i, "] is ", sizes[i], " but expected >= 0");
+    TANDEM_CHECK(!__builtin_add_overflow(total, sizes[i], &total), caller, ": ", what,
+                 " sum to more than 2^63 - 1");
+  }
+  return total;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t stride = 1;

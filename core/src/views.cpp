@@ -105,8 +105,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   check_defined("narrow");
   const int64_t d = wrap_dim(dim, this->dim(), "Tensor::narrow");
   const int64_t size = shape()[d];
-  TANDEM_CHECK(start >= 0 && length >= 0 && start + length <= size, "Tensor::narrow: range [", start, ", ",
-               start + length, ") is out of bounds for dimension ", d, " of size ", size);
+  TANDEM_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, "Tensor::narrow: start ", start,
+               " and length ", length, " are out of bounds for dimension ", d, " of size ", size);
   return apply_view(
       "NarrowBackward", *this,
       [d, start, length](const Tensor& x) {
@@ -126,11 +126,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
 std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t dim) const {
   check_defined("split");
   const int64_t d = wrap_dim(dim, this->dim(), "Tensor::split");
-  int64_t total = 0;
-  for (int64_t size : sizes) {
-    TANDEM_CHECK(size >= 0, "Tensor::split: negative size ", size);
-    total += size;
-  }
+  const int64_t total = checked_sum(sizes, "Tensor::split", "sizes");
   TANDEM_CHECK(total == shape()[d], "Tensor::split: sizes sum to ", total, " but dimension ", d, " has size ",
                shape()[d]);
   std::vector<Tensor> parts;
@@ -148,7 +144,7 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
   const int64_t d = wrap_dim(dim, this->dim(), "Tensor::chunk");
   const int64_t size = shape()[d];
   if (size == 0) return split(std::vector<int64_t>(static_cast<size_t>(chunks), 0), d);
-  const int64_t chunk_size = (size + chunks - 1) / chunks;
+  const int64_t chunk_size = size / chunks + (size % chunks != 0);
   std::vector<int64_t> sizes;
   for (int64_t start = 0; start < size; start += chunk_size) sizes.push_back(std::min(chunk_size, size - start));
   return split(sizes, d);

@@ -111,7 +111,9 @@ TEST_P(CommScatter, Errors) {
   EXPECT_ERROR(comm::scatter(source, {devs[0], devs[1]}, {1, 2}, -1),
                "comm::scatter: chunk_sizes sum to 3 but dim 1 has size 2");
   EXPECT_ERROR(comm::scatter(source, {devs[0], devs[1]}, {8, -2}),
-               "comm::scatter: chunk size 1 is -2 but expected >= 0");
+               "comm::scatter: chunk_sizes[1] is -2 but expected >= 0");
+  EXPECT_ERROR(comm::scatter(source, {devs[0], devs[1]}, {INT64_MAX, 2}),
+               "comm::scatter: chunk_sizes sum to more than 2^63 - 1");
   EXPECT_ERROR(comm::scatter(Tensor::scalar(1.0f, devs[0]), devs), "comm::scatter: cannot scatter a 0-dim tensor");
   EXPECT_ERROR(comm::scatter(source, devs, {}, 2), "comm::scatter: dimension 2 is out of range [-2, 1]");
   EXPECT_ERROR(comm::scatter(source, devs, {}, -3), "comm::scatter: dimension -3 is out of range [-2, 1]");

@@ -83,7 +83,11 @@ TEST_P(TensorTest, ViewErrors) {
   EXPECT_ERROR(t.view({5, -1}), "shape [5, -1] is invalid for a tensor of 12 elements");
   EXPECT_ERROR(t.view({-1, -1}), "only one dimension can be -1");
   EXPECT_ERROR(t.t().view({12}), "is not contiguous; use reshape()");
-  EXPECT_ERROR(t.narrow(0, 2, 2), "range [2, 4) is out of bounds for dimension 0 of size 3");
+  EXPECT_ERROR(t.narrow(0, 2, 2), "start 2 and length 2 are out of bounds for dimension 0 of size 3");
+  // start + length would wrap around in int64.
+  EXPECT_ERROR(t.narrow(0, 1, INT64_MAX), "start 1 and length 9223372036854775807 are out of bounds");
+  EXPECT_ERROR(t.split({INT64_MAX, INT64_MAX, 2}), "Tensor::split: sizes sum to more than 2^63 - 1");
+  EXPECT_EQ(t.chunk(INT64_MAX).size(), 3u);
   EXPECT_ERROR(t.narrow(2, 0, 1), "out of range");
   EXPECT_ERROR(Tensor::zeros({2, 3, 4}, device()).t(), "expected a 2-D tensor");
   EXPECT_ERROR(t.split({1, 1}), "sizes sum to 2 but dimension 0 has size 3");

@@ -16,6 +16,9 @@ int64_t numel_of(const Shape& shape);               // product of sizes (1 for a
 // elements of `element_size` bytes, does not fit in int64.
 int64_t checked_numel(const Shape& shape, const char* caller);
 size_t checked_nbytes(const Shape& shape, size_t element_size, const char* caller);
+// The sum of `sizes` (split or chunk sizes), each non-negative; throws Error naming `caller` and `what` for a negative
+// size or a sum that does not fit in int64.
+int64_t checked_sum(const std::vector<int64_t>& sizes, const char* caller, const char* what);
 Shape contiguous_strides(const Shape& shape);       // row-major strides in elements
 // Wraps a possibly negative dimension into [0, ndim); throws Error naming `caller` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller);
