@@ -23,13 +23,15 @@ int64_t numel_of(const Shape& shape) {
 
 int64_t checked_numel(const Shape& shape, const char* caller) {
   int64_t count = 1;
+  int64_t extent = 1;  // the product of max(size, 1): the largest contiguous stride must fit too
   bool overflow = false;
   for (int64_t size : shape) {
     TANDEM_CHECK(size >= 0, caller, ": negative size ", size, " in shape ", to_string(shape));
-    overflow = overflow || __builtin_mul_overflow(count, size, &count);
+    overflow = overflow || __builtin_mul_overflow(extent, std::max<int64_t>(size, 1), &extent);
+    count *= size;  // cannot overflow while extent does not
   }
-  // A zero anywhere makes the product 0 even when a partial product overflowed; such a shape is still refused,
-  // because its strides would not fit either.
+  // A zero anywhere makes the element count 0, but a shape such as [0, 2^62, 2^62] is still refused: its strides
+  // would not fit in int64.
   TANDEM_CHECK(!overflow, caller, ": shape ", to_string(shape), " has more than 2^63 - 1 elements");
   return count;
 }

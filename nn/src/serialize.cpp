@@ -41,7 +41,12 @@ void write_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensor
   }
   if (!metadata.empty()) header[kMetadataKey] = metadata;
 
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception&) {
+    TANDEM_FAIL(caller, ": a tensor name or a metadata entry is not valid UTF-8 (cannot write '", path, "')");
+  }
   text.append((kHeaderLengthBytes - text.size() % kHeaderLengthBytes) % kHeaderLengthBytes, ' ');
   uint64_t header_length = text.size();
 

@@ -31,6 +31,9 @@ TEST_P(TensorTest, SizeArithmeticThatOverflowsIsAnError) {
   // 2^32 * 2^32 wraps to 0 elements in unchecked int64 arithmetic; a later fill would then write out of bounds.
   EXPECT_ERROR(Tensor::empty({k32, k32}, device()), "Tensor::empty: shape [4294967296, 4294967296] has more than");
   EXPECT_ERROR(Tensor::zeros({k32, k32, 0}, device()), "has more than 2^63 - 1 elements");
+  // No elements, but strides that would not fit in int64.
+  EXPECT_ERROR(Tensor::empty({0, INT64_MAX, INT64_MAX}, device()), "has more than 2^63 - 1 elements");
+  EXPECT_EQ(Tensor::empty({0, INT64_MAX}, device()).numel(), 0);
   // Fits in elements, not in bytes.
   EXPECT_ERROR(Tensor::empty({int64_t{1} << 62}, device()), "needs more than 2^63 - 1 bytes");
   EXPECT_ERROR(Tensor::randn({k32, k32}, device()), "Tensor::randn: shape [4294967296, 4294967296]");

@@ -106,9 +106,9 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
 
 void Trainer::check_same_training_data(const Dataset& train) {
   const std::string current = fingerprint(train);
-  if (resumed_ && resumed_->train_data && *resumed_->train_data != current) {
+  if (resumed_ && resumed_->train_data != current) {
     TANDEM_FAIL("Trainer::fit: the training data differs from the data of the checkpoint '", resumed_->path,
-                "' being resumed: ", *resumed_->train_data, " there, ", current, " now");
+                "' being resumed: ", resumed_->train_data, " there, ", current, " now");
   }
   train_data_ = current;
 }
@@ -268,6 +268,8 @@ void Trainer::load_checkpoint(const std::string& path) {
     throw SetupMismatch("Trainer::load_checkpoint: '" + path + "' belongs to another setup: " + list +
                         " (only lr and epochs may be allowed to change, through resume_may_change)");
   }
+  TANDEM_CHECK(checkpoint.setup.contains("train_data"), "Trainer::load_checkpoint: '", path,
+               "' records no train_data fact (every checkpoint of a fit does)");
   TANDEM_CHECK(checkpoint.epoch <= options_.epochs, "Trainer::load_checkpoint: '", path, "' is at epoch ",
                checkpoint.epoch, " but epochs is ", options_.epochs,
                "; epochs counts all epochs (those before a resume too)");
@@ -289,8 +291,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   step_ = checkpoint.step;
   shuffle_state_ = checkpoint.shuffle_state;
   standardizer_ = checkpoint.standardizer;
-  const auto recorded_data = checkpoint.setup.find("train_data");
-  resumed_ = Resumed{path, recorded_data == checkpoint.setup.end() ? std::nullopt : std::optional(recorded_data->second)};
+  resumed_ = Resumed{path, checkpoint.setup.at("train_data")};
   train_data_ = resumed_->train_data;
   set_generator_state(checkpoint.generator);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};

@@ -103,7 +103,7 @@ class Trainer {
   std::optional<std::string> train_data_;  // fingerprint(train) of the last fit, or of the checkpoint resumed from
   struct Resumed {
     std::string path;
-    std::optional<std::string> train_data;
+    std::string train_data;
   };
   std::optional<Resumed> resumed_;  // the checkpoint loaded last, whose training data fit() must see again
   struct WrittenCheckpoint {
