@@ -4,16 +4,18 @@
 #include <mutex>
 #include <numbers>
 
+#include "tandem/core/splitmix64.h"
+
 namespace tandem {
 
 namespace {
 
-// Note [Counter-based generator]: value i of the stream is a pure function of (seed, i) (a SplitMix64 finalizer
-// over seed and counter), so the whole generator state is two integers: checkpoints save and restore it exactly,
-// and the values do not depend on which device or thread asked for them.
+// Note [Counter-based generator]: value i of a stream is a pure function of (key, i), so the whole generator state
+// is the seed plus one counter per stream: checkpoints save and restore it exactly, and a value does not depend on
+// which device it fills. The streams and their keys: Note [Generator streams] in random.h.
 struct Generator {
   std::mutex mutex;
-  GeneratorState state{.seed = 0x5eed, .counter = 0};
+  GeneratorState state{.seed = 0x5eed, .counter = 0, .device_counters = {}};
 };
 
 Generator& global_generator() {
@@ -21,21 +23,30 @@ Generator& global_generator() {
   return generator;
 }
 
-uint64_t mix(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+// The calling thread's stream, set by GeneratorStreamGuard; empty: the default stream.
+thread_local std::optional<Device> thread_stream;
+
+uint64_t stream_key(uint64_t seed, const std::optional<Device>& device) {
+  if (!device) return seed;
+  // Distinct for every device (the index is non-negative), and never 0, which the finalizer would keep at 0.
+  const uint64_t id = (static_cast<uint64_t>(device->type()) + 1) << 32 | static_cast<uint64_t>(device->index());
+  return splitmix64_mix(seed ^ splitmix64_mix(id));
 }
 
-// Reserves `count` consecutive counters and returns the first.
-uint64_t reserve(size_t count, uint64_t* seed) {
+// `count` consecutive values of the calling thread's stream: value j is splitmix64(key, first + j).
+struct Reservation {
+  uint64_t key;
+  uint64_t first;
+};
+
+Reservation reserve(size_t count) {
   Generator& generator = global_generator();
   std::lock_guard<std::mutex> lock(generator.mutex);
-  *seed = generator.state.seed;
-  const uint64_t first = generator.state.counter;
-  generator.state.counter += count;
-  return first;
+  GeneratorState& state = generator.state;
+  uint64_t& counter = thread_stream ? state.device_counters[*thread_stream] : state.counter;
+  const uint64_t first = counter;
+  counter += count;
+  return {stream_key(state.seed, thread_stream), first};
 }
 
 // Uniform in [0, 1) with 24 random bits: exactly representable in float32.
@@ -43,7 +54,7 @@ double unit(uint64_t bits) { return static_cast<double>(bits >> 40) * 0x1.0p-24;
 
 }  // namespace
 
-void manual_seed(uint64_t seed) { set_generator_state({.seed = seed, .counter = 0}); }
+void manual_seed(uint64_t seed) { set_generator_state({.seed = seed, .counter = 0, .device_counters = {}}); }
 
 GeneratorState generator_state() {
   Generator& generator = global_generator();
@@ -57,37 +68,38 @@ void set_generator_state(const GeneratorState& state) {
   generator.state = state;
 }
 
+GeneratorStreamGuard::GeneratorStreamGuard(Device device) : previous_(thread_stream) { thread_stream = device; }
+
+GeneratorStreamGuard::~GeneratorStreamGuard() { thread_stream = previous_; }
+
 namespace random {
 
 std::vector<float> uniform(size_t count, float low, float high) {
-  uint64_t seed = 0;
-  const uint64_t first = reserve(count, &seed);
-  std::vector<float> values(count);
+  std::vector<float> values(count);  // first, so that running out of memory draws nothing
+  const Reservation drawn = reserve(count);
   const double span = static_cast<double>(high) - low;
   for (size_t i = 0; i < count; ++i) {
-    const float value = static_cast<float>(low + span * unit(mix(seed, first + i)));
+    const float value = static_cast<float>(low + span * unit(splitmix64(drawn.key, drawn.first + i)));
     values[i] = value < high ? value : std::nextafter(high, low);  // rounding must not reach `high`
   }
   return values;
 }
 
 std::vector<float> normal(size_t count) {
-  uint64_t seed = 0;
-  const uint64_t first = reserve(2 * count, &seed);
   std::vector<float> values(count);
+  const Reservation drawn = reserve(2 * count);
   for (size_t i = 0; i < count; ++i) {
     // Box-Muller on two independent uniforms; 1 - u keeps the logarithm's argument in (0, 1].
-    const double u1 = 1.0 - unit(mix(seed, first + 2 * i));
-    const double u2 = unit(mix(seed, first + 2 * i + 1));
+    const double u1 = 1.0 - unit(splitmix64(drawn.key, drawn.first + 2 * i));
+    const double u2 = unit(splitmix64(drawn.key, drawn.first + 2 * i + 1));
     values[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
   }
   return values;
 }
 
 uint64_t next_u64() {
-  uint64_t seed = 0;
-  const uint64_t first = reserve(1, &seed);
-  return mix(seed, first);
+  const Reservation drawn = reserve(1);
+  return splitmix64(drawn.key, drawn.first);
 }
 
 }  // namespace random

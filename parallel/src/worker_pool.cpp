@@ -1,6 +1,7 @@
 #include "worker_pool.h"
 
 #include "tandem/core/error.h"
+#include "tandem/core/random.h"
 
 namespace tandem::parallel::detail {
 
@@ -29,6 +30,8 @@ void DeviceWorker::submit(std::function<void()> task) {
 
 void DeviceWorker::run() {
   is_worker_thread = true;
+  // Every random draw of this thread's tasks comes from this device's stream (Note [Generator streams]).
+  const GeneratorStreamGuard stream(device_);
   // Once, so that the per-op device selections on this thread become no-ops. A device that cannot be selected is
   // reported by the first task's ops, with the replica named; the worker itself must not die of it.
   try {

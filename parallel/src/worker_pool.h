@@ -13,8 +13,9 @@
 
 namespace tandem::parallel::detail {
 
-// One thread that runs the tasks submitted to it, in submission order. Tasks must not throw (run_on_devices wraps
-// them so that they record their exception instead).
+// One thread that runs the tasks submitted to it, in submission order, with its device current and its device's
+// generator stream selected. Tasks must not throw (run_on_devices wraps them so that they record their exception
+// instead).
 class DeviceWorker {
  public:
   explicit DeviceWorker(Device device);

@@ -1,7 +1,10 @@
 #include "support/test_support.h"
 
+#include <chrono>
 #include <cmath>
+#include <random>
 #include <sstream>
+#include <thread>
 
 namespace tandem::testing {
 
@@ -77,6 +80,14 @@ std::vector<double> matmul_reference(const std::vector<double>& a, const std::ve
   return out;
 }
 
+Tensor JitteredDropout::forward(const Tensor& input) {
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 2000));
+  std::vector<float> mask = Tensor::rand(input.shape(), input.device()).to_vector();
+  for (float& keep : mask) keep = keep < 0.5f ? 0.0f : 2.0f;
+  return input * Tensor::from_vector(mask, input.shape(), input.device());
+}
+
 namespace {
 
 // Projects f(inputs) onto fixed weights so that the check covers every output element with one backward.
@@ -124,3 +135,13 @@ void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const
 }
 
 }  // namespace tandem::testing
+
+namespace tandem {
+
+void PrintTo(const GeneratorState& state, std::ostream* os) {
+  *os << "{seed " << state.seed << ", counter " << state.counter;
+  for (const auto& [device, counter] : state.device_counters) *os << ", " << device << " " << counter;
+  *os << "}";
+}
+
+}  // namespace tandem

@@ -75,9 +75,23 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e
 void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                double eps = 1e-2, double rtol = 2e-2, double atol = 2e-3);
 
+// A dropout-like layer for tests of randomness under threads: forward zeroes each element of its input with
+// probability 1/2 and doubles the others, by a mask drawn with Tensor::rand on the input's device. Before drawing it
+// sleeps 0 to 2 ms, a duration taken from std::random_device (never from tandem's generator), so that replicas
+// running at once reach their draws in a different order on every run.
+class JitteredDropout : public nn::Cloneable<JitteredDropout> {
+ public:
+  Tensor forward(const Tensor& input) override;
+};
+
 // Host-side float64 references.
 std::vector<double> to_double(const Tensor& tensor);
 std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
                                      int64_t k, int64_t n);
 
 }  // namespace tandem::testing
+
+namespace tandem {
+// How GoogleTest prints a GeneratorState: "{seed 7, counter 10, cpu:1 6, cuda:0 5}".
+void PrintTo(const GeneratorState& state, std::ostream* os);
+}  // namespace tandem

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
@@ -135,6 +137,59 @@ TEST_F(CheckpointValidation, FieldsMustBeThereAndNothingElse) {
   EXPECT_CONTAINS(resume_error(with_state(state)), "setup fact \"lr\" is not a string");
   EXPECT_CONTAINS(resume_error(with_metadata("[1, 2]")), "the metadata is a JSON array but expected an object");
   EXPECT_CONTAINS(resume_error(with_metadata("{\"epoch\": 1")), "invalid JSON");
+}
+
+TEST_F(CheckpointValidation, GeneratorDeviceStreamsAreRestored) {
+  EXPECT_EQ(state_["generator"]["device_counters"], nlohmann::json::object());  // the seed net draws nothing
+  nlohmann::json state = state_;
+  state["generator"]["device_counters"] = {{"cpu:1", 5}, {"cuda:3", UINT64_MAX}};
+  const std::map<Device, uint64_t> counters = {{Device::cpu(1), 5}, {Device::cuda(3), UINT64_MAX}};
+  EXPECT_EQ(load_checkpoint(with_state(state)).generator.device_counters, counters);
+  Trainer resumed = seed_net();
+  resumed.load_checkpoint(edited_);
+  EXPECT_EQ(generator_state().device_counters, counters);
+}
+
+TEST_F(CheckpointValidation, GeneratorDeviceStreamsMustBeValid) {
+  const std::string long_key(1000, 'x');
+  for (const std::string& key :
+       {std::string("gpu:0"), std::string("cpu"), std::string("cpu:01"), std::string(" cpu:1"), std::string("CPU:1"),
+        std::string("cpu:64"), std::string("cuda:-1"), std::string("cuda:99999999999"), long_key}) {
+    SCOPED_TRACE(key);
+    nlohmann::json state = state_;
+    state["generator"]["device_counters"] = {{key, 1}};
+    const std::string message = resume_error(with_state(state));
+    EXPECT_CONTAINS(message, "device_counters has the key \"" + excerpt(key) +
+                                 "\" but expected a device such as \"cpu:1\" or \"cuda:0\"");
+    EXPECT_LT(message.size(), 400u);
+  }
+  for (const char* bad : {"-1", "1.5", "\"3\"", "null", "18446744073709551616"}) {
+    SCOPED_TRACE(bad);
+    nlohmann::json state = state_;
+    state["generator"]["device_counters"] = {{"cpu:1", 0}};
+    std::string text = state.dump();
+    const std::string entry = "\"cpu:1\":0";
+    text.replace(text.find(entry), entry.size(), "\"cpu:1\":" + std::string(bad));
+    const std::string message = resume_error(with_metadata(text));
+    EXPECT_CONTAINS(message, "device_counters[\"cpu:1\"] is ");
+    EXPECT_CONTAINS(message, " but expected an integer in [0, 18446744073709551615]");
+  }
+  nlohmann::json state = state_;
+  state["generator"]["device_counters"] = {1, 2};
+  EXPECT_CONTAINS(resume_error(with_state(state)),
+                  "device_counters is a JSON array but expected an object of at most 1000 counters by device");
+  state = state_;
+  for (int i = 0; i <= 1000; ++i) state["generator"]["device_counters"]["cuda:" + std::to_string(i)] = 1;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "device_counters is a JSON object of 1001 entries but expected");
+  state = state_;
+  state["generator"].erase("device_counters");
+  EXPECT_CONTAINS(resume_error(with_state(state)), "the field \"device_counters\" is missing");
+  state = state_;
+  state["generator"]["streams"] = nlohmann::json::object();
+  EXPECT_CONTAINS(resume_error(with_state(state)), "generator has an unexpected field \"streams\"");
+  state = state_;
+  state["version"] = 2;  // before the device streams
+  EXPECT_CONTAINS(resume_error(with_state(state)), "written by an older tandem");
 }
 
 TEST_F(CheckpointValidation, HostileJsonIsRefusedBeforeItIsBuilt) {

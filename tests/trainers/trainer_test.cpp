@@ -20,16 +20,32 @@ const Split& diabetes() {
   return split;
 }
 
-// The seed net (Linear(10, 20) -> Linear(20, 1)) initialized with `init_seed`, with the default options otherwise.
-// A resume may change the epoch count and the learning rate (the tests continue runs and make them diverge).
-Trainer seed_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0, double lr = 0.01) {
-  manual_seed(init_seed);
+// The default options but for these. A resume may change the epoch count and the learning rate (the tests continue
+// runs and make them diverge).
+TrainerOptions test_options(std::vector<Device> devices, int64_t epochs, double lr = 0.01) {
   TrainerOptions options;
   options.devices = std::move(devices);
   options.epochs = epochs;
   options.sgd.lr = lr;
   options.resume_may_change = {"epochs", "lr"};
-  return Trainer(make_mlp(10, 20), options);
+  return options;
+}
+
+// The seed net (Linear(10, 20) -> Linear(20, 1)) initialized with `init_seed`.
+Trainer seed_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0, double lr = 0.01) {
+  manual_seed(init_seed);
+  return Trainer(make_mlp(10, 20), test_options(std::move(devices), epochs, lr));
+}
+
+// The seed net with a dropout-like layer between its two layers, initialized with `init_seed`: every step draws a
+// mask in each replica, from the replica's device's generator stream.
+Trainer dropout_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
+  manual_seed(init_seed);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(10, 20));
+  model->push_back(std::make_shared<tandem::testing::JitteredDropout>());
+  model->push_back(std::make_shared<nn::Linear>(20, 1));
+  return Trainer(model, test_options(std::move(devices), epochs));
 }
 
 std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
@@ -68,6 +84,12 @@ struct Recorder : Callback {
     last_step = report.step;
   }
   void on_epoch_end(const Trainer&, const EpochReport& report) override { epochs.push_back(report); }
+};
+
+// Records the generator's state at the end of every epoch.
+struct GeneratorAtEpochEnd : Callback {
+  GeneratorState state;
+  void on_epoch_end(const Trainer&, const EpochReport&) override { state = generator_state(); }
 };
 
 TEST(Trainer, DefaultsComeCloseToLeastSquaresOnDiabetes) {
@@ -139,37 +161,56 @@ TEST(Trainer, SameResultOnOneGpu_CUDA) {
   expect_same_as_one_cpu({Device::cuda(0)});
 }
 
+// Trains `make(devices, 10 epochs, seed 0)` without a break, and again for 4 epochs with a checkpoint that a third
+// trainer (other initial values) resumes and takes to 10 epochs: both must end with the same parameters and metrics.
+void expect_resume_continues_exactly(
+    const std::function<Trainer(std::vector<Device>, int64_t epochs, uint64_t init_seed)>& make,
+    const std::vector<Device>& devices) {
+  SCOPED_TRACE(to_string(devices));
+  Trainer uninterrupted = make(devices, 10, 0);
+  FitResult expected = uninterrupted.fit(diabetes().train, diabetes().test);
+
+  const std::string path = temp_path("resume.safetensors");
+  Trainer first = make(devices, 4, 0);
+  first.add_callback(std::make_shared<CheckpointSaver>(path));
+  auto saved = std::make_shared<GeneratorAtEpochEnd>();  // the state the checkpoint saw (fit draws after it)
+  first.add_callback(saved);
+  first.fit(diabetes().train, diabetes().test);
+
+  Trainer resumed = make(devices, 10, /*init_seed=*/123);  // other initial values, overwritten
+  resumed.load_checkpoint(path);
+  EXPECT_EQ(resumed.epoch(), 4);
+  EXPECT_EQ(resumed.step(), 24);
+  EXPECT_EQ(generator_state(), saved->state);
+  auto recorder = std::make_shared<Recorder>();
+  resumed.add_callback(recorder);
+  FitResult actual = resumed.fit(diabetes().train, diabetes().test);
+
+  ASSERT_EQ(recorder->epochs.size(), 6u);
+  EXPECT_EQ(recorder->epochs.front().epoch, 5);
+  EXPECT_EQ(actual.epochs, 10);
+  EXPECT_EQ(actual.steps, expected.steps);
+  EXPECT_EQ(parameter_values(resumed), parameter_values(uninterrupted));
+  EXPECT_EQ(actual.test->mse, expected.test->mse);
+  EXPECT_EQ(actual.train.mse, expected.train.mse);
+}
+
 TEST(Trainer, ResumeContinuesExactlyOnCpu) {
   for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
                                              std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
-    SCOPED_TRACE(to_string(devices));
-    Trainer uninterrupted = seed_net_trainer(devices, 10);
-    FitResult expected = uninterrupted.fit(diabetes().train, diabetes().test);
-
-    const std::string path = temp_path("resume.safetensors");
-    Trainer first = seed_net_trainer(devices, 4);
-    first.add_callback(std::make_shared<CheckpointSaver>(path));
-    first.fit(diabetes().train, diabetes().test);
-    const GeneratorState generator = generator_state();
-
-    Trainer resumed = seed_net_trainer(devices, 10, /*init_seed=*/123);  // other initial values, overwritten
-    resumed.load_checkpoint(path);
-    EXPECT_EQ(resumed.epoch(), 4);
-    EXPECT_EQ(resumed.step(), 24);
-    EXPECT_EQ(generator_state().seed, generator.seed);
-    EXPECT_EQ(generator_state().counter, generator.counter);
-    auto recorder = std::make_shared<Recorder>();
-    resumed.add_callback(recorder);
-    FitResult actual = resumed.fit(diabetes().train, diabetes().test);
-
-    ASSERT_EQ(recorder->epochs.size(), 6u);
-    EXPECT_EQ(recorder->epochs.front().epoch, 5);
-    EXPECT_EQ(actual.epochs, 10);
-    EXPECT_EQ(actual.steps, expected.steps);
-    EXPECT_EQ(parameter_values(resumed), parameter_values(uninterrupted));
-    EXPECT_EQ(actual.test->mse, expected.test->mse);
-    EXPECT_EQ(actual.train.mse, expected.train.mse);
+    expect_resume_continues_exactly(
+        [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return seed_net_trainer(on, epochs, seed); },
+        devices);
   }
+}
+
+TEST(Trainer, ResumeContinuesExactlyWithRandomLayersOnCpu) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+  expect_resume_continues_exactly(dropout_net_trainer, devices);
+  // The masks came from the devices' streams, whose counters the checkpoint carried.
+  const GeneratorState state = generator_state();
+  ASSERT_EQ(state.device_counters.size(), 3u);
+  for (const auto& [device, counter] : state.device_counters) EXPECT_GT(counter, 0u) << device;
 }
 
 TEST(Trainer, CheckpointHoldsTheTrainingState) {

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "json/untrusted_json.h"
 #include "tandem/core/error.h"
@@ -13,12 +15,15 @@ namespace {
 
 constexpr const char* kMetadataKey = "tandem.trainer";
 constexpr const char* kFormat = "tandem-trainer-checkpoint";
-constexpr int64_t kVersion = 2;
+constexpr int64_t kVersion = 3;  // 3: the generator's device streams
 constexpr std::string_view kParameterPrefix = "model.";
 constexpr std::string_view kMomentumPrefix = "momentum.";
 // Bounds of the metadata: far above any real run, low enough that a hostile file cannot make us allocate much.
 constexpr size_t kMaxFeatures = 1'000'000;
 constexpr size_t kMaxSetupFacts = 1'000;
+constexpr size_t kMaxGeneratorStreams = 1'000;
+
+constexpr uint64_t kAnyU64 = std::numeric_limits<uint64_t>::max();
 
 using Json = nlohmann::json;
 
@@ -53,10 +58,35 @@ class MetadataReader {
   }
   // An integer in [0, max]: floats such as 1e30 or 2.5 are refused rather than converted.
   uint64_t count(const Json& parent, const char* key, uint64_t max) const {
-    const Json& value = field(parent, key);
-    TANDEM_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= max, where_, key, " is ",
+    return integer(field(parent, key), key, max);
+  }
+  uint64_t integer(const Json& value, const std::string& name, uint64_t max) const {
+    TANDEM_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= max, where_, name, " is ",
                  excerpt(value.dump()), " but expected an integer in [0, ", max, "]");
     return value.get<uint64_t>();
+  }
+  // An object of at most kMaxGeneratorStreams counters by device name, each name as Device::str() writes it.
+  std::map<Device, uint64_t> device_counters(const Json& parent, const char* key) const {
+    const Json& value = field(parent, key);
+    TANDEM_CHECK(value.is_object() && value.size() <= kMaxGeneratorStreams, where_, key, " is ", type(value),
+                 value.is_object() ? " of " + std::to_string(value.size()) + " entries" : "",
+                 " but expected an object of at most ", kMaxGeneratorStreams, " counters by device");
+    std::map<Device, uint64_t> counters;
+    for (const auto& [name, counter] : value.items()) {
+      const Device device = device_key(name, key);
+      counters[device] = integer(counter, std::string(key) + "[\"" + name + "\"]", kAnyU64);
+    }
+    return counters;
+  }
+  Device device_key(const std::string& name, const char* key) const {
+    std::optional<Device> device;
+    try {
+      device = Device::parse(name);
+    } catch (const Error&) {  // reported below, with the name quoted safely
+    }
+    TANDEM_CHECK(device && device->str() == name, where_, key, " has the key \"", excerpt(name),
+                 "\" but expected a device such as \"cpu:1\" or \"cuda:0\"");
+    return *device;
   }
   double finite(const Json& value, const std::string& name) const {
     TANDEM_CHECK(value.is_number() && std::isfinite(value.get<double>()), where_, name, " is ",
@@ -103,10 +133,10 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
   checkpoint.step = static_cast<int64_t>(read.count(state, "step", kMaxCounter));
   TANDEM_CHECK(checkpoint.step >= checkpoint.epoch, read.where(), "step is ", checkpoint.step, " but epoch is ",
                checkpoint.epoch, "; every epoch takes at least one step");
-  constexpr uint64_t kAnyU64 = std::numeric_limits<uint64_t>::max();
-  const Json& generator = read.object(state, "generator", {"seed", "counter"});
+  const Json& generator = read.object(state, "generator", {"seed", "counter", "device_counters"});
   checkpoint.generator.seed = read.count(generator, "seed", kAnyU64);
   checkpoint.generator.counter = read.count(generator, "counter", kAnyU64);
+  checkpoint.generator.device_counters = read.device_counters(generator, "device_counters");
   checkpoint.shuffle_state = read.count(state, "shuffle_state", kAnyU64);
 
   const Json& s =
@@ -139,13 +169,18 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
   for (const auto& [name, tensor] : checkpoint.momentum_buffers) {
     tensors.emplace_back(std::string(kMomentumPrefix) + name, tensor);
   }
+  Json device_counters = Json::object();
+  for (const auto& [device, counter] : checkpoint.generator.device_counters) device_counters[device.str()] = counter;
   const Standardizer& s = checkpoint.standardizer;
   const Json state = {
       {"format", kFormat},
       {"version", kVersion},
       {"epoch", checkpoint.epoch},
       {"step", checkpoint.step},
-      {"generator", {{"seed", checkpoint.generator.seed}, {"counter", checkpoint.generator.counter}}},
+      {"generator",
+       {{"seed", checkpoint.generator.seed},
+        {"counter", checkpoint.generator.counter},
+        {"device_counters", device_counters}}},
       {"shuffle_state", checkpoint.shuffle_state},
       {"standardizer",
        {{"feature_mean", s.feature_mean},

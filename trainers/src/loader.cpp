@@ -4,14 +4,14 @@
 #include <numeric>
 
 #include "tandem/core/error.h"
+#include "tandem/core/splitmix64.h"
 
 namespace tandem::trainers {
 
 uint64_t ShuffleRng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  const uint64_t value = splitmix64(state_, 0);
+  state_ += kSplitMix64Step;
+  return value;
 }
 
 uint64_t ShuffleRng::below(uint64_t bound) {

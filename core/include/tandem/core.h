@@ -10,6 +10,7 @@
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"
 #include "tandem/core/shape.h"
+#include "tandem/core/splitmix64.h"
 #include "tandem/core/storage.h"
 #include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"

@@ -53,7 +53,9 @@ class Tensor {
   static Tensor zeros(const Shape& shape, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
-  static Tensor randn(const Shape& shape, Device device = Device::cpu());  // from the global generator
+  // Random tensors, drawn from the calling thread's generator stream (Note [Generator streams] in random.h): the
+  // default stream on the caller's thread whatever `device` is, the device's own stream inside a parallel replica.
+  static Tensor randn(const Shape& shape, Device device = Device::cpu());  // N(0, 1)
   static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
   static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());

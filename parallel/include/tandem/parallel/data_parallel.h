@@ -16,8 +16,9 @@ namespace tandem::parallel {
 // Evaluates module(input) data-parallel: the input is scattered along `dim` over `devices` (default:
 // default_devices()), which are then trimmed to the number of chunks; the module is replicated onto them; the
 // replicas run with parallel_apply; the outputs are gathered along `dim` onto `output_device` (default:
-// devices[0]). With one device (given, or left after trimming), a plain forward on that device. Gradients reach the
-// master parameters as with a single-device forward of the whole batch.
+// devices[0]). With one device (given, or left after trimming), a plain forward on that device, on the calling
+// thread (so its random draws come from the calling thread's generator stream, not from the device's). Gradients
+// reach the master parameters as with a single-device forward of the whole batch.
 // Errors: null module; the module's parameters not on devices[0]; scatter's and gather's errors.
 Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& input, std::vector<Device> devices = {},
                      std::optional<Device> output_device = std::nullopt, int64_t dim = 0);

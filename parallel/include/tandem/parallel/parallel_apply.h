@@ -14,12 +14,14 @@
 namespace tandem::parallel {
 
 // Output i is replicas[i]->forward(inputs[i]), run on the worker of inputs[i].device(); replicas whose inputs share
-// a device run one after another on that device's worker. Workers run with the caller's grad mode. `devices`, when
-// not empty, gives one device per replica and output i is moved there. Returns after every replica has finished.
+// a device run one after another on that device's worker. Workers run with the caller's grad mode, and the random
+// draws of replica i come from the generator stream of inputs[i].device(), so they do not depend on thread timing
+// (Note [Generator streams] in tandem/core/random.h). `devices`, when not empty, gives one device per replica and
+// output i is moved there. Returns after every replica has finished.
 // Errors: replicas.size() != inputs.size() or != devices.size() (when given); a null replica; an undefined input.
 // An exception thrown by a replica is rethrown here (once all have finished) as tandem::Error with the message
 // "in replica i on device d: <what>", for the lowest such i. Safe to call from several threads at once, and from
-// inside a replica (a nested call runs its work on the calling thread).
+// inside a replica (a nested call runs its work, and draws, on the calling thread).
 std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
                                    const std::vector<Tensor>& inputs, const std::vector<Device>& devices = {});
 
