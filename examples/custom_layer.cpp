@@ -24,22 +24,24 @@ namespace nn = tandem::nn;
 class ScaledTanhFunction : public autograd::Function {
  public:
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
-    x_ = inputs[0];
-    scale_ = inputs[1];
-    gain_ = inputs[2];
-    t_ = tandem::tanh(x_ * gain_);
-    return {t_ * scale_};
+    const Tensor& x = inputs[0];
+    const Tensor& scale = inputs[1];
+    const Tensor& gain = inputs[2];
+    const Tensor t = tandem::tanh(x * gain);
+    save_for_backward({x, scale, gain, t});  // freed after backward
+    return {t * scale};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
-    const Tensor slope = g * scale_ * (Tensor::ones(t_.shape(), t_.device()) - t_ * t_);
-    return {needs_input_grad(0) ? slope * gain_ : Tensor(),  // the input batch usually needs none
-            tandem::sum(g * t_, 0), tandem::sum(slope * x_, 0)};
+    const Tensor& x = saved_tensors()[0];
+    const Tensor& scale = saved_tensors()[1];
+    const Tensor& gain = saved_tensors()[2];
+    const Tensor& t = saved_tensors()[3];
+    const Tensor slope = g * scale * (Tensor::ones(t.shape(), t.device()) - t * t);
+    return {needs_input_grad(0) ? slope * gain : Tensor(),  // the input batch usually needs none
+            tandem::sum(g * t, 0), tandem::sum(slope * x, 0)};
   }
   std::string name() const override { return "ScaledTanhFunction"; }
-
- private:
-  Tensor x_, scale_, gain_, t_;
 };
 
 class ScaledTanh : public nn::Cloneable<ScaledTanh> {  // Cloneable<Self>: the one line that makes it replicable

@@ -27,7 +27,7 @@ class Binary final : public Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     a_shape_ = in[0].shape();
     b_shape_ = in[1].shape();
-    if (op_ == BinaryOp::Mul) saved_ = in;
+    if (op_ == BinaryOp::Mul) save_for_backward(in);  // a + b and a - b need only the shapes
     return {raw::binary(op_, in[0], in[1], name_)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
@@ -37,9 +37,11 @@ class Binary final : public Function {
         return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
       case BinaryOp::Sub:
         return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
-      case BinaryOp::Mul:
-        return {raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[1], name_), a_shape_),
-                raw::sum_to(raw::binary(BinaryOp::Mul, g, saved_[0], name_), b_shape_)};
+      case BinaryOp::Mul: {
+        const std::vector<Tensor>& in = saved_tensors();
+        return {raw::sum_to(raw::binary(BinaryOp::Mul, g, in[1], name_), a_shape_),
+                raw::sum_to(raw::binary(BinaryOp::Mul, g, in[0], name_), b_shape_)};
+      }
     }
     return {};
   }
@@ -49,7 +51,6 @@ class Binary final : public Function {
   BinaryOp op_;
   const char* name_;
   Shape a_shape_, b_shape_;
-  std::vector<Tensor> saved_;
 };
 
 class Scale final : public Function {
@@ -81,19 +82,17 @@ class Matmul final : public Function {
     raw::check_same_device("matmul", a, b);
     TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                  " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
-    a_ = a;
-    b_ = b;
+    save_for_backward({a, b});
     return {raw::gemm(a, b, Tensor())};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
-    return {needs_input_grad(0) ? raw::gemm(g, b_.t(), Tensor()) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(a_.t(), g, Tensor()) : Tensor()};
+    const Tensor& a = saved_tensors()[0];
+    const Tensor& b = saved_tensors()[1];
+    return {needs_input_grad(0) ? raw::gemm(g, b.t(), Tensor()) : Tensor(),
+            needs_input_grad(1) ? raw::gemm(a.t(), g, Tensor()) : Tensor()};
   }
   std::string name() const override { return "MatmulBackward"; }
-
- private:
-  Tensor a_, b_;
 };
 
 // y = x W^T + b: one GEMM with the bias in its epilogue. W^T is a transposed view, never a copy.
@@ -113,21 +112,21 @@ class Linear final : public Function {
       TANDEM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias has shape ", to_string(b.shape()),
                    " but expected [", w.size(0), "]");
     }
-    x_ = x;
-    w_ = w;
+    save_for_backward({x, w});
     has_bias_ = b.defined();
     return {raw::gemm(x, w.t(), b)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
-    return {needs_input_grad(0) ? raw::gemm(g, w_, Tensor()) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(g.t(), x_, Tensor()) : Tensor(),
+    const Tensor& x = saved_tensors()[0];
+    const Tensor& w = saved_tensors()[1];
+    return {needs_input_grad(0) ? raw::gemm(g, w, Tensor()) : Tensor(),
+            needs_input_grad(1) ? raw::gemm(g.t(), x, Tensor()) : Tensor(),
             has_bias_ && needs_input_grad(2) ? raw::sum_dim(g, 0, false) : Tensor()};
   }
   std::string name() const override { return "LinearBackward"; }
 
  private:
-  Tensor x_, w_;
   bool has_bias_ = false;
 };
 
@@ -137,18 +136,17 @@ class Unary final : public Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_defined(name_, in[0]);
     Tensor out = raw::unary(op_, in[0]);
-    saved_ = op_ == UnaryOp::Relu ? in[0] : out;  // relu' needs x, tanh' needs y
+    save_for_backward({op_ == UnaryOp::Relu ? in[0] : out});  // relu' needs x, tanh' needs y
     return {out};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    return {raw::unary_backward(op_, grads[0], saved_)};
+    return {raw::unary_backward(op_, grads[0], saved_tensors()[0])};
   }
   std::string name() const override { return name_; }
 
  private:
   UnaryOp op_;
   const char* name_;
-  Tensor saved_;
 };
 
 // scale * sum(x) over all elements: sum (scale 1) and mean (scale 1/n).
@@ -248,19 +246,16 @@ class MseLoss final : public Function {
     raw::check_same_device("mse_loss", in[0], in[1]);
     TANDEM_CHECK(in[0].shape() == in[1].shape(), "mse_loss: input has shape ", to_string(in[0].shape()),
                  " but target has shape ", to_string(in[1].shape()));
-    input_ = in[0];
-    target_ = in[1];
-    if (input_.numel() == 0) return {Tensor::full({}, std::nanf(""), input_.device())};
-    return {raw::mse_forward(input_, target_)};
+    save_for_backward(in);
+    if (in[0].numel() == 0) return {Tensor::full({}, std::nanf(""), in[0].device())};
+    return {raw::mse_forward(in[0], in[1])};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    Tensor grad_input = raw::mse_backward(grads[0], input_, target_);
+    const std::vector<Tensor>& in = saved_tensors();
+    Tensor grad_input = raw::mse_backward(grads[0], in[0], in[1]);
     return {grad_input, needs_input_grad(1) ? raw::scale(grad_input, -1.0f) : Tensor()};
   }
   std::string name() const override { return "MseLossBackward"; }
-
- private:
-  Tensor input_, target_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <new>
 #include <sstream>
 
+#include "autograd/engine.h"
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
@@ -282,21 +283,10 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   return impl_->grad_fn;
 }
 
-void Tensor::backward() const {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   check_defined("backward");
-  TANDEM_CHECK(requires_grad(), "Tensor::backward: the tensor does not require grad and has no grad_fn");
-  TANDEM_CHECK(numel() == 1, "Tensor::backward: a gradient can be created implicitly only for one-element "
-               "tensors, got shape ", to_string(shape()), "; pass grad_output");
-  backward(Tensor::ones(shape(), device()));
-}
-
-void Tensor::backward(const Tensor& grad_output) const {
-  check_defined("backward");
-  TANDEM_CHECK(requires_grad(), "Tensor::backward: the tensor does not require grad and has no grad_fn");
-  raw::check_defined("Tensor::backward", grad_output, "grad_output");
-  TANDEM_CHECK(grad_output.shape() == shape(), "Tensor::backward: grad_output has shape ",
-               to_string(grad_output.shape()), " but the tensor has shape ", to_string(shape()));
-  autograd::run_backward({*this}, {grad_output.device() == device() ? grad_output : raw::to_device(grad_output, device())});
+  autograd::detail::run_backward(
+      {*this}, {autograd::detail::seed_gradient(*this, gradient, "Tensor::backward", "the tensor")}, retain_graph);
 }
 
 Tensor Tensor::detach() const {

@@ -10,8 +10,10 @@ namespace tandem::parallel {
 // Note [Replica gradient edges]: all master parameters go through ONE Broadcast node, whose outputs become the
 // replicas' parameters. Backward over every replica's loss therefore meets in that node, which runs once with the
 // gradients of all replicas and sums them with a single reduce_add_coalesced onto the master's device, from where
-// they flow into the master parameters' AccumulateGrad. (Replicas built from detached copies instead would leave
-// the master without gradients.)
+// they flow into the master parameters' AccumulateGrad. The Broadcast saves no tensors, so separate backward passes
+// (one per replica's loss) may each run it: the replicas that a pass does not reach contribute zeros, and the
+// master's .grad accumulates the sum pass by pass (Note [Saved tensors] in core/src/autograd/function.cpp).
+// (Replicas built from detached copies instead would leave the master without gradients.)
 std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Module>& module,
                                                    const std::vector<Device>& devices, size_t buffer_size) {
   constexpr const char* fn = "parallel::replicate";

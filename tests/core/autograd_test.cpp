@@ -1,6 +1,9 @@
 // Graph recording, accumulation, grad mode, custom Functions, graphs that span devices.
 #include "support/test_support.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace tandem {
@@ -66,12 +69,87 @@ TEST_P(AutogradTest, DetachCutsTheGraph) {
 TEST_P(AutogradTest, Errors) {
   Tensor x = Tensor::ones({2}, device()).set_requires_grad();
   EXPECT_ERROR(Tensor::ones({2}, device()).backward(), "does not require grad");
-  EXPECT_ERROR((x * 2.0f).backward(), "only for one-element tensors, got shape [2]");
-  EXPECT_ERROR((x * 2.0f).backward(Tensor::ones({3}, device())), "grad_output has shape [3]");
+  EXPECT_ERROR((x * 2.0f).backward(), "Tensor::backward: a gradient can be created implicitly only for one-element "
+               "tensors, but the tensor has shape [2]; pass a gradient");
+  EXPECT_ERROR((x * 2.0f).backward(Tensor::ones({3}, device())),
+               "Tensor::backward: the gradient for the tensor has shape [3] but expected [2]");
   EXPECT_ERROR((x * 2.0f).set_requires_grad(), "only leaves can be set");
   Tensor y = sum(x * x);
   y.backward();
-  EXPECT_ERROR(y.backward(), "was already run backward");
+  EXPECT_ERROR(y.backward(), "backward: mul's saved tensors were freed by an earlier backward");
+
+  Tensor v = Tensor::ones({2}, device()).set_requires_grad();
+  const Tensor z = v * 2.0f;
+  EXPECT_ERROR(autograd::backward({z, sum(z)}, {Tensor::ones({2}, device())}),
+               "autograd::backward: got 1 gradients for 2 roots (expected none or one per root)");
+  EXPECT_ERROR(autograd::backward({sum(z), z}), "autograd::backward: a gradient can be created implicitly only for "
+               "one-element tensors, but root 1 has shape [2]");
+  EXPECT_ERROR(autograd::backward({z}, {Tensor::ones({1}, device())}),
+               "autograd::backward: the gradient for root 0 has shape [1] but expected [2]");
+  EXPECT_ERROR(autograd::backward({sum(z), Tensor()}), "autograd::backward: root 1 is undefined");
+  EXPECT_ERROR(autograd::backward({Tensor::ones({1}, device())}),
+               "autograd::backward: root 0 does not require grad and has no grad_fn");
+  EXPECT_FALSE(v.grad().defined()) << "each of these backward calls must be refused before running";
+}
+
+// loss = sum(x w) for x = [[1, 2], [3, 4]], w = [[1], [2]]: d/dx = ones w^T = [[1, 2], [1, 2]], d/dw = x^T ones =
+// the column sums of x, [[4], [6]]. MatmulBackward saves x and w.
+struct MatmulGraph {
+  Tensor x, w, loss;
+  explicit MatmulGraph(Device device)
+      : x(Tensor::from_vector({1, 2, 3, 4}, {2, 2}, device).set_requires_grad()),
+        w(Tensor::from_vector({1, 2}, {2, 1}, device).set_requires_grad()),
+        loss(sum(matmul(x, w))) {}
+};
+
+TEST_P(AutogradTest, SecondBackwardThroughFreedSavedTensorsIsRefusedNamingTheNode) {
+  MatmulGraph g(device());
+  g.loss.backward();
+  expect_values(g.w.grad(), {4, 6}, {2, 1});
+  const std::string refused = "backward: MatmulBackward's saved tensors were freed by an earlier backward; pass "
+                              "retain_graph=true to the first backward to run it twice";
+  EXPECT_ERROR(g.loss.backward(), refused);
+  EXPECT_ERROR(autograd::backward({g.loss}), refused);
+  // Refused before anything reached the leaves.
+  expect_values(g.w.grad(), {4, 6}, {2, 1});
+  expect_values(g.x.grad(), {1, 2, 1, 2}, {2, 2});
+}
+
+TEST_P(AutogradTest, RetainGraphLetsTheGraphRunAgainAndAccumulates) {
+  MatmulGraph g(device());
+  g.loss.backward({}, /*retain_graph=*/true);
+  g.loss.backward();  // uses, then frees, the retained tensors
+  expect_values(g.w.grad(), {8, 12}, {2, 1}, 0.0, 0.0);
+  expect_values(g.x.grad(), {2, 4, 2, 4}, {2, 2}, 0.0, 0.0);
+  EXPECT_ERROR(g.loss.backward(), "backward: MatmulBackward's saved tensors were freed");
+  expect_values(g.w.grad(), {8, 12}, {2, 1}, 0.0, 0.0);
+
+  // The same through autograd::backward, with an explicit gradient of 0.5 on a second root y = x w ([2, 1]).
+  MatmulGraph h(device());
+  const Tensor y = matmul(h.x, h.w);
+  const std::vector<Tensor> half{Tensor(), Tensor::full({2, 1}, 0.5f, device())};
+  autograd::backward({h.loss, y}, half, /*retain_graph=*/true);
+  autograd::backward({h.loss, y}, half, /*retain_graph=*/true);
+  autograd::backward({h.loss, y}, half);
+  // Each pass: d/dw = (1 + 0.5) [[4], [6]], d/dx = (1 + 0.5) [[1, 2], [1, 2]].
+  expect_values(h.w.grad(), {18, 27}, {2, 1}, 0.0, 0.0);
+  expect_values(h.x.grad(), {4.5, 9, 4.5, 9}, {2, 2}, 0.0, 0.0);
+  EXPECT_ERROR(autograd::backward({y}, {half[1]}), "backward: MatmulBackward's saved tensors were freed");
+}
+
+TEST_P(AutogradTest, NodesThatSavedNoTensorsRunInEveryBackward) {
+  // Additions, subtractions, scaling, a view and sums: none saves a tensor. loss = sum(narrow(2 (x + y) - x, 1..2)):
+  // d/dx = [0, 1, 1], d/dy = [0, 2, 2].
+  Tensor x = Tensor::from_vector({1, 2, 3}, {3}, device()).set_requires_grad();
+  Tensor y = Tensor::from_vector({4, 5, 6}, {3}, device()).set_requires_grad();
+  const Tensor loss = sum(((x + y) * 2.0f - x).narrow(0, 1, 2));
+  loss.backward();
+  loss.backward();
+  expect_values(x.grad(), {0, 2, 2}, {3}, 0.0, 0.0);
+  expect_values(y.grad(), {0, 4, 4}, {3}, 0.0, 0.0);
+  autograd::backward({loss});
+  expect_values(x.grad(), {0, 3, 3}, {3}, 0.0, 0.0);
+  expect_values(y.grad(), {0, 6, 6}, {3}, 0.0, 0.0);
 }
 
 TEST_P(AutogradTest, GradientsFlowThroughDeviceCopies) {
@@ -90,13 +168,16 @@ TEST_P(AutogradTest, GradientsFlowThroughDeviceCopies) {
 
 // y = x^3 written by a user, with its own backward.
 struct Cube : autograd::Function {
-  Tensor x;
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    x = in[0];
-    return {x * x * x};
+    save_for_backward({in[0]});
+    return {in[0] * in[0] * in[0]};
   }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {grads[0] * x * x * 3.0f}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& x = saved_tensors()[0];
+    return {grads[0] * x * x * 3.0f};
+  }
   std::string name() const override { return "Cube"; }
+  const std::vector<Tensor>& saved() const { return saved_tensors(); }
 };
 
 TEST_P(AutogradTest, CustomFunction) {
@@ -105,6 +186,33 @@ TEST_P(AutogradTest, CustomFunction) {
   EXPECT_EQ(y.grad_fn()->name(), "Cube");
   expect_values(y, {1, -8, 0.125}, {3});
   testing::gradcheck([](auto& in) { return autograd::apply(std::make_shared<Cube>(), in)[0]; }, {x});
+}
+
+TEST_P(AutogradTest, CustomFunctionSavedTensorsAreFreedAfterBackward) {
+  Tensor x = Tensor::from_vector({1, -2}, {2}, device()).set_requires_grad();
+  const auto cube = std::make_shared<Cube>();
+  const Tensor y = sum(autograd::apply(cube, {x})[0]);
+  ASSERT_EQ(cube->saved().size(), 1u);
+  EXPECT_TRUE(cube->saved()[0].is_same(x));
+  y.backward({}, /*retain_graph=*/true);
+  EXPECT_EQ(cube->saved().size(), 1u) << "retain_graph keeps the saved tensors";
+  y.backward();
+  expect_values(x.grad(), {6, 24}, {2}, 0.0, 0.0);  // twice 3 x^2
+  EXPECT_ERROR(cube->saved(), "autograd::Function::saved_tensors: Cube's saved tensors were freed by an earlier "
+               "backward");
+  EXPECT_ERROR(y.backward(), "backward: Cube's saved tensors were freed");
+
+  // A Function that saves no tensor (its state is a constant) runs again.
+  struct Triple : autograd::Function {
+    float factor = 3.0f;
+    std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0] * factor}; }
+    std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {grads[0] * factor}; }
+  };
+  Tensor z = Tensor::from_vector({1, 2}, {2}, device()).set_requires_grad();
+  const Tensor t = sum(autograd::apply(std::make_shared<Triple>(), {z})[0]);
+  t.backward();
+  t.backward();
+  expect_values(z.grad(), {6, 6}, {2}, 0.0, 0.0);
 }
 
 struct WrongShape : autograd::Function {
@@ -133,6 +241,31 @@ TEST_P(AutogradTest, OutputThatIsAnInputKeepsTheInputIntact) {
   EXPECT_TRUE(y.shares_storage_with(x));
   sum(y).backward();
   expect_values(x.grad(), {5, 5}, {2});
+}
+
+TEST_P(AutogradTest, BackwardPassesOnSeveralThreadsRunASharedNodeOneAtATime) {
+  // An identity whose backward lingers and counts how many threads are inside it at once.
+  struct Linger : autograd::Function {
+    std::atomic<int> inside{0};
+    std::atomic<int> most_inside{0};
+    std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0].clone()}; }
+    std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+      const int now = ++inside;
+      most_inside = std::max(most_inside.load(), now);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      --inside;
+      return {grads[0]};
+    }
+  };
+  Tensor x = Tensor::zeros({2}, device()).set_requires_grad();
+  const auto linger = std::make_shared<Linger>();
+  const Tensor y = autograd::apply(linger, {x})[0];
+  const Tensor once = sum(y), twice = sum(y * 2.0f), thrice = sum(y * 3.0f);
+  std::vector<std::thread> threads;
+  for (const Tensor* loss : {&once, &twice, &thrice}) threads.emplace_back([loss] { loss->backward(); });
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(linger->most_inside.load(), 1);
+  expect_values(x.grad(), {6, 6}, {2}, 0.0, 0.0);  // the shared leaf's accumulator, too, ran one pass at a time
 }
 
 TEST_P(AutogradTest, PostAccumulateGradHooksRunAfterEachAccumulation) {

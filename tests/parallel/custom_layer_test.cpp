@@ -8,15 +8,14 @@ namespace {
 
 // y = scale * tanh(x * gain), per feature, with a hand-written backward.
 struct ScaledTanhFunction : autograd::Function {
-  Tensor x, scale, gain, t;
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    x = in[0];
-    scale = in[1];
-    gain = in[2];
-    t = tanh(x * gain);
-    return {t * scale};
+    const Tensor t = tanh(in[0] * in[2]);
+    save_for_backward({in[0], in[1], in[2], t});
+    return {t * in[1]};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const std::vector<Tensor>& saved = saved_tensors();
+    const Tensor &x = saved[0], &scale = saved[1], &gain = saved[2], &t = saved[3];
     const Tensor slope = g[0] * scale * (Tensor::ones(t.shape(), t.device()) - t * t);
     return {slope * gain, sum(g[0] * t, 0), sum(slope * x, 0)};
   }

@@ -177,7 +177,7 @@ TEST_P(ParallelApply, SameReplicasFromTwoThreadsOneAfterAnother) {
     autograd::backward(losses);
   });
   on_another_thread([&] {
-    NoGradGuard no_grad;  // the replicas' graph was consumed by the first backward; evaluate them again
+    NoGradGuard no_grad;  // evaluate the same replicas again, without recording
     second = parallel::parallel_apply(replicas, inputs);
   });
   ASSERT_EQ(second.size(), devices.size());

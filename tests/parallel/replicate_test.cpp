@@ -1,5 +1,7 @@
 // parallel::replicate: deep copies per device whose gradients are summed on the master parameters.
 
+#include <functional>
+
 #include "parallel/parallel_test_helpers.h"
 
 namespace tandem::testing {
@@ -48,6 +50,68 @@ TEST_P(Replicate, GradientsOfAllReplicasAreSummedOnTheMaster) {
   for (const Tensor& parameter : net->parameters()) EXPECT_EQ(parameter.grad().device(), devices[0]);
   for (const auto& replica : replicas)
     for (const Tensor& parameter : replica->parameters()) EXPECT_FALSE(parameter.grad().defined());
+}
+
+// The replicas share one Broadcast node (Note [Replica gradient edges]), which saves no tensors and so runs in each
+// replica's own backward; the replicas' Linear nodes save their inputs and weights and run once.
+TEST_P(Replicate, OneBackwardPerReplicaAddsEachReplicasGradientOnTheMaster) {
+  const std::vector<Device> devices{this->devices()[0], this->devices()[1]};
+  auto linear = std::make_shared<nn::Linear>(3, 2, true, devices[0]);
+  const auto replicas = parallel::replicate(linear, devices);
+  const std::shared_ptr<autograd::Node> broadcast = replicas[0]->weight.grad_fn();
+  ASSERT_NE(broadcast, nullptr);
+  EXPECT_EQ(broadcast->name(), "Broadcast");
+  EXPECT_EQ(replicas[1]->bias.grad_fn(), broadcast);
+
+  // loss_d = c_d * sum(x_d W^T + b): dW = c_d * (the column sums of x_d) in every row, db = c_d * rows(x_d).
+  const Tensor loss0 = sum(replicas[0]->forward(Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, devices[0])));
+  const Tensor loss1 = sum(replicas[1]->forward(Tensor::from_vector({1, 0, -1}, {1, 3}, devices[1]))) * 2.0f;
+  loss0.backward();
+  expect_values(linear->weight.grad(), {5, 7, 9, 5, 7, 9}, {2, 3}, 0.0, 0.0);
+  expect_values(linear->bias.grad(), {2, 2}, {2}, 0.0, 0.0);
+  loss1.backward();
+  expect_values(linear->weight.grad(), {7, 7, 7, 7, 7, 7}, {2, 3}, 0.0, 0.0);
+  expect_values(linear->bias.grad(), {4, 4}, {2}, 0.0, 0.0);
+  EXPECT_EQ(linear->weight.grad().device(), devices[0]);
+
+  // A replica's own graph runs once: its LinearBackward is refused before anything reaches the master.
+  EXPECT_ERROR(loss1.backward(), "backward: LinearBackward's saved tensors were freed by an earlier backward; pass "
+               "retain_graph=true to the first backward to run it twice");
+  expect_values(linear->weight.grad(), {7, 7, 7, 7, 7, 7}, {2, 3}, 0.0, 0.0);
+  for (const auto& replica : replicas)
+    for (const Tensor& parameter : replica->parameters()) EXPECT_FALSE(parameter.grad().defined());
+}
+
+TEST_P(Replicate, OneBackwardPerReplicaMatchesOneDevice) {
+  const auto devices = this->devices();
+  auto net = make_net(devices[0]);
+  auto reference = make_net(devices[0]);
+  const auto replicas = parallel::replicate(net, devices);
+  for (size_t d = 0; d < devices.size(); ++d) {
+    SCOPED_TRACE("after the backward of replica " + std::to_string(d));
+    const Tensor x = seeded_randn({3, 4}, devices[d], 60 + d);
+    (sum(replicas[d]->forward(x)) * static_cast<float>(d + 1)).backward();
+    (sum(reference->forward(x.to(devices[0]))) * static_cast<float>(d + 1)).backward();
+    expect_gradients_close(*net, gradients_of(*reference));
+  }
+}
+
+TEST_P(Replicate, OneBackwardPerReplicaOnEveryWorkerAtOnce) {
+  // Each replica's forward and backward on its device's worker, all at once: the shared Broadcast node and the
+  // master parameters' accumulators run one backward at a time.
+  const auto devices = this->devices();
+  auto net = make_net(devices[0]);
+  auto reference = make_net(devices[0]);
+  const auto replicas = parallel::replicate(net, devices);
+  std::vector<Tensor> inputs;
+  std::vector<std::function<void()>> tasks;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    inputs.push_back(seeded_randn({5, 4}, devices[d], 70 + d));
+    tasks.push_back([&, d] { sum(replicas[d]->forward(inputs[d])).backward(); });
+    sum(reference->forward(inputs[d].to(devices[0]))).backward();
+  }
+  parallel::run_on_devices(tasks, devices);
+  expect_gradients_close(*net, gradients_of(*reference));
 }
 
 TEST_P(Replicate, MasterOnADeviceThatIsNotAmongTheReplicas) {

@@ -1,4 +1,6 @@
 // The backward pass: a dependency-counted walk over the graph reachable from the roots.
+#include "engine.h"
+
 #include <queue>
 #include <unordered_map>
 
@@ -50,9 +52,23 @@ struct LaterFirst {
 
 }  // namespace
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
-  TANDEM_CHECK(roots.size() == grad_roots.size(), "backward: got ", grad_roots.size(), " gradients for ", roots.size(),
-               " roots");
+namespace detail {
+
+Tensor seed_gradient(const Tensor& root, const Tensor& gradient, const char* caller, const std::string& subject) {
+  TANDEM_CHECK(root.defined(), caller, ": ", subject, " is undefined");
+  TANDEM_CHECK(root.requires_grad(), caller, ": ", subject, " does not require grad and has no grad_fn");
+  if (!gradient.defined()) {
+    TANDEM_CHECK(root.numel() == 1, caller, ": a gradient can be created implicitly only for one-element tensors, "
+                 "but ", subject, " has shape ", to_string(root.shape()), "; pass a gradient");
+    return Tensor::ones(root.shape(), root.device());
+  }
+  TANDEM_CHECK(gradient.shape() == root.shape(), caller, ": the gradient for ", subject, " has shape ",
+               to_string(gradient.shape()), " but expected ", to_string(root.shape()));
+  return gradient.device() == root.device() ? gradient : raw::to_device(gradient, root.device());
+}
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, bool retain_graph) {
+  TANDEM_CHECK(roots.size() == seeds.size(), "backward: got ", seeds.size(), " gradients for ", roots.size(), " roots");
   NoGradGuard no_grad;  // backward itself is not recorded
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
@@ -65,7 +81,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     keep_alive[node] = edge.node;
     auto& buffer = buffers[node];
     buffer.resize(node->outputs().size());
-    accumulate(buffer, edge.input_nr, grad_roots[i], *node);
+    accumulate(buffer, edge.input_nr, seeds[i], *node);
     root_nodes.push_back(node);
   }
 
@@ -85,8 +101,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = Tensor::zeros(node->outputs()[i].shape, node->outputs()[i].device);
 
-    std::vector<Tensor> input_grads = node->apply(std::move(grads));
-    node->release();
+    std::vector<Tensor> input_grads = node->evaluate(std::move(grads), retain_graph);
     const auto& edges = node->next_edges();
     TANDEM_CHECK(input_grads.size() == edges.size() || edges.empty(), "backward: ", node->name(), " returned ",
                  input_grads.size(), " gradients for ", edges.size(), " inputs");
@@ -103,15 +118,18 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   }
 }
 
-void backward(const std::vector<Tensor>& roots) {
+}  // namespace detail
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
+  constexpr const char* fn = "autograd::backward";
+  TANDEM_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), fn, ": got ", grad_roots.size(),
+               " gradients for ", roots.size(), " roots (expected none or one per root)");
   std::vector<Tensor> seeds;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    TANDEM_CHECK(roots[i].defined() && roots[i].numel() == 1, "autograd::backward: root ", i,
-                 " must be a one-element tensor",
-                 roots[i].defined() ? ", got shape " + to_string(roots[i].shape()) : "");
-    seeds.push_back(Tensor::ones(roots[i].shape(), roots[i].device()));
-  }
-  run_backward(roots, seeds);
+  seeds.reserve(roots.size());
+  for (size_t i = 0; i < roots.size(); ++i)
+    seeds.push_back(detail::seed_gradient(roots[i], grad_roots.empty() ? Tensor() : grad_roots[i], fn,
+                                          "root " + std::to_string(i)));
+  detail::run_backward(roots, seeds, retain_graph);
 }
 
 }  // namespace tandem::autograd

@@ -1,10 +1,40 @@
+#include <algorithm>
+
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
 
 namespace tandem::autograd {
 
-namespace {
+// Note [Saved tensors]: what a Function's backward needs from its forward is either metadata (shapes, devices,
+// constants), kept in plain members, or tensors, kept with save_for_backward. A backward that does not retain the
+// graph frees the saved tensors of every node it runs, so that activations do not outlive their one use, and the
+// Function remembers that it held some: running its backward again throws, naming it. A Function that saved none
+// (additions, scaling, views, device copies, the communication functions of the parallel layer) still has all it
+// needs, and its node can run in any number of backward passes; this is what lets each replica made by one
+// parallel::replicate run its own backward through their shared Broadcast. retain_graph=true frees nothing, so the
+// whole graph can run again; its gradients then accumulate into the leaves once more.
+
+void Function::save_for_backward(std::vector<Tensor> tensors) {
+  saved_ = std::move(tensors);
+  saved_tensors_freed_ = false;
+}
+
+const std::vector<Tensor>& Function::saved_tensors() const {
+  check_saved_tensors("autograd::Function::saved_tensors");
+  return saved_;
+}
+
+void Function::check_saved_tensors(const char* caller) const {
+  TANDEM_CHECK(!saved_tensors_freed_, caller, ": ", name(), "'s saved tensors were freed by an earlier backward; "
+               "pass retain_graph=true to the first backward to run it twice");
+}
+
+void Function::release_saved_tensors() {
+  if (std::any_of(saved_.begin(), saved_.end(), [](const Tensor& t) { return t.defined(); }))
+    saved_tensors_freed_ = true;
+  saved_.clear();
+}
 
 // Wraps a user (or built-in) Function as a graph node.
 class FunctionNode final : public Node {
@@ -16,8 +46,7 @@ class FunctionNode final : public Node {
   }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
-    TANDEM_CHECK(function_ != nullptr, "backward: ", name_, " was already run backward; its saved tensors were "
-                 "freed (call backward once per forward)");
+    function_->check_saved_tensors("backward");
     std::vector<Tensor> grads = function_->backward(grad_outputs);
     TANDEM_CHECK(grads.size() == input_meta_.size(), "backward: ", name_, "::backward returned ", grads.size(),
                  " gradients for ", input_meta_.size(), " inputs");
@@ -33,15 +62,13 @@ class FunctionNode final : public Node {
   }
 
   std::string name() const override { return name_; }
-  void release() override { function_.reset(); }
+  void release_saved_tensors() override { function_->release_saved_tensors(); }
 
  private:
   std::shared_ptr<Function> function_;
   std::string name_;
   std::vector<OutputMeta> input_meta_;
 };
-
-}  // namespace
 
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs) {
   TANDEM_CHECK(function != nullptr, "autograd::apply: function is null");

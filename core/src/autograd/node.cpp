@@ -14,6 +14,13 @@ std::mutex accumulator_mutex;  // leaves may be used by several worker threads a
 
 Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+std::vector<Tensor> Node::evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Tensor> grads = apply(std::move(grad_outputs));
+  if (!retain_graph) release_saved_tensors();
+  return grads;
+}
+
 uint32_t Node::add_output(const Tensor& output) {
   outputs_.push_back({output.shape(), output.device()});
   return static_cast<uint32_t>(outputs_.size() - 1);

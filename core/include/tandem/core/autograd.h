@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,13 @@ class Node : public std::enable_shared_from_this<Node> {
   // Returns one gradient per next edge (undefined where that input gets none), on that input's device.
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
   virtual std::string name() const = 0;
-  // Frees saved tensors once backward has used them (the graph is not kept after backward).
-  virtual void release() {}
+  // Frees the tensors this node saved for its backward; called after each run of a backward that does not retain
+  // the graph (Note [Saved tensors] in core/src/autograd/function.cpp). A node that saved none can run again.
+  virtual void release_saved_tensors() {}
+
+  // apply, then (unless retain_graph) release_saved_tensors, under this node's lock: backward passes on several
+  // threads may share a node (a replicate's Broadcast, a leaf's AccumulateGrad), and they run it one at a time.
+  std::vector<Tensor> evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph);
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   const std::vector<OutputMeta>& outputs() const { return outputs_; }
@@ -51,6 +57,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   uint64_t sequence_nr_;  // creation order: later nodes run first among those that are ready
+  std::mutex mutex_;      // held by evaluate
 };
 
 // Accumulates the incoming gradient into a leaf's .grad (added in place when one exists, so that storage stays
@@ -74,29 +81,39 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 void make_differentiable(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
                          std::vector<Tensor>& outputs);
 
-// Runs backward from `roots` seeded with `grad_roots` (same length; each the root's shape and device).
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
 // Clears the gradients of `tensors`: with set_to_none (PyTorch's default) every .grad becomes undefined, so the next
 // backward hands over fresh ones; otherwise existing gradients are zeroed in place (their storage is kept).
 void zero_grad(const std::vector<Tensor>& tensors, bool set_to_none = true);
 
-// One backward pass over several roots at once (torch.autograd.backward): one-element roots are seeded with 1.
-// Use it for per-replica losses: nodes shared by the roots (such as a replicate's broadcast) run once, with
-// every replica's gradient.
-void backward(const std::vector<Tensor>& roots);
+// One backward pass over several roots at once (torch.autograd.backward). grad_roots is empty or has one entry per
+// root: the gradient of that root (its shape; moved to the root's device), or undefined to seed a one-element root
+// with 1. Gradients accumulate into the leaves' .grad. Nodes shared by the roots (such as a replicate's Broadcast)
+// run once, with the gradients of all of them. Each node that runs frees its saved tensors unless retain_graph;
+// running it again is then an error (Note [Saved tensors] in core/src/autograd/function.cpp).
+// Errors: grad_roots of another length; an undefined root; a root that does not require grad; an undefined
+// gradient for a root of more than one element; a gradient of another shape than its root; a node whose saved
+// tensors an earlier backward freed.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false);
 
 // ---- custom differentiable operations -------------------------------------------------------------------------
 // Subclass Function, implement forward (runs with grad mode off) and backward, and call apply:
 //
 //   struct Square : autograd::Function {
-//     Tensor x;
-//     std::vector<Tensor> forward(const std::vector<Tensor>& in) override { x = in[0]; return {x * x}; }
-//     std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0] * x * 2.0f}; }
+//     std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+//       save_for_backward({in[0]});
+//       return {in[0] * in[0]};
+//     }
+//     std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+//       return {g[0] * saved_tensors()[0] * 2.0f};
+//     }
 //   };
 //   Tensor y = autograd::apply(std::make_shared<Square>(), {x})[0];
 //
-// backward returns one gradient per input (undefined for inputs that get none). Saving outputs of forward in the
-// Function is allowed; they are released after backward.
+// backward returns one gradient per input (undefined for inputs that get none). Tensors that backward needs (inputs
+// or outputs of forward) go through save_for_backward; metadata (shapes, devices, constants) may live in plain
+// members. See Note [Saved tensors] in core/src/autograd/function.cpp.
+class FunctionNode;  // the graph node that runs a Function's backward (function.cpp)
+
 class Function {
  public:
   virtual ~Function() = default;
@@ -108,9 +125,23 @@ class Function {
   // undefined tensor for them, e.g. the gradient of a network's input batch.
   bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
 
+ protected:
+  // Keeps `tensors` for backward (call it from forward; a later call replaces them). A backward that does not
+  // retain the graph frees them after running this Function's backward, and any later run of it is an error.
+  void save_for_backward(std::vector<Tensor> tensors);
+  // The tensors given to save_for_backward, in order. Errors: an earlier backward freed them.
+  const std::vector<Tensor>& saved_tensors() const;
+
  private:
+  friend class FunctionNode;
   friend std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
+  // Throws "<caller>: <name>'s saved tensors were freed by an earlier backward; ..." when they were.
+  void check_saved_tensors(const char* caller) const;
+  void release_saved_tensors();
+
   std::vector<bool> needs_input_grad_;
+  std::vector<Tensor> saved_;
+  bool saved_tensors_freed_ = false;  // set by a release that freed at least one defined tensor
 };
 
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);

@@ -114,13 +114,16 @@ class Tensor {
   Tensor grad() const;                                   // undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;               // replaces (or with an undefined tensor, clears) .grad
   const std::shared_ptr<autograd::Node>& grad_fn() const;
-  void backward() const;                                 // one-element tensors: seeds with 1
-  void backward(const Tensor& grad_output) const;
+  // Accumulates the gradients of this tensor into the leaves' .grad (autograd::backward of one root). An undefined
+  // `gradient` seeds a one-element tensor with 1. Without retain_graph the nodes that ran free their saved tensors,
+  // and a second backward through one of them is an error naming it; with it, the graph can run again.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   Tensor detach() const;                                 // shares storage, no autograd history
 
   // Calls hook(leaf) each time a backward pass has accumulated a gradient into this leaf's .grad, right after the
   // accumulation was issued (on a GPU it may still be running on the device's compute stream, where later work is
-  // ordered after it), on the thread running that backward; hooks run in registration order. An exception thrown
+  // ordered after it), on the thread running that backward, while the leaf's accumulator node is locked (so a hook
+  // must not run a backward that reaches this leaf); hooks run in registration order. An exception thrown
   // by a hook propagates out of the backward call. Returns a handle for remove_post_accumulate_grad_hook. Registering
   // and removing are not synchronized with a backward pass that reaches this leaf: do either while none runs.
   // Errors: an undefined tensor; a tensor that is not a leaf requiring grad.

@@ -3,7 +3,9 @@
 //   Broadcast          <->  ReduceAddCoalesced    (each is the other's backward)
 //   Scatter            <->  Gather                (each is the other's backward)
 // Apply them with autograd::apply; parallel::replicate, parallel::scatter and parallel::gather are the usual entry
-// points. Outputs are not recorded when no input requires grad or grad mode is off.
+// points. Outputs are not recorded when no input requires grad or grad mode is off. None of them saves tensors for
+// backward (only devices and sizes), so each node can run in any number of backward passes (Note [Saved tensors]
+// in core/src/autograd/function.cpp): each pass reduces, gathers or scatters the gradients it brings.
 
 #include <cstddef>
 #include <cstdint>

@@ -13,9 +13,11 @@ namespace tandem::parallel {
 
 // Returns one structural copy of `module` per entry of `devices`, in order. Replica d's parameters are the outputs
 // of one Broadcast of the master's parameters (all on one device, which may be any device, listed or not): equal
-// to the master's, non-leaves whose gradients are summed onto the master parameters through one
-// comm::reduce_add_coalesced when backward runs over the replicas' outputs (run ONE backward over every replica's
-// loss, e.g. autograd::backward(losses), so that the reduction sees all of them). On the master's own device the
+// to the master's, non-leaves whose gradients are summed onto the master parameters through
+// comm::reduce_add_coalesced when backward runs over the replicas' outputs. One backward over every replica's loss
+// (autograd::backward(losses)) reduces once; one backward per replica's loss works too, each reducing the
+// gradients it brings and adding them to the master's .grad, since the Broadcast saves no tensors (Note [Replica
+// gradient edges]); each replica's own graph still runs once unless retain_graph. On the master's own device the
 // replica's parameters share storage with the master's. With grad mode off the replicas are plain copies.
 // The module must be clonable (derive from nn::Cloneable<Self>). Empty `devices` returns an empty list.
 // Errors: null module; a device listed twice; a device that does not exist; parameters on different devices; a
