@@ -13,10 +13,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return ::tandem::mse_loss(input, target);
 }
 
-Tensor MSELoss::operator()(const Tensor& input, const Tensor& target) const { return nn::mse_loss(input, target); }
-
-Tensor MSELoss::forward(const Tensor&) {
-  TANDEM_FAIL("nn::MSELoss: forward(input) has no target; call the loss as loss(input, target)");
+std::vector<Tensor> MSELoss::forward_all(const std::vector<Tensor>& inputs) {
+  check_input_count(inputs, 2);
+  return {nn::mse_loss(inputs[0], inputs[1])};
 }
 
 }  // namespace tandem::nn

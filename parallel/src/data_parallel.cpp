@@ -1,5 +1,8 @@
 #include "tandem/parallel/data_parallel.h"
 
+#include <string>
+#include <utility>
+
 #include "tandem/core/error.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
@@ -16,26 +19,77 @@ void check_parameters_on(const nn::Module& module, Device device, const char* fn
   }
 }
 
+// "input" when there is one, else "input j".
+std::string input_name(size_t j, size_t count) { return count == 1 ? "input" : "input " + std::to_string(j); }
+
+std::vector<Tensor> moved_to(std::vector<Tensor> tensors, Device device) {
+  for (Tensor& tensor : tensors) tensor = tensor.to(device);
+  return tensors;
+}
+
+// Scatters every input along `dim` over `devices` the same way; result [i][j] is chunk i of input j. Equal sizes
+// along `dim` give every input the same chunks (torch.chunk rules).
+std::vector<std::vector<Tensor>> scatter_each(const std::vector<Tensor>& inputs, const std::vector<Device>& devices,
+                                              int64_t dim, const char* fn) {
+  std::vector<std::vector<Tensor>> chunks;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    std::vector<Tensor> input_chunks = scatter(inputs[j], devices, {}, dim);  // checks dim first
+    TANDEM_CHECK(inputs[j].size(dim) == inputs[0].size(dim), fn, ": input ", j, " has size ", inputs[j].size(dim),
+                 " along dim ", dim, " but input 0 has size ", inputs[0].size(dim),
+                 "; every input is split the same way, so their sizes along dim must be equal");
+    chunks.resize(input_chunks.size());
+    for (size_t i = 0; i < input_chunks.size(); ++i) chunks[i].push_back(std::move(input_chunks[i]));
+  }
+  return chunks;
+}
+
+// Output k is the gather along `dim` of every replica's output k.
+std::vector<Tensor> gather_each(const std::vector<std::vector<Tensor>>& replica_outputs, Device destination,
+                                int64_t dim, const char* fn) {
+  const size_t count = replica_outputs.front().size();
+  for (size_t i = 1; i < replica_outputs.size(); ++i)
+    TANDEM_CHECK(replica_outputs[i].size() == count, fn, ": replica ", i, " returned ", replica_outputs[i].size(),
+                 " outputs but replica 0 returned ", count);
+  std::vector<Tensor> outputs;
+  outputs.reserve(count);
+  for (size_t k = 0; k < count; ++k) {
+    std::vector<Tensor> pieces;
+    pieces.reserve(replica_outputs.size());
+    for (const std::vector<Tensor>& replica : replica_outputs) pieces.push_back(replica[k]);
+    outputs.push_back(gather(pieces, destination, dim));
+  }
+  return outputs;
+}
+
 }  // namespace
 
-Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& input, std::vector<Device> devices,
-                     std::optional<Device> output_device, int64_t dim) {
+std::vector<Tensor> data_parallel(const std::shared_ptr<nn::Module>& module, const std::vector<Tensor>& inputs,
+                                  std::vector<Device> devices, std::optional<Device> output_device, int64_t dim) {
   constexpr const char* fn = "parallel::data_parallel";
   TANDEM_CHECK(module != nullptr, fn, ": module is null");
-  TANDEM_CHECK(input.defined(), fn, ": input is undefined");
+  TANDEM_CHECK(!inputs.empty(), fn, ": got no inputs");
+  for (size_t j = 0; j < inputs.size(); ++j)
+    TANDEM_CHECK(inputs[j].defined(), fn, ": ", input_name(j, inputs.size()), " is undefined");
   if (devices.empty()) devices = default_devices();
   for (const Device& device : devices) check_device_available(device, fn);
   const Device destination = output_device.value_or(devices.front());
   check_device_available(destination, fn);
   check_parameters_on(*module, devices.front(), fn);
 
-  if (devices.size() == 1) return module->forward(input.to(devices.front())).to(destination);
-  std::vector<Tensor> inputs = scatter(input, devices, {}, dim);
-  devices.resize(inputs.size());  // a batch with fewer rows than devices leaves some devices without work
-  if (devices.size() == 1) return module->forward(inputs.front()).to(destination);
+  if (devices.size() == 1) return moved_to(module->forward_all(moved_to(inputs, devices.front())), destination);
+  std::vector<std::vector<Tensor>> chunks = scatter_each(inputs, devices, dim, fn);
+  devices.resize(chunks.size());  // a batch with fewer rows than devices leaves some devices without work
+  if (devices.size() == 1) return moved_to(module->forward_all(chunks.front()), destination);
 
   const std::vector<std::shared_ptr<nn::Module>> replicas = replicate(module, devices);
-  return gather(parallel_apply(replicas, inputs, devices), destination, dim);
+  return gather_each(parallel_apply(replicas, chunks, devices), destination, dim, fn);
+}
+
+Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& input, std::vector<Device> devices,
+                     std::optional<Device> output_device, int64_t dim) {
+  std::vector<Tensor> outputs =
+      data_parallel(module, std::vector<Tensor>{input}, std::move(devices), output_device, dim);
+  return nn::detail::single_output(*module, std::move(outputs), "parallel::data_parallel");
 }
 
 namespace {
@@ -65,6 +119,10 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::vector<Devic
 
 Tensor DataParallel::forward(const Tensor& input) {
   return data_parallel(module_, input, devices_, output_device_, dim_);
+}
+
+std::vector<Tensor> DataParallel::forward_all(const std::vector<Tensor>& inputs) {
+  return data_parallel(module_, inputs, devices_, output_device_, dim_);
 }
 
 std::string DataParallel::extra_repr() const {

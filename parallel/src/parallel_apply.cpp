@@ -3,6 +3,8 @@
 #include <exception>
 #include <latch>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -68,8 +70,9 @@ void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::
   }
 }
 
-std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
-                                   const std::vector<Tensor>& inputs, const std::vector<Device>& devices) {
+std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                                                const std::vector<std::vector<Tensor>>& inputs,
+                                                const std::vector<Device>& devices) {
   constexpr const char* fn = "parallel::parallel_apply";
   TANDEM_CHECK(replicas.size() == inputs.size(), fn, ": got ", replicas.size(), " replicas but ", inputs.size(),
                " inputs");
@@ -79,21 +82,42 @@ std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>
   run_devices.reserve(inputs.size());
   for (size_t i = 0; i < replicas.size(); ++i) {
     TANDEM_CHECK(replicas[i] != nullptr, fn, ": replica ", i, " is null");
-    TANDEM_CHECK(inputs[i].defined(), fn, ": input ", i, " is undefined");
-    run_devices.push_back(inputs[i].device());
+    TANDEM_CHECK(!inputs[i].empty(), fn, ": inputs of replica ", i, " are empty");
+    for (size_t j = 0; j < inputs[i].size(); ++j)
+      TANDEM_CHECK(inputs[i][j].defined(), fn, ": input ", j, " of replica ", i, " is undefined");
+    run_devices.push_back(inputs[i].front().device());
   }
   for (const Device& device : devices) check_device_available(device, fn);
 
-  std::vector<Tensor> outputs(replicas.size());
+  std::vector<std::vector<Tensor>> outputs(replicas.size());
   std::vector<std::function<void()>> tasks;
   tasks.reserve(replicas.size());
   for (size_t i = 0; i < replicas.size(); ++i) {
     tasks.emplace_back([&, i] {
-      Tensor output = replicas[i]->forward(inputs[i]);
-      outputs[i] = devices.empty() ? output : output.to(devices[i]);
+      std::vector<Tensor> replica_outputs = replicas[i]->forward_all(inputs[i]);
+      if (!devices.empty())
+        for (Tensor& output : replica_outputs) output = output.to(devices[i]);
+      outputs[i] = std::move(replica_outputs);
     });
   }
   run_on_devices(tasks, run_devices);
+  return outputs;
+}
+
+std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                                   const std::vector<Tensor>& inputs, const std::vector<Device>& devices) {
+  constexpr const char* fn = "parallel::parallel_apply";
+  std::vector<std::vector<Tensor>> input_lists;
+  input_lists.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].defined(), fn, ": input ", i, " is undefined");
+    input_lists.push_back({inputs[i]});
+  }
+  std::vector<std::vector<Tensor>> output_lists = parallel_apply(replicas, input_lists, devices);
+  std::vector<Tensor> outputs;
+  outputs.reserve(output_lists.size());
+  for (size_t i = 0; i < output_lists.size(); ++i)
+    outputs.push_back(nn::detail::single_output(*replicas[i], std::move(output_lists[i]), fn));
   return outputs;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
-// Losses.
+// Losses, as functions and as modules (a loss module takes two inputs: input and target).
+
+#include <vector>
 
 #include "tandem/nn/module.h"
 
@@ -10,12 +12,11 @@ namespace tandem::nn {
 // tandem::mse_loss by argument-dependent lookup as well.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
 
+// mse_loss as a module with two inputs: loss(input, target), or forward_all({input, target}) returning one tensor.
+// Errors: another number of inputs; mse_loss's errors.
 class MSELoss : public Cloneable<MSELoss> {
  public:
-  using Module::operator();
-  Tensor operator()(const Tensor& input, const Tensor& target) const;
-  // A loss needs a target: throws Error saying to call the loss with (input, target).
-  Tensor forward(const Tensor& input) override;
+  std::vector<Tensor> forward_all(const std::vector<Tensor>& inputs) override;
 };
 
 }  // namespace tandem::nn

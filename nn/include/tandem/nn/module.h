@@ -22,6 +22,7 @@
 //   * no virtual inheritance on the way from Module to the registering class;
 //   * a module copy-constructed by hand (`Linear b = a;`) shares a's parameter tensors (tensors are handles).
 
+#include <concepts>
 #include <cstddef>
 #include <iosfwd>
 #include <memory>
@@ -38,8 +39,15 @@
 
 namespace tandem::nn {
 
+class Module;
 template <class Derived>
 class Cloneable;
+
+namespace detail {
+// The one tensor of `outputs`, which module.forward_all returned; throws Error naming `caller` and the module when
+// there is not exactly one.
+Tensor single_output(const Module& module, std::vector<Tensor>&& outputs, const char* caller);
+}  // namespace detail
 
 class Module {
  public:
@@ -48,8 +56,39 @@ class Module {
   Module& operator=(const Module&) = delete;
   virtual ~Module() = default;
 
-  virtual Tensor forward(const Tensor& input) = 0;
+  // ---- forward ----
+  // Note [Two forms of forward]: a module overrides one of two virtuals. Layers with one input and one output (the
+  // usual case) override forward(input); modules with several inputs or outputs (losses, a layer that mixes two
+  // tensors) override forward_all(inputs) instead. Each default calls the other form, so every module answers both:
+  //   forward(input)        default: forward_all({input}), which must return exactly one tensor;
+  //   forward_all(inputs)   default: {forward(inputs[0])} for exactly one input; any other count throws Error naming
+  //                         the module and the count.
+  // The names differ (not two overloads of forward) so that a class overriding one form does not hide the other.
+  // A module that overrides neither throws Error when called (a thread-local guard stops the mutual recursion).
+  //
+  //   class Mix : public nn::Cloneable<Mix> {  // mix(a, b) = a W + b
+  //    public:
+  //     Mix() { register_parameter("weight", weight); }
+  //     std::vector<Tensor> forward_all(const std::vector<Tensor>& inputs) override {
+  //       check_input_count(inputs, 2);
+  //       return {matmul(inputs[0], weight) + inputs[1]};
+  //     }
+  //     Tensor weight = Tensor::randn({4, 3});
+  //   };
+  //   Tensor y = mix(a, b);
+  virtual Tensor forward(const Tensor& input);
+  virtual std::vector<Tensor> forward_all(const std::vector<Tensor>& inputs);
+  // Throws Error naming the module unless inputs.size() == expected (for overrides of forward_all).
+  void check_input_count(const std::vector<Tensor>& inputs, size_t expected) const;
+
+  // Calls: module(x) is forward(x). module(a, b, ...) is forward_all({a, b, ...}) and returns its one output;
+  // Error when the module returns another number of outputs (call forward_all to get them all).
   Tensor operator()(const Tensor& input) { return forward(input); }
+  template <class... More>
+    requires(std::convertible_to<const More&, const Tensor&> && ...)
+  Tensor operator()(const Tensor& first, const Tensor& second, const More&... more) {
+    return detail::single_output(*this, forward_all({first, second, more...}), "nn::Module::operator()");
+  }
 
   // The class name without namespaces ("Linear"), used in messages and printing. Defaults to the dynamic type.
   virtual std::string name() const;

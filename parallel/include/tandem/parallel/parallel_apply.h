@@ -25,11 +25,28 @@ namespace tandem::parallel {
 std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
                                    const std::vector<Tensor>& inputs, const std::vector<Device>& devices = {});
 
-// Typed convenience for the replicas returned by the typed replicate.
+// The general form, for modules with several inputs or outputs (Note [Two forms of forward] in nn/module.h):
+// outputs[i] is replicas[i]->forward_all(inputs[i]), run on the worker of inputs[i][0].device(); every other rule is
+// the one-tensor form's, and `devices` moves every output of replica i to devices[i]. The one-tensor form is this
+// with one-element lists, each replica returning exactly one output.
+// Errors: as the one-tensor form; also an empty input list ("inputs of replica i are empty") and an undefined
+// tensor ("input j of replica i is undefined").
+std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                                                const std::vector<std::vector<Tensor>>& inputs,
+                                                const std::vector<Device>& devices = {});
+
+// Typed conveniences for the replicas returned by the typed replicate.
 template <class M>
   requires std::derived_from<M, nn::Module> && (!std::same_as<M, nn::Module>)
 std::vector<Tensor> parallel_apply(const std::vector<std::shared_ptr<M>>& replicas, const std::vector<Tensor>& inputs,
                                    const std::vector<Device>& devices = {}) {
+  return parallel_apply(std::vector<std::shared_ptr<nn::Module>>(replicas.begin(), replicas.end()), inputs, devices);
+}
+template <class M>
+  requires std::derived_from<M, nn::Module> && (!std::same_as<M, nn::Module>)
+std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_ptr<M>>& replicas,
+                                                const std::vector<std::vector<Tensor>>& inputs,
+                                                const std::vector<Device>& devices = {}) {
   return parallel_apply(std::vector<std::shared_ptr<nn::Module>>(replicas.begin(), replicas.end()), inputs, devices);
 }
 
