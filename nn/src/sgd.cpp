@@ -1,6 +1,5 @@
 #include "tandem/optim/sgd.h"
 
-#include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
@@ -21,18 +20,8 @@ void check_options(const SGDOptions& options) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> parameters, SGDOptions options)
-    : parameters_(std::move(parameters)), momentum_buffers_(parameters_.size()), options_(options) {
+    : Optimizer(std::move(parameters), "optim::SGD"), momentum_buffers_(this->parameters().size()), options_(options) {
   check_options(options_);
-  TANDEM_CHECK(!parameters_.empty(), "optim::SGD: got an empty parameter list");
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const Tensor& parameter = parameters_[i];
-    TANDEM_CHECK(parameter.defined(), "optim::SGD: parameter ", i, " is undefined");
-    TANDEM_CHECK(parameter.is_leaf(), "optim::SGD: parameter ", i,
-                 " is the result of an operation; only leaf tensors can be optimized");
-    for (size_t j = 0; j < i; ++j)
-      TANDEM_CHECK(!parameters_[j].is_same(parameter), "optim::SGD: parameters ", j, " and ", i,
-                   " are the same tensor");
-  }
 }
 
 void SGD::set_lr(double lr) {
@@ -48,8 +37,8 @@ void SGD::step() {
   update.dampening = static_cast<float>(options_.dampening);
   update.weight_decay = static_cast<float>(options_.weight_decay);
   update.nesterov = options_.nesterov;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const Tensor& parameter = parameters_[i];
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const Tensor& parameter = parameters()[i];
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
     Tensor& buffer = momentum_buffers_[i];
@@ -60,16 +49,14 @@ void SGD::step() {
   }
 }
 
-void SGD::zero_grad(bool set_to_none) { autograd::zero_grad(parameters_, set_to_none); }
-
 void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
-  TANDEM_CHECK(buffers.size() == parameters_.size(), "optim::SGD::set_momentum_buffers: got ", buffers.size(),
-               " buffers for ", parameters_.size(), " parameters");
+  TANDEM_CHECK(buffers.size() == parameters().size(), "optim::SGD::set_momentum_buffers: got ", buffers.size(),
+               " buffers for ", parameters().size(), " parameters");
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (!buffers[i].defined()) continue;
-    TANDEM_CHECK(buffers[i].shape() == parameters_[i].shape(), "optim::SGD::set_momentum_buffers: buffer ", i,
+    TANDEM_CHECK(buffers[i].shape() == parameters()[i].shape(), "optim::SGD::set_momentum_buffers: buffer ", i,
                  " has shape ", to_string(buffers[i].shape()), " but parameter ", i, " has shape ",
-                 to_string(parameters_[i].shape()));
+                 to_string(parameters()[i].shape()));
   }
   NoGradGuard no_grad;
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -77,7 +64,7 @@ void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
       momentum_buffers_[i] = Tensor();
       continue;
     }
-    Tensor buffer = Tensor::empty(parameters_[i].shape(), parameters_[i].device());
+    Tensor buffer = Tensor::empty(parameters()[i].shape(), parameters()[i].device());
     buffer.copy_(buffers[i]);
     momentum_buffers_[i] = buffer;
   }

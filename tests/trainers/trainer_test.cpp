@@ -227,7 +227,7 @@ TEST(Trainer, CheckpointHoldsTheTrainingState) {
   EXPECT_EQ(checkpoint.parameters[0].second.to_vector(), trainer.model()->parameters()[0].to_vector());
   ASSERT_EQ(checkpoint.momentum_buffers.size(), 4u);
   EXPECT_EQ(checkpoint.momentum_buffers[3].first, "1.bias");
-  EXPECT_EQ(checkpoint.momentum_buffers[3].second.to_vector(), trainer.optimizer().momentum_buffers()[3].to_vector());
+  EXPECT_EQ(checkpoint.momentum_buffers[3].second.to_vector(), trainer.optimizer().state()[3].to_vector());
   EXPECT_EQ(checkpoint.standardizer.feature_mean, trainer.standardizer()->feature_mean);
   EXPECT_EQ(checkpoint.standardizer.target_scale, trainer.standardizer()->target_scale);
 

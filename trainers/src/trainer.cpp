@@ -28,6 +28,15 @@ TrainerOptions validated(TrainerOptions options) {
     TANDEM_CHECK(name == "lr" || name == "epochs", "Trainer: resume_may_change holds \"", excerpt(name),
                  "\" but only \"lr\" and \"epochs\" may change on a resume");
   }
+  TANDEM_CHECK(!options.loss.name.empty() && options.loss.function != nullptr, "Trainer: the loss needs a name and a ",
+               "function but got ", options.loss.name.empty() ? "no name" : "no function");
+  TANDEM_CHECK(options.loss.units_power >= 0, "Trainer: the loss's units_power is ", options.loss.units_power,
+               " but expected >= 0");
+  if (options.optimizer) {
+    TANDEM_CHECK(!options.optimizer->name.empty() && options.optimizer->make != nullptr, "Trainer: the custom ",
+                 "optimizer needs a name and a factory but got ",
+                 options.optimizer->name.empty() ? "no name" : "no factory");
+  }
   if (options.devices.empty()) options.devices = default_devices();
   std::set<Device> seen;
   for (const Device& device : options.devices) {
@@ -45,6 +54,12 @@ std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, Device dev
   return model;
 }
 
+std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::ReplicatedModule& model,
+                                                             const TrainerOptions& options) {
+  if (options.optimizer) return std::make_unique<parallel::ReplicatedOptimizer>(model, options.optimizer->make);
+  return std::make_unique<parallel::ReplicatedSGD>(model, options.sgd);
+}
+
 // Predictions in batches of this many rows (no gradients, so the size only bounds memory).
 constexpr int64_t kPredictBatch = 65536;
 
@@ -54,7 +69,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
     : options_(validated(std::move(options))),
       model_(placed(std::move(model), options_.devices.front())),
       replicas_(std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
-      optimizer_(std::make_unique<parallel::ReplicatedSGD>(*replicas_, options_.sgd)),
+      optimizer_(optimizer_for(*replicas_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -119,13 +134,19 @@ SetupFacts Trainer::setup() const {
     TANDEM_CHECK(facts.emplace(name, std::move(value)).second, "Trainer: options.setup must not set \"", name,
                  "\", which the Trainer records itself");
   };
-  const optim::SGDOptions& sgd = options_.sgd;
   add("model", describe_module(*model_));
-  add("lr", exact_text(sgd.lr));
-  add("momentum", exact_text(sgd.momentum));
-  add("weight_decay", exact_text(sgd.weight_decay));
-  add("dampening", exact_text(sgd.dampening));
-  add("nesterov", sgd.nesterov ? "true" : "false");
+  add("loss", options_.loss.name);
+  if (options_.optimizer) {
+    add("optimizer", options_.optimizer->name);
+  } else {
+    const optim::SGDOptions& sgd = options_.sgd;
+    add("optimizer", "sgd");
+    add("lr", exact_text(sgd.lr));
+    add("momentum", exact_text(sgd.momentum));
+    add("weight_decay", exact_text(sgd.weight_decay));
+    add("dampening", exact_text(sgd.dampening));
+    add("nesterov", sgd.nesterov ? "true" : "false");
+  }
   add("batch_size", std::to_string(options_.batch_size));
   add("shuffle_seed", std::to_string(options_.shuffle_seed));
   add("standardize_target", options_.standardize_target ? "true" : "false");
@@ -136,7 +157,8 @@ SetupFacts Trainer::setup() const {
 
 double Trainer::train_epoch(DataLoader& loader) {
   loader.begin_epoch();
-  const double to_original = standardizer_->target_scale * standardizer_->target_scale;
+  double to_original = 1.0;  // target_scale^units_power (for MSE target_scale * target_scale, exactly)
+  for (int i = 0; i < options_.loss.units_power; ++i) to_original *= standardizer_->target_scale;
   double loss_sum = 0.0;
   int64_t rows = 0;
   StepReport report;
@@ -145,7 +167,7 @@ double Trainer::train_epoch(DataLoader& loader) {
   report.num_batches = loader.num_batches();
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
     Batch batch = loader.batch(b);
-    Tensor loss = train_step(*replicas_, *optimizer_, batch.features, batch.targets);
+    Tensor loss = train_step(*replicas_, *optimizer_, batch.features, batch.targets, options_.loss.function);
     report.loss = static_cast<double>(loss.item()) * to_original;
     if (!std::isfinite(report.loss)) {
       TANDEM_FAIL("Trainer::fit: the loss is ", report.loss, " at epoch ", report.epoch, ", step ", b + 1, " of ",
@@ -204,7 +226,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
   checkpoint.parameters = model_->named_parameters();
-  const std::vector<Tensor> buffers = optimizer_->momentum_buffers();
+  const std::vector<Tensor> buffers = optimizer_->state();
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i].defined()) checkpoint.momentum_buffers.emplace_back(checkpoint.parameters[i].first, buffers[i]);
   }
@@ -286,7 +308,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
   }
   replicas_->sync_parameters();
-  optimizer_->set_momentum_buffers(buffers);
+  optimizer_->set_state(buffers);
   epoch_ = checkpoint.epoch;
   step_ = checkpoint.step;
   shuffle_state_ = checkpoint.shuffle_state;

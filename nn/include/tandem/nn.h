@@ -7,4 +7,5 @@
 #include "tandem/nn/module.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/nn/serialize.h"
+#include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"

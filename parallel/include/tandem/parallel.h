@@ -1,11 +1,14 @@
 #pragma once
 // parallel: data parallelism over devices (torch.nn.parallel semantics, see COMM.md): differentiable broadcast /
 // reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast training path
-// (ReplicatedModule, ReplicatedSGD).
+// (ReplicatedModule with its GradientReducer, ReplicatedOptimizer and ReplicatedSGD).
 
 #include "tandem/parallel/data_parallel.h"
 #include "tandem/parallel/functions.h"
+#include "tandem/parallel/gradient_layout.h"
+#include "tandem/parallel/gradient_reducer.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
 #include "tandem/parallel/replicated.h"
+#include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/parallel/scatter_gather.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/optim/optimizer.h"
 
 namespace tandem::optim {
 
@@ -21,20 +22,17 @@ struct SGDOptions {
   bool nesterov = false;
 };
 
-class SGD {
+class SGD : public Optimizer {
  public:
   // parameters: defined leaf tensors, no duplicates, not empty. Options are validated: lr >= 0, momentum >= 0,
   // weight_decay >= 0, and nesterov needs momentum > 0 and dampening == 0.
   SGD(std::vector<Tensor> parameters, SGDOptions options);
 
   // Updates every parameter that has a gradient; parameters without one are skipped (their momentum is kept).
-  void step();
-  // As nn::Module::zero_grad.
-  void zero_grad(bool set_to_none = true);
+  void step() override;
 
   const SGDOptions& options() const { return options_; }
   void set_lr(double lr);  // lr >= 0 (for schedules)
-  const std::vector<Tensor>& parameters() const { return parameters_; }
 
   // Optimizer state, for checkpoints: one momentum buffer per parameter, undefined where none exists yet (momentum
   // 0, or the parameter never had a gradient). These are the live buffers: step() updates them in place.
@@ -42,9 +40,11 @@ class SGD {
   // Restores the state: one entry per parameter, undefined or of the parameter's shape (any device: values are
   // copied onto the parameter's device, never aliased).
   void set_momentum_buffers(const std::vector<Tensor>& buffers);
+  // The checkpoint state of an Optimizer: the momentum buffers.
+  std::vector<Tensor> state() const override { return momentum_buffers(); }
+  void set_state(const std::vector<Tensor>& state) override { set_momentum_buffers(state); }
 
  private:
-  std::vector<Tensor> parameters_;
   std::vector<Tensor> momentum_buffers_;
   SGDOptions options_;
 };

@@ -4,7 +4,7 @@
 // step within float tolerance, without cloning anything per step.
 //
 //   parallel::ReplicatedModule model(net, devices);            // net's parameters on devices[0]
-//   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});
+//   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});  // replicated_optimizer.h
 //   for (...) {
 //     model.zero_grad();
 //     std::vector<Tensor> outputs = model.forward(parallel::scatter(x, devices));
@@ -14,41 +14,20 @@
 //     sgd.step();                 // identical updates keep the replicas equal, no broadcast needed
 //   }
 //
-// Note [Flat gradient buffers]: each replica's parameter gradients are views into one contiguous buffer per device,
-// laid out in parameters() order, installed as the parameters' .grad before backward. Backward accumulates into an
-// existing .grad in place (Note [Gradient buffers] in core), so after backward each buffer holds that replica's
-// gradients, and an all_reduce over narrow views of the buffers (one per bucket of about `bucket_size` bytes) sums
-// them on every device at once. Buckets are formed from the last parameter backwards, the order in which backward
-// produces the gradients. If something replaced a .grad (Module::zero_grad() with set_to_none, a fresh optimizer),
-// reduce_gradients() copies it back into the buffer and reinstalls the view.
-//
-// Note [Overlapped gradient reduction]: forward_backward sums each bucket while backward still runs on the layers
-// before it, like llm.c and DistributedDataParallel. Every replica parameter that requires grad carries a
-// post-accumulate-grad hook (installed once, removed by the destructor). During forward_backward, when a replica's
-// backward has accumulated the last gradient of a bucket on its device, the hook records a StreamMarker there; the
-// thread that completes a bucket on the last replica starts comm::all_reduce_async on the bucket's slices with
-// those markers, so each device's communication stream runs the all-reduce as soon as its part is final, beside the
-// rest of backward on the compute stream. Replicas without an input this step take part with the gradients they
-// hold (markers recorded at the start). Once every replica has finished, buckets that were never completed
-// (parameters that got no gradient) are summed with comm::all_reduce, and every bucket's work is joined into the
-// compute streams: device-side waits only, no host synchronization in the step. The hooks run on several worker
-// threads at once; the per-step counters are atomic where threads share them, and comm launches one collective
-// at a time. The buckets may start in a different order from one step to the next, but each is one collective
-// over all devices, so every rank sees the same sequence. Outside forward_backward the hooks only note that the
-// buffers hold fresh local gradients, so that reduce_gradients() sums them.
+// The gradients of every replica are views into one flat buffer per device (Note [Flat gradient buffers] in
+// gradient_layout.h), installed as the parameters' .grad; a GradientReducer sums the buffers bucket by bucket. If
+// something replaced a .grad (Module::zero_grad() with set_to_none, a fresh optimizer), reduce_gradients() copies it
+// back into the buffer and reinstalls the view.
 
-#include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "tandem/core/device.h"
 #include "tandem/core/tensor.h"
 #include "tandem/nn/module.h"
-#include "tandem/optim/sgd.h"
+#include "tandem/parallel/gradient_reducer.h"
 
 namespace tandem::parallel {
 
@@ -61,11 +40,11 @@ class ReplicatedModule {
   // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]), with the master's
   // requires_grad flags. The master's current gradients are replaced by (zeroed) views of its buffer. Parameters
   // that do not require grad get no gradient view and are left alone. Do not replace the replicas' parameter
-  // tensors afterwards (Module::to, set_parameters): the buffers and optimizers hold the ones seen here.
+  // tensors afterwards (Module::to, set_parameters): the buffers and optimizers hold the ones seen here. Every
+  // replica parameter that requires grad gets a gradient hook, removed when the ReplicatedModule is destroyed.
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
-  ~ReplicatedModule();  // removes the gradient hooks from the replicas' parameters (the master's included)
   ReplicatedModule(const ReplicatedModule&) = delete;
   ReplicatedModule& operator=(const ReplicatedModule&) = delete;
 
@@ -84,12 +63,13 @@ class ReplicatedModule {
   // the replicas' gradients: afterwards every replica's .grad holds the sum over replicas, as after
   // reduce_gradients(), which then has nothing left to do. The replicas' graphs are independent (each replica's
   // parameters are its own leaves), so each backward runs beside the others, and each bucket is summed while
-  // backward goes on (Note [Overlapped gradient reduction]). loss(i, output) returns replica i's loss, a one-element
-  // tensor on devices[i]; for the gradient of a mean loss over the whole batch, weight it by the replica's share of
-  // the rows; it must not run backward itself. Returns the losses (detached). Gradients accumulate across calls
-  // without zero_grad() as on one device: when the buffers already hold sums, those count once (Note [Accumulating
-  // onto sums] in replicated.cpp). Same input rules and errors as forward(); also an error: a parameter that
-  // receives two gradients in one call (found after the second one is accumulated: zero_grad() before going on).
+  // backward goes on (Note [Overlapped gradient reduction] in gradient_reducer.h). loss(i, output) returns replica
+  // i's loss, a one-element tensor on devices[i]; for the gradient of a mean loss over the whole batch, weight it by
+  // the replica's share of the rows; it must not run backward itself. Returns the losses (detached). Gradients
+  // accumulate across calls without zero_grad() as on one device: when the buffers already hold sums, those count
+  // once (Note [Accumulating onto sums] in gradient_reducer.cpp). Same input rules and errors as forward(); also an
+  // error: a parameter that receives two gradients in one call (found after the second one is accumulated:
+  // zero_grad() before going on).
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss);
 
@@ -99,63 +79,23 @@ class ReplicatedModule {
   void reduce_gradients();
   // Zeroes every gradient buffer in place (and reinstalls the gradient views where something replaced them).
   void zero_grad();
-  // Copies the master's parameter values into every other replica (after changing the master outside of
-  // ReplicatedSGD, e.g. loading a checkpoint into module()).
+  // Copies the master's parameter values into every other replica (after changing the master outside of the
+  // replicated optimizer, e.g. loading a checkpoint into module()).
   void sync_parameters();
 
-  size_t bucket_count() const { return buckets_.size(); }
+  size_t bucket_count() const { return reducer_->layout().buckets().size(); }
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order).
   const Tensor& gradient_buffer(size_t replica) const;
 
  private:
-  struct Bucket {
-    int64_t start;   // in elements of the flat buffers
-    int64_t length;
-    size_t parameters;  // how many parameters' gradients it holds
-  };
-  struct Step;  // one forward_backward's reduction state (replicated.cpp)
-
   bool install_gradient_views(bool zero);
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
-  void start_step(size_t active);
-  void on_gradient(size_t replica, size_t parameter);
-  void launch_bucket(Step& step, size_t bucket);
-  void finish_step();
 
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
-  std::vector<std::string> names_;                   // [parameter]
   std::vector<std::vector<Tensor>> parameters_;      // [replica][parameter]
-  std::vector<Tensor> buffers_;                      // [replica]: flat gradient buffer
-  std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into buffers_[replica]
-  std::vector<Bucket> buckets_;                      // from the last parameters to the first
-  std::vector<size_t> bucket_of_;                    // [parameter]: its bucket (parameters that require grad)
-  std::vector<std::vector<Tensor>> bucket_slices_;   // [bucket][replica]: the bucket's slice of buffers_[replica]
-  std::vector<std::vector<uint64_t>> hooks_;         // [replica][parameter]: gradient hook handle, 0 for none
-  std::unique_ptr<Step> step_;                       // set while forward_backward runs the replicas
-  std::atomic<bool> summed_{false};                  // the buffers hold sums, no gradient accumulated since
-};
-
-// One optim::SGD per replica with the same options. After ReplicatedModule::reduce_gradients() every replica has
-// the same gradients, so identical steps keep the replicas identical. `model` must outlive the optimizer.
-class ReplicatedSGD {
- public:
-  ReplicatedSGD(ReplicatedModule& model, optim::SGDOptions options);
-
-  void step();       // steps every replica's optimizer
-  void zero_grad();  // model.zero_grad()
-  void set_lr(double lr);
-  const optim::SGDOptions& options() const { return optimizers_.front().options(); }
-  // Replica d's optimizer; replica 0's updates the master.
-  optim::SGD& optimizer(size_t replica);
-
-  // Checkpoint state: the master's momentum buffers; setting them sets every replica's (values copied).
-  std::vector<Tensor> momentum_buffers() const { return optimizers_.front().momentum_buffers(); }
-  void set_momentum_buffers(const std::vector<Tensor>& buffers);
-
- private:
-  ReplicatedModule& model_;
-  std::vector<optim::SGD> optimizers_;
+  std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into the replica's flat buffer
+  std::unique_ptr<GradientReducer> reducer_;         // owns the flat buffers and the hooks (built after them)
 };
 
 }  // namespace tandem::parallel

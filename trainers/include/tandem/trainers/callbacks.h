@@ -1,7 +1,7 @@
 #pragma once
 // Callbacks: what a Trainer reports while it runs, and the ready-made listeners for progress output, metrics files
-// and periodic checkpoints. Losses and metrics are in the target's original units (the Trainer undoes the target
-// standardization before reporting).
+// and periodic checkpoints. Metrics are in the target's original units (the Trainer undoes the target
+// standardization before reporting), and so are losses as far as Loss::units_power says how (the default MSE's does).
 
 #include <chrono>
 #include <cstdint>
@@ -23,14 +23,14 @@ struct StepReport {
   int64_t batch = 0;        // 1-based within the epoch
   int64_t num_batches = 0;  // per epoch
   int64_t step = 0;         // optimizer steps completed, over all epochs
-  double loss = 0.0;        // this batch's MSE
+  double loss = 0.0;        // this batch's loss (the MSE by default)
 };
 
 struct EpochReport {
   int64_t epoch = 0;
   int64_t epochs = 0;
   int64_t step = 0;
-  double train_loss = 0.0;                // mean of the epoch's batch MSEs, weighted by batch rows
+  double train_loss = 0.0;                // mean of the epoch's batch losses, weighted by batch rows
   std::optional<RegressionMetrics> test;  // when the Trainer was given a test set
   double seconds = 0.0;                   // wall time of the epoch (training and evaluation)
 };

@@ -1,9 +1,9 @@
 #pragma once
 // Training checkpoints: everything needed to continue a run exactly where it stopped. One safetensors file (see
-// nn/serialize.h) holding the model's parameters as "model.<name>", the optimizer's momentum buffers as
-// "momentum.<name>" and, in its metadata under "tandem.trainer", a JSON object with the counters, the generator and
-// shuffle states, the standardization and the run's setup facts (see run_setup.h). Written atomically (a temporary
-// file renamed over the path).
+// nn/serialize.h) holding the model's parameters as "model.<name>", the optimizer's state (optim::Optimizer::state(),
+// SGD's momentum buffers) as "momentum.<name>" and, in its metadata under "tandem.trainer", a JSON object with the
+// counters, the generator and shuffle states, the standardization and the run's setup facts (see run_setup.h).
+// Written atomically (a temporary file renamed over the path).
 
 #include <cstdint>
 #include <string>

@@ -1,21 +1,30 @@
 #pragma once
 // One data-parallel training step on replicas kept alive across steps.
 
+#include <functional>
+
 #include "tandem/core/tensor.h"
-#include "tandem/parallel/replicated.h"
+#include "tandem/nn/loss.h"
+#include "tandem/parallel/replicated_optimizer.h"
 
 namespace tandem::trainers {
 
-// One SGD step on the batch (features [n, ...], targets [n, ...], any device) with the mean squared error:
+// A training loss: a one-element tensor from a model's output and the targets of the same rows. For the step to match
+// one device, it must be a mean over the rows (as nn::mse_loss is).
+using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// One optimizer step on the batch (features [n, ...], targets [n, ...], any device) with the loss (by default the
+// mean squared error):
 //   1. features and targets are scattered over model.devices() (chunk i to replica i; fewer chunks than devices
 //      when n is smaller than the number of devices);
 //   2. each replica, on its device's worker thread, runs forward, takes the loss of its chunk weighted by its share
-//      of the batch, loss_i = mse(output_i, targets_i) * n_i / n (so that the summed gradient is the gradient of
+//      of the batch, loss_i = loss(output_i, targets_i) * n_i / n (so that the summed gradient is the gradient of
 //      the full-batch mean loss, as on one device), and runs its backward (model.forward_backward);
 //   3. the replicas' gradients are summed, bucket by bucket as backward finishes them, and every replica takes the
-//      same SGD step.
+//      same optimizer step.
 // Returns the batch's mean loss, sum_i loss_i (a scalar on devices[0]; reading it waits for the step).
-Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedSGD& optimizer, const Tensor& features,
-                  const Tensor& targets);
+// Errors: features and targets with different numbers of rows; a loss that is not one element (naming its shape).
+Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const Tensor& features,
+                  const Tensor& targets, const LossFunction& loss = nn::mse_loss);
 
 }  // namespace tandem::trainers

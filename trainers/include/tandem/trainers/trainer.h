@@ -1,5 +1,6 @@
 #pragma once
-// Trainer: fits a regression model with data-parallel SGD on a list of devices.
+// Trainer: fits a regression model with a data-parallel optimizer (SGD unless another is given) on a list of devices,
+// minimizing a loss (the mean squared error unless another is given).
 //
 //   auto split = trainers::train_test_split(trainers::make_dataset(trainers::read_csv("data.csv")), 0.2);
 //   manual_seed(0);
@@ -8,10 +9,11 @@
 //   trainers::FitResult result = trainer.fit(split.train, split.test);
 //
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
-// epochs of shuffled batches; each step is data parallel over the devices (see train_step.h). Losses and metrics are
-// reported in the target's original units. A checkpoint (save_checkpoint / load_checkpoint) holds the model, the
-// momentum buffers, the counters, the global generator's and the loader's states and the standardization, so a
-// fit resumed from it continues exactly as the uninterrupted one would have.
+// epochs of shuffled batches; each step is data parallel over the devices (see train_step.h). Metrics (and losses,
+// see Loss::units_power) are reported in the target's original units. A checkpoint (save_checkpoint /
+// load_checkpoint) holds the model, the optimizer's state (SGD's momentum buffers), the counters, the global
+// generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
+// uninterrupted one would have.
 
 #include <cstdint>
 #include <memory>
@@ -22,23 +24,47 @@
 
 #include "tandem/core/device.h"
 #include "tandem/nn/module.h"
+#include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
-#include "tandem/parallel/replicated.h"
+#include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/trainers/callbacks.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
+#include "tandem/trainers/train_step.h"
 
 namespace tandem::trainers {
+
+// The loss fit() minimizes: each replica applies `function` to its chunk of a batch (see train_step.h).
+struct Loss {
+  std::string name;       // recorded as the setup fact "loss": a resume must use a loss of the same name
+  LossFunction function;  // a mean over the rows
+  // Reported losses (StepReport, EpochReport) are function's values times target_scale^units_power, which puts them
+  // in the target's original units for a loss that scales so with the target (2: squared errors, 1: absolute
+  // errors). 0 reports them as computed, on the standardized target when options.standardize_target.
+  int units_power = 0;
+
+  static Loss mse() { return {"mse", nn::mse_loss, 2}; }  // the default
+};
+
+// An optimizer in place of SGD: `make` builds one over a parameter list, and the Trainer builds one per replica
+// (parallel::ReplicatedOptimizer), so it must update from the parameters, their gradients and its own state only.
+// Its state() is what checkpoints keep for it.
+struct CustomOptimizer {
+  std::string name;  // recorded as the setup fact "optimizer": a resume must use an optimizer of the same name
+  parallel::ReplicatedOptimizer::Factory make;
+};
 
 struct TrainerOptions {
   std::vector<Device> devices;     // where the step runs; empty: default_devices(). The model lives on devices[0].
   // The defaults fit the diabetes net (standardized data) to test R^2 0.546..0.549 over seeds 0..7 (OLS: 0.5502).
   int64_t epochs = 100;            // the last epoch of fit() (counting epochs done before a resume)
   int64_t batch_size = 64;         // global: split over the devices
-  optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};
+  optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
+  std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
+  Loss loss = Loss::mse();                             // what fit() minimizes
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
@@ -52,7 +78,8 @@ class Trainer {
  public:
   // Moves the model to options.devices[0], replicates it onto the other devices (replicas kept for every step, see
   // parallel::ReplicatedModule) and builds the optimizer. Throws Error for bad options (epochs < 1, batch_size < 1,
-  // duplicate or unavailable devices, a model without parameters).
+  // duplicate or unavailable devices, a model without parameters, a loss or custom optimizer without a name or a
+  // function, units_power < 0).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
   void add_callback(std::shared_ptr<Callback> callback);
@@ -68,18 +95,19 @@ class Trainer {
 
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. All or nothing: the file's metadata,
-  // every parameter and momentum buffer (names, shapes, finite values) and the setup are checked before anything is
-  // changed. A checkpoint of another setup (model, optimizer, batch size, shuffle seed, epochs, options.setup) is
-  // refused with the list of differences, except for the facts in options.resume_may_change; the training data is
-  // compared at the start of fit().
+  // every parameter and optimizer state tensor (names, shapes, finite values) and the setup are checked before
+  // anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size, shuffle seed, epochs,
+  // options.setup) is refused with the list of differences, except for the facts in options.resume_may_change; the
+  // training data is compared at the start of fit().
   void load_checkpoint(const std::string& path);
-  // The facts recorded in checkpoints: options.setup, plus "model", "lr", "momentum", "weight_decay", "dampening",
-  // "nesterov", "batch_size", "shuffle_seed", "standardize_target", "epochs", and "train_data" (a fingerprint of the
-  // training set) once fit() has seen it.
+  // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
+  // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
+  // "batch_size", "shuffle_seed", "standardize_target", "epochs", and "train_data" (a fingerprint of the training
+  // set) once fit() has seen it.
   SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
-  const parallel::ReplicatedSGD& optimizer() const { return *optimizer_; }
+  const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
   const TrainerOptions& options() const { return options_; }
   int64_t epoch() const { return epoch_; }  // epochs completed
   int64_t step() const { return step_; }    // optimizer steps completed
@@ -94,7 +122,7 @@ class Trainer {
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<parallel::ReplicatedModule> replicas_;  // held by pointer: optimizer_ refers to it
-  std::unique_ptr<parallel::ReplicatedSGD> optimizer_;
+  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
   int64_t epoch_ = 0;

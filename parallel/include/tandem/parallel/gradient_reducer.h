@@ -1,0 +1,121 @@
+#pragma once
+// GradientReducer: sums the replicas' flat gradient buffers (Note [Flat gradient buffers] in gradient_layout.h)
+// bucket by bucket, each with one collective as soon as every replica's part of it is final, while backward goes on.
+// It knows buffers, buckets and replicas by index only; the module that owns it keeps the replicas, installs the
+// gradient views as .grad and runs backward.
+//
+//   parallel::GradientReducer reducer(layout, buffers);      // buffers[r]: replica r's flat gradient buffer
+//   for (size_t r = 0; r < replicas; ++r) reducer.install_hooks(r, parameters_of_replica[r]);
+//   reducer.begin(replicas);                                 // before each backward of the replicas
+//   ... every replica's backward: the hooks call mark_ready(r, p) as each gradient is accumulated ...
+//   reducer.finish();                                        // every buffer holds the sum over the replicas
+//
+// Note [Overlapped gradient reduction]: a step sums each bucket while backward still runs on the layers before it,
+// like llm.c and DistributedDataParallel. Every replica parameter that requires grad carries a post-accumulate-grad
+// hook (install_hooks, removed by the destructor) that calls mark_ready. During a step, when a replica's backward has
+// accumulated the last gradient of a bucket on its device, mark_ready records a StreamMarker there; the thread that
+// completes a bucket on the last replica starts the collective (comm::all_reduce_async) on the bucket's slices with
+// those markers, so each device's communication stream runs the all-reduce as soon as its part is final, beside the
+// rest of backward on the compute stream. Replicas without an input this step take part with the gradients they
+// hold (markers recorded by begin()). Once every replica has finished, finish() sums the buckets that were never
+// completed (parameters that got no gradient) with comm::all_reduce, and joins every bucket's all-reduce into the
+// compute streams: device-side waits only, no host synchronization in the step. The hooks run on several worker
+// threads at once; the per-step counters are atomic where threads share them, and comm launches one collective at
+// a time. The buckets may start in a different order from one step to the next, but each is one collective over all
+// devices, so every rank sees the same sequence. Outside a step, mark_ready only notes that the buffers hold fresh
+// local gradients, so that reduce() sums them.
+//
+// Finishing with buckets incomplete is not an error (PyTorch's reducer refuses it unless told to look for unused
+// parameters): their parameters got no gradient this step, and the gradients the buffers hold are summed.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tandem/comm/comm.h"
+#include "tandem/core/stream_marker.h"
+#include "tandem/core/tensor.h"
+#include "tandem/parallel/gradient_layout.h"
+
+namespace tandem::parallel {
+
+// How a GradientReducer sums one bucket: `slices` holds the bucket's slice of every buffer (one per replica, in
+// replica order) and becomes their elementwise sum in place. The defaults are comm's in-process collectives; a
+// process-group collective may take their place, with the same contracts.
+struct GradientCollective {
+  // Starts the sum after ready[r] on each slice's device (as comm::all_reduce_async); the work joins it.
+  std::function<comm::AllReduceWork(std::vector<Tensor>& slices, const std::vector<StreamMarker>& ready)> start =
+      comm::all_reduce_async;
+  // The sum, ordered after all work issued on the slices' devices (as comm::all_reduce).
+  std::function<void(std::vector<Tensor>& slices)> run = comm::all_reduce;
+};
+
+class GradientReducer {
+ public:
+  // buffers[r] is replica r's flat buffer of `layout` (1-D, layout.numel() elements, contiguous), one per device.
+  // Errors: no buffers; a buffer of another shape, not contiguous, or on a device listed twice; a collective
+  // function missing.
+  GradientReducer(GradientLayout layout, std::vector<Tensor> buffers, GradientCollective collective = {});
+  ~GradientReducer();  // removes the hooks; joins the collectives of a step still open
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  size_t size() const { return buffers_.size(); }  // replicas
+  const GradientLayout& layout() const { return layout_; }
+  const std::vector<Tensor>& buffers() const { return buffers_; }
+
+  // Hooks every parameter of replica `replica` that has a place in the layout (parameters in layout order, on the
+  // replica's device): once backward has accumulated its gradient, the hook calls mark_ready(replica, parameter).
+  // Errors: no such replica; hooks already installed for it; a parameter count or device that does not match.
+  void install_hooks(size_t replica, const std::vector<Tensor>& parameters);
+
+  // Opens a step in which replicas 0..active-1 run backward; the others take part with the gradients they hold.
+  // When the buffers hold sums, those count once (Note [Accumulating onto sums] in gradient_reducer.cpp). With two
+  // or more replicas and buckets the buckets are summed as they become complete; otherwise finish() sums them all.
+  // Errors: a step already open (finish() or abandon() it first); active > size().
+  void begin(size_t active);
+  // Replica `replica`'s gradient of `parameter` is final in its buffer (called by the hooks, on the thread running
+  // that replica's backward; calls for different replicas may run at once). In an overlapped step it starts the
+  // bucket's collective when this completes the bucket on the last replica.
+  // Errors: no such replica or parameter; a parameter without a place; in an overlapped step, a parameter marked
+  // twice for one replica ("expected to mark a gradient ready only once": one backward per replica and step).
+  void mark_ready(size_t replica, size_t parameter);
+  // Closes the step: sums the buckets not started yet and joins every started collective into the compute streams
+  // (no host synchronization). Afterwards every buffer holds the sum over the replicas.
+  // Errors: no step open; those of the collective (the step is then abandoned).
+  void finish();
+  // Closes a step without summing (after an exception in backward): joins the collectives already started; the
+  // buffers hold partial results. Does nothing when no step is open.
+  void abandon();
+
+  // Sums every bucket now, unless the buffers hold sums already (after finish(), or reduce() with no gradient
+  // marked ready and no buffers_changed() since). Errors: a step open.
+  void reduce();
+  bool holds_sums() const { return summed_; }
+  // The buffers were written outside a step (zeroed, or gradients copied in): they hold local gradients now.
+  void buffers_changed() { summed_ = false; }
+
+ private:
+  struct Step;  // the state of an overlapped step (gradient_reducer.cpp)
+
+  void launch_bucket(Step& step, size_t bucket);
+  void finish_overlapped_step();
+
+  GradientLayout layout_;
+  std::vector<Tensor> buffers_;  // [replica]
+  GradientCollective collective_;
+  std::vector<std::vector<Tensor>> bucket_slices_;  // [bucket][replica]: the bucket's slice of buffers_[replica]
+  struct Hook {
+    Tensor parameter;
+    uint64_t handle;
+  };
+  std::vector<std::vector<Hook>> hooks_;  // [replica]
+  bool open_ = false;                     // between begin() and finish() / abandon()
+  std::unique_ptr<Step> step_;            // set while an overlapped step is open
+  std::atomic<bool> summed_{false};       // the buffers hold sums, no gradient accumulated since
+};
+
+}  // namespace tandem::parallel

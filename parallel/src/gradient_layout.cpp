@@ -1,0 +1,62 @@
+#include "tandem/parallel/gradient_layout.h"
+
+#include <limits>
+
+#include "tandem/core/error.h"
+#include "tandem/core/shape.h"
+
+namespace tandem::parallel {
+
+namespace {
+constexpr const char* kName = "parallel::GradientLayout";
+constexpr size_t kNoBucket = std::numeric_limits<size_t>::max();
+}  // namespace
+
+GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size) {
+  TANDEM_CHECK(bucket_size > 0, kName, ": bucket_size is 0 but expected > 0");
+  for (const auto& [name, parameter] : parameters) {
+    TANDEM_CHECK(parameter.defined(), kName, ": parameter '", name, "' is undefined");
+    const bool placed = parameter.requires_grad();
+    places_.push_back({name, parameter.shape(), placed ? numel_ : -1, kNoBucket});
+    if (placed) numel_ += parameter.numel();
+  }
+  // The buckets, from the last parameter backwards (Note [Flat gradient buffers]); each is a contiguous slice.
+  for (size_t i = places_.size(); i-- > 0;) {
+    Place& place = places_[i];
+    if (place.offset < 0) continue;
+    const Tensor& parameter = parameters[i].second;
+    const int64_t numel = parameter.numel();
+    const auto max_elements = static_cast<int64_t>(bucket_size / element_size(parameter.dtype()));
+    if (buckets_.empty() || (buckets_.back().length > 0 && buckets_.back().length + numel > max_elements))
+      buckets_.push_back({place.offset + numel, 0, 0});
+    Bucket& bucket = buckets_.back();
+    bucket.start = place.offset;
+    bucket.length += numel;
+    ++bucket.parameters;
+    place.bucket = buckets_.size() - 1;
+  }
+}
+
+void GradientLayout::check_buffer(const Tensor& buffer, const char* caller) const {
+  TANDEM_CHECK(buffer.defined() && buffer.dim() == 1 && buffer.numel() == numel_, kName, "::", caller,
+               ": the buffer has shape ", buffer.defined() ? to_string(buffer.shape()) : "(undefined)",
+               " but expected [", numel_, "]");
+}
+
+Tensor GradientLayout::gradient_view(const Tensor& buffer, size_t parameter) const {
+  TANDEM_CHECK(parameter < places_.size(), kName, "::gradient_view: parameter ", parameter, " but there are ",
+               places_.size());
+  const Place& place = places_[parameter];
+  TANDEM_CHECK(place.offset >= 0, kName, "::gradient_view: parameter '", place.name,
+               "' has no place (it does not require grad)");
+  check_buffer(buffer, "gradient_view");
+  return buffer.narrow(0, place.offset, numel_of(place.shape)).view(place.shape);
+}
+
+Tensor GradientLayout::bucket_view(const Tensor& buffer, size_t bucket) const {
+  TANDEM_CHECK(bucket < buckets_.size(), kName, "::bucket_view: bucket ", bucket, " but there are ", buckets_.size());
+  check_buffer(buffer, "bucket_view");
+  return buffer.narrow(0, buckets_[bucket].start, buckets_[bucket].length);
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,188 @@
+#include "tandem/parallel/gradient_reducer.h"
+
+#include "device_checks.h"
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+
+namespace tandem::parallel {
+
+namespace {
+constexpr const char* kName = "parallel::GradientReducer";
+}  // namespace
+
+// What an overlapped step tracks while the replicas run (Note [Overlapped gradient reduction] in
+// gradient_reducer.h).
+struct GradientReducer::Step {
+  Step(size_t buckets, size_t replicas, size_t parameters)
+      : missing(buckets, std::vector<size_t>(replicas, 0)),
+        arrived(replicas, std::vector<char>(parameters, 0)),
+        replicas_missing(buckets),
+        ready(buckets, std::vector<StreamMarker>(replicas)),
+        works(buckets),
+        launched(buckets, 0) {}
+
+  // Touched only by the thread running that replica's backward:
+  std::vector<std::vector<size_t>> missing;  // [bucket][replica]: gradients of the bucket still to come
+  std::vector<std::vector<char>> arrived;    // [replica][parameter]: whether its gradient came
+  // Shared by the replicas' threads: the thread that takes replicas_missing[b] to zero launches bucket b, after
+  // every other replica stored its marker in ready[b] (acquire-release on the counter orders those stores).
+  std::vector<std::atomic<size_t>> replicas_missing;  // [bucket]: replicas whose part of the bucket is not final
+  std::vector<std::vector<StreamMarker>> ready;       // [bucket][replica]: where that part became final
+  // Written by the launching thread, read by finish() once every replica has finished:
+  std::vector<comm::AllReduceWork> works;  // [bucket]
+  std::vector<char> launched;              // [bucket]
+};
+
+GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buffers, GradientCollective collective)
+    : layout_(std::move(layout)), buffers_(std::move(buffers)), collective_(std::move(collective)) {
+  TANDEM_CHECK(!buffers_.empty(), kName, ": got no buffers");
+  TANDEM_CHECK(collective_.start && collective_.run, kName, ": the collective's ", collective_.start ? "run" : "start",
+               " function is empty");
+  std::vector<Device> devices;
+  for (size_t r = 0; r < buffers_.size(); ++r) {
+    const Tensor& buffer = buffers_[r];
+    TANDEM_CHECK(buffer.defined(), kName, ": buffer ", r, " is undefined");
+    TANDEM_CHECK(buffer.dim() == 1 && buffer.numel() == layout_.numel() && buffer.is_contiguous(), kName, ": buffer ",
+                 r, " has shape ", to_string(buffer.shape()), " and strides ", to_string(buffer.strides()),
+                 " but expected a contiguous [", layout_.numel(), "]");
+    devices.push_back(buffer.device());
+  }
+  detail::check_distinct_devices(devices, kName);
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    bucket_slices_.emplace_back();
+    for (const Tensor& buffer : buffers_) bucket_slices_.back().push_back(layout_.bucket_view(buffer, b));
+  }
+  hooks_.resize(buffers_.size());
+}
+
+GradientReducer::~GradientReducer() {
+  for (const std::vector<Hook>& hooks : hooks_) {
+    for (const Hook& hook : hooks) hook.parameter.remove_post_accumulate_grad_hook(hook.handle);
+  }
+}
+
+void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& parameters) {
+  TANDEM_CHECK(replica < size(), kName, "::install_hooks: replica ", replica, " but there are ", size());
+  TANDEM_CHECK(hooks_[replica].empty(), kName, "::install_hooks: replica ", replica, " has its hooks already");
+  TANDEM_CHECK(parameters.size() == layout_.parameter_count(), kName, "::install_hooks: got ", parameters.size(),
+               " parameters for replica ", replica, " but the layout has ", layout_.parameter_count());
+  const Device device = buffers_[replica].device();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!layout_.has_place(i)) continue;
+    TANDEM_CHECK(parameters[i].defined() && parameters[i].device() == device, kName, "::install_hooks: parameter '",
+                 layout_.name(i), "' of replica ", replica, " is ",
+                 parameters[i].defined() ? "on " + parameters[i].device().str() : std::string("undefined"),
+                 " but the replica's buffer is on ", device);
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!layout_.has_place(i)) continue;
+    const uint64_t handle =
+        parameters[i].register_post_accumulate_grad_hook([this, replica, i](const Tensor&) { mark_ready(replica, i); });
+    hooks_[replica].push_back({parameters[i], handle});
+  }
+}
+
+// Note [Accumulating onto sums]: backward adds to the gradient buffers. When a step begins while they hold sums over
+// the replicas (no zeroing since the last reduction: gradients accumulated over several batches), every replica
+// holds the same sum S, and summing the replicas again would count S once per replica. So the buffers of replicas
+// 1.. are cleared first: replica 0 keeps S, and this step's all-reduce gives S plus the new gradients of every
+// replica, as one device accumulating over the batches would.
+void GradientReducer::begin(size_t active) {
+  TANDEM_CHECK(!open_, kName, "::begin: the previous step is still open; finish() or abandon() it first");
+  TANDEM_CHECK(active <= size(), kName, "::begin: got ", active, " active replicas but there are ", size());
+  if (summed_) {
+    NoGradGuard no_grad;
+    for (size_t r = 1; r < buffers_.size(); ++r) buffers_[r].zero_();
+  }
+  summed_ = false;
+  open_ = true;
+  // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
+  // summed by finish(), without the per-gradient bookkeeping of an overlapped step.
+  if (size() < 2 || layout_.buckets().size() < 2) return;
+
+  // Replica r's part of every bucket is complete once each of its parameters in the bucket got its gradient; a
+  // replica without an input this step has its part complete from the start, with the gradients it holds.
+  const size_t buckets = layout_.buckets().size();
+  auto step = std::make_unique<Step>(buckets, size(), layout_.parameter_count());
+  for (size_t b = 0; b < buckets; ++b) {
+    for (size_t r = 0; r < active; ++r) step->missing[b][r] = layout_.buckets()[b].parameters;
+    step->replicas_missing[b].store(active, std::memory_order_relaxed);
+  }
+  for (size_t r = active; r < size(); ++r) {
+    const StreamMarker now = StreamMarker::record(buffers_[r].device());
+    for (size_t b = 0; b < buckets; ++b) step->ready[b][r] = now;
+  }
+  step_ = std::move(step);  // the workers see it: the caller hands them their backward after this
+}
+
+void GradientReducer::mark_ready(size_t replica, size_t parameter) {
+  TANDEM_CHECK(replica < size() && parameter < layout_.parameter_count(), kName, "::mark_ready: replica ", replica,
+               ", parameter ", parameter, " but there are ", size(), " replicas and ", layout_.parameter_count(),
+               " parameters");
+  TANDEM_CHECK(layout_.has_place(parameter), kName, "::mark_ready: parameter '", layout_.name(parameter),
+               "' has no place in the buffers (it does not require grad)");
+  Step* step = step_.get();
+  if (step == nullptr) {  // outside an overlapped step: the buffers hold new local gradients
+    summed_ = false;
+    return;
+  }
+  TANDEM_CHECK(!step->arrived[replica][parameter], kName, "::mark_ready: parameter '", layout_.name(parameter),
+               "' of replica ", replica, " received a second gradient in one step, but its bucket is summed once; ",
+               "run one backward per replica");
+  step->arrived[replica][parameter] = 1;
+  const size_t bucket = layout_.bucket_of(parameter);
+  if (--step->missing[bucket][replica] > 0) return;
+  step->ready[bucket][replica] = StreamMarker::record(buffers_[replica].device());
+  if (step->replicas_missing[bucket].fetch_sub(1, std::memory_order_acq_rel) == 1) launch_bucket(*step, bucket);
+}
+
+void GradientReducer::launch_bucket(Step& step, size_t bucket) {
+  std::vector<Tensor> slices = bucket_slices_[bucket];
+  step.works[bucket] = collective_.start(slices, step.ready[bucket]);
+  step.launched[bucket] = 1;
+}
+
+void GradientReducer::finish() {
+  TANDEM_CHECK(open_, kName, "::finish: no step is open; call begin() first");
+  open_ = false;
+  if (step_ == nullptr) {
+    reduce();
+    return;
+  }
+  try {
+    finish_overlapped_step();
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  summed_ = true;
+}
+
+// Runs once every replica has finished: sums the buckets that never became complete (a parameter without gradient
+// this step) and joins every bucket's all-reduce into the compute streams (device-side waits; the host goes on).
+void GradientReducer::finish_overlapped_step() {
+  for (size_t b = 0; b < bucket_slices_.size(); ++b) {
+    if (step_->launched[b]) continue;
+    std::vector<Tensor> slices = bucket_slices_[b];
+    collective_.run(slices);
+  }
+  for (comm::AllReduceWork& work : step_->works) work.wait();
+  step_.reset();
+}
+
+void GradientReducer::abandon() {
+  step_.reset();  // joins the all-reduces already started (AllReduceWork's destructor)
+  open_ = false;
+}
+
+void GradientReducer::reduce() {
+  TANDEM_CHECK(!open_, kName, "::reduce: a step is open; finish() sums its gradients");
+  if (summed_ || size() == 1) return;
+  for (const std::vector<Tensor>& bucket : bucket_slices_) {
+    std::vector<Tensor> slices = bucket;
+    collective_.run(slices);
+  }
+  summed_ = true;
+}
+
+}  // namespace tandem::parallel
