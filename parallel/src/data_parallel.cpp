@@ -1,22 +1,12 @@
 #include "tandem/parallel/data_parallel.h"
 
+#include "device_checks.h"
 #include "tandem/core/error.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
 #include "tandem/parallel/scatter_gather.h"
 
 namespace tandem::parallel {
-
-namespace {
-
-void check_parameters_on(const nn::Module& module, Device device, const char* fn) {
-  for (const auto& [name, parameter] : module.named_parameters()) {
-    TANDEM_CHECK(parameter.device() == device, fn, ": parameter '", name, "' is on ", parameter.device(),
-                 " but expected ", device, " (devices[0])");
-  }
-}
-
-}  // namespace
 
 Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& input, std::vector<Device> devices,
                      std::optional<Device> output_device, int64_t dim) {
@@ -27,7 +17,7 @@ Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& in
   for (const Device& device : devices) check_device_available(device, fn);
   const Device destination = output_device.value_or(devices.front());
   check_device_available(destination, fn);
-  check_parameters_on(*module, devices.front(), fn);
+  detail::check_parameters_on(module->named_parameters(), devices.front(), fn, "devices[0]");
 
   if (devices.size() == 1) return module->forward(input.to(devices.front())).to(destination);
   std::vector<Tensor> inputs = scatter(input, devices, {}, dim);

@@ -44,14 +44,11 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   TANDEM_CHECK(module != nullptr, kName, ": module is null");
   TANDEM_CHECK(!devices_.empty(), kName, ": got no devices");
   TANDEM_CHECK(options.bucket_size > 0, kName, ": bucket_size is 0 but expected > 0");
-  detail::check_distinct_devices(devices_, kName);
+  check_distinct(devices_, kName);
   for (const Device& device : devices_) check_device_available(device, kName);
   const auto named = module->named_parameters();
   TANDEM_CHECK(!named.empty(), kName, ": ", module->name(), " has no parameters");
-  for (const auto& [name, parameter] : named) {
-    TANDEM_CHECK(parameter.device() == devices_.front(), kName, ": parameter '", name, "' is on ", parameter.device(),
-                 " but expected ", devices_.front(), " (devices[0])");
-  }
+  detail::check_parameters_on(named, devices_.front(), kName, "devices[0]");
 
   replicas_.push_back(std::move(module));
   for (size_t d = 1; d < devices_.size(); ++d) {

@@ -1,7 +1,7 @@
 #pragma once
-// parallel: data parallelism over devices (torch.nn.parallel semantics, see COMM.md): differentiable broadcast /
-// reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast training path
-// (ReplicatedModule, ReplicatedSGD).
+// parallel: data parallelism over devices (torch.nn.parallel semantics, see docs/comm.md): differentiable
+// broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast
+// training path (ReplicatedModule, ReplicatedSGD).
 
 #include "tandem/parallel/data_parallel.h"
 #include "tandem/parallel/functions.h"
