@@ -13,15 +13,6 @@ void check_devices(const std::vector<Device>& devices, const char* caller) {
   for (const Device& device : devices) check_device_available(device, caller);
 }
 
-void check_distinct(const std::vector<Device>& devices, const char* caller, const char* what) {
-  for (size_t j = 1; j < devices.size(); ++j) {
-    for (size_t i = 0; i < j; ++i) {
-      TANDEM_CHECK(devices[i] != devices[j], caller, ": ", what, "s ", i, " and ", j, " are both on ", devices[j],
-                   " but expected one per device");
-    }
-  }
-}
-
 void check_one_per_device(const std::vector<Tensor>& tensors, const char* caller, const char* noun) {
   TANDEM_CHECK(!tensors.empty(), caller, ": got no ", noun, "s");
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -29,7 +20,7 @@ void check_one_per_device(const std::vector<Tensor>& tensors, const char* caller
     TANDEM_CHECK(tensors[i].shape() == tensors[0].shape(), caller, ": ", noun, " ", i, " has shape ",
                  to_string(tensors[i].shape()), " but expected ", to_string(tensors[0].shape()));
   }
-  check_distinct(devices_of(tensors), caller, noun);
+  check_distinct(devices_of(tensors), caller, std::string(noun) + "s");
 }
 
 std::vector<Device> devices_of(const std::vector<Tensor>& tensors) {

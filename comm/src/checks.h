@@ -14,9 +14,8 @@ namespace tandem::comm::detail {
 void check_defined(const Tensor& tensor, const char* caller, const std::string& what);
 // A non-empty list of devices that all exist.
 void check_devices(const std::vector<Device>& devices, const char* caller);
-// "<caller>: <what>s 0 and 2 are both on cuda:1" when two entries are equal.
-void check_distinct(const std::vector<Device>& devices, const char* caller, const char* what);
-// One defined tensor per device, all of the shape of the first; `noun` names an entry in messages ("input 1").
+// One defined tensor per device (tandem::check_distinct), all of the shape of the first; `noun` names an entry in
+// messages ("input 1").
 void check_one_per_device(const std::vector<Tensor>& tensors, const char* caller, const char* noun);
 // The devices of `tensors`, in order.
 std::vector<Device> devices_of(const std::vector<Tensor>& tensors);

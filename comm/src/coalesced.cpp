@@ -56,7 +56,7 @@ void check_lists(const std::vector<std::vector<Tensor>>& inputs, const char* fn)
   if (reference.empty()) return;
   std::vector<Device> list_devices;
   for (const std::vector<Tensor>& list : inputs) list_devices.push_back(list[0].device());
-  detail::check_distinct(list_devices, fn, "list");
+  check_distinct(list_devices, fn, "lists");
 }
 
 }  // namespace

@@ -9,12 +9,14 @@
 
 namespace tandem::alloc {
 
+// The free functions run from Storage's destructor and never throw (Note [No throw on free paths] in
+// tandem/core/error.h).
 void* cpu_allocate(size_t nbytes);
-void cpu_free(void* ptr, size_t nbytes);
+void cpu_free(void* ptr, size_t nbytes) noexcept;
 MemoryStats cpu_stats();
 
 void* cuda_allocate(int device, size_t nbytes);
-void cuda_free(int device, void* ptr);
+void cuda_free(int device, void* ptr) noexcept;
 MemoryStats cuda_stats(int device);
 void cuda_empty_cache(int device);
 int cuda_visible_devices();  // cudaGetDeviceCount, 0 on any error (no driver, no GPU)

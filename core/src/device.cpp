@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <set>
 
 #include "allocator.h"
 #include "tandem/core/error.h"
@@ -81,22 +80,30 @@ void check_device_available(const Device& device, std::string_view caller) {
                gpus == 1 ? "" : "s", " visible", cuda_built() ? "" : "; tandem was built without CUDA", ")");
 }
 
+void check_distinct(const std::vector<Device>& devices, std::string_view caller, std::string_view items) {
+  for (size_t j = 1; j < devices.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      TANDEM_CHECK(devices[i] != devices[j], caller, ": device ", devices[j], " appears twice (", items, " ", i,
+                   " and ", j, ") but expected distinct devices");
+    }
+  }
+}
+
 std::vector<Device> parse_devices(std::string_view text) {
   const std::string_view body = trim(text);
   if (body == "all") return default_devices();
   TANDEM_CHECK(!body.empty(),
                "parse_devices: empty device list; expected e.g. 'cuda:0,cuda:1', 'cpu:0,cpu:1' or 'all'");
   std::vector<Device> devices;
-  std::set<Device> seen;
   size_t start = 0;
   while (start <= body.size()) {
     const size_t comma = std::min(body.find(',', start), body.size());
     const Device device = Device::parse(body.substr(start, comma - start));
     check_device_available(device, "parse_devices");
-    TANDEM_CHECK(seen.insert(device).second, "parse_devices: device ", device, " is listed twice in '", text, "'");
     devices.push_back(device);
     start = comma + 1;
   }
+  check_distinct(devices, "parse_devices");
   return devices;
 }
 

@@ -14,7 +14,7 @@ Storage::Storage(Device device, size_t nbytes) : device_(device), nbytes_(nbytes
   }
 }
 
-Storage::~Storage() {
+Storage::~Storage() noexcept {
   if (data_ == nullptr) return;
   if (device_.is_cpu()) {
     alloc::cpu_free(data_, nbytes_);

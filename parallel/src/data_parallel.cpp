@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "device_checks.h"
 #include "tandem/core/error.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
@@ -11,13 +12,6 @@
 namespace tandem::parallel {
 
 namespace {
-
-void check_parameters_on(const nn::Module& module, Device device, const char* fn) {
-  for (const auto& [name, parameter] : module.named_parameters()) {
-    TANDEM_CHECK(parameter.device() == device, fn, ": parameter '", name, "' is on ", parameter.device(),
-                 " but expected ", device, " (devices[0])");
-  }
-}
 
 // "input" when there is one, else "input j".
 std::string input_name(size_t j, size_t count) { return count == 1 ? "input" : "input " + std::to_string(j); }
@@ -74,7 +68,7 @@ std::vector<Tensor> data_parallel(const std::shared_ptr<nn::Module>& module, con
   for (const Device& device : devices) check_device_available(device, fn);
   const Device destination = output_device.value_or(devices.front());
   check_device_available(destination, fn);
-  check_parameters_on(*module, devices.front(), fn);
+  detail::check_parameters_on(module->named_parameters(), devices.front(), fn, "devices[0]");
 
   if (devices.size() == 1) return moved_to(module->forward_all(moved_to(inputs, devices.front())), destination);
   std::vector<std::vector<Tensor>> chunks = scatter_each(inputs, devices, dim, fn);

@@ -4,13 +4,6 @@
 
 namespace tandem::parallel::detail {
 
-void check_distinct_devices(const std::vector<Device>& devices, const char* caller) {
-  for (size_t i = 0; i < devices.size(); ++i)
-    for (size_t j = i + 1; j < devices.size(); ++j)
-      TANDEM_CHECK(devices[i] != devices[j], caller, ": device ", devices[i], " is listed twice (entries ", i,
-                   " and ", j, ")");
-}
-
 Device common_device(const std::vector<Tensor>& tensors, const char* caller, const char* noun) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     TANDEM_CHECK(tensors[i].defined(), caller, ": ", noun, " ", i, " is undefined");
@@ -18,6 +11,14 @@ Device common_device(const std::vector<Tensor>& tensors, const char* caller, con
                  tensors[i].device(), " but ", noun, " 0 is on ", tensors[0].device());
   }
   return tensors.at(0).device();
+}
+
+void check_parameters_on(const std::vector<std::pair<std::string, Tensor>>& named, const Device& device,
+                         std::string_view caller, std::string_view why) {
+  for (const auto& [name, parameter] : named) {
+    TANDEM_CHECK(parameter.device() == device, caller, ": parameter '", name, "' is on ", parameter.device(),
+                 " but expected ", device, " (", why, ")");
+  }
 }
 
 }  // namespace tandem::parallel::detail

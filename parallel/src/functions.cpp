@@ -14,7 +14,7 @@ namespace tandem::parallel {
 Broadcast::Broadcast(std::vector<Device> devices, size_t buffer_size)
     : devices_(std::move(devices)), buffer_size_(buffer_size) {
   TANDEM_CHECK(!devices_.empty(), "parallel::Broadcast: got no devices");
-  detail::check_distinct_devices(devices_, "parallel::Broadcast");
+  check_distinct(devices_, "parallel::Broadcast");
 }
 
 std::vector<Tensor> Broadcast::forward(const std::vector<Tensor>& inputs) {

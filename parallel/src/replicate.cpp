@@ -19,17 +19,16 @@ std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Mod
   constexpr const char* fn = "parallel::replicate";
   TANDEM_CHECK(module != nullptr, fn, ": module is null");
   if (devices.empty()) return {};
-  detail::check_distinct_devices(devices, fn);
+  check_distinct(devices, fn);
   for (const Device& device : devices) check_device_available(device, fn);
 
   const std::vector<std::pair<std::string, Tensor>> named = module->named_parameters();
   std::vector<Tensor> parameters;
   parameters.reserve(named.size());
-  for (const auto& [name, parameter] : named) {
-    TANDEM_CHECK(parameter.device() == named.front().second.device(), fn, ": parameter '", name, "' is on ",
-                 parameter.device(), " but '", named.front().first, "' is on ", named.front().second.device(),
-                 " (all parameters must be on one device)");
-    parameters.push_back(parameter);
+  for (const auto& [name, parameter] : named) parameters.push_back(parameter);
+  if (!named.empty()) {
+    detail::check_parameters_on(named, named.front().second.device(), fn,
+                                "where '" + named.front().first + "' is; all parameters must be on one device");
   }
 
   std::vector<std::shared_ptr<nn::Module>> replicas;

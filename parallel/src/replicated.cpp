@@ -16,14 +16,11 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
     : devices_(std::move(devices)) {
   TANDEM_CHECK(module != nullptr, kName, ": module is null");
   TANDEM_CHECK(!devices_.empty(), kName, ": got no devices");
-  detail::check_distinct_devices(devices_, kName);
+  check_distinct(devices_, kName);
   for (const Device& device : devices_) check_device_available(device, kName);
   const auto named = module->named_parameters();
   TANDEM_CHECK(!named.empty(), kName, ": ", module->name(), " has no parameters");
-  for (const auto& [name, parameter] : named) {
-    TANDEM_CHECK(parameter.device() == devices_.front(), kName, ": parameter '", name, "' is on ", parameter.device(),
-                 " but expected ", devices_.front(), " (devices[0])");
-  }
+  detail::check_parameters_on(named, devices_.front(), kName, "devices[0]");
   GradientLayout layout(named, options.bucket_size);
 
   replicas_.push_back(std::move(module));

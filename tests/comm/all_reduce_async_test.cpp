@@ -82,7 +82,7 @@ TEST_P(CommAllReduceAsync, Errors) {
                "comm::all_reduce_async: tensor 1 has shape [5] but expected [4]");
   std::vector<Tensor> same = {Tensor::ones({2}, devs[0]), Tensor::ones({2}, devs[0])};
   EXPECT_ERROR(comm::all_reduce_async(same, markers_for(same)),
-               "comm::all_reduce_async: tensors 0 and 1 are both on " + devs[0].str());
+               "comm::all_reduce_async: device " + devs[0].str() + " appears twice (tensors 0 and 1)");
 }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(CommAllReduceAsync);

@@ -59,7 +59,8 @@ TEST_P(CommAllReduce, Errors) {
   std::vector<Tensor> shapes = {Tensor::ones({5, 5}, devs[0]), Tensor::ones({5, 4}, devs[1])};
   EXPECT_ERROR(comm::all_reduce(shapes), "comm::all_reduce: tensor 1 has shape [5, 4] but expected [5, 5]");
   std::vector<Tensor> same = {Tensor::ones({2}, devs[0]), Tensor::ones({2}, devs[0])};
-  EXPECT_ERROR(comm::all_reduce(same), "comm::all_reduce: tensors 0 and 1 are both on " + devs[0].str());
+  EXPECT_ERROR(comm::all_reduce(same),
+               "comm::all_reduce: device " + devs[0].str() + " appears twice (tensors 0 and 1)");
   std::vector<Tensor> undefined = {Tensor::ones({2}, devs[0]), Tensor()};
   EXPECT_ERROR(comm::all_reduce(undefined), "comm::all_reduce: tensor 1 is undefined");
 }

@@ -73,7 +73,7 @@ TEST_P(CommReduceAddCoalesced, Errors) {
                                            {ones({2}, devs[1]), ones({3}, devs[1])}}),
                std::string(fn) + "tensor 1 of list 0 is on " + devs[1].str() + " but expected " + devs[0].str());
   EXPECT_ERROR(comm::reduce_add_coalesced({{ones({2}, devs[0])}, {ones({2}, devs[0])}}),
-               std::string(fn) + "lists 0 and 1 are both on " + devs[0].str());
+               std::string(fn) + "device " + devs[0].str() + " appears twice (lists 0 and 1)");
   EXPECT_ERROR(comm::reduce_add_coalesced({{ones({2}, devs[0])}, {ones({2}, devs[1])}}, testing::missing_gpu()),
                std::string(fn) + "device cuda:7 does not exist");
 }

@@ -77,7 +77,7 @@ TEST_P(CommReduceAdd, Errors) {
   EXPECT_ERROR(comm::reduce_add({Tensor::ones({5, 5}, devs[0]), Tensor::ones({5, 4}, devs[1])}),
                "comm::reduce_add: input 1 has shape [5, 4] but expected [5, 5]");
   EXPECT_ERROR(comm::reduce_add({Tensor::ones({2}, devs[1]), Tensor::ones({2}, devs[0]), Tensor::ones({2}, devs[1])}),
-               "comm::reduce_add: inputs 0 and 2 are both on " + devs[1].str());
+               "comm::reduce_add: device " + devs[1].str() + " appears twice (inputs 0 and 2)");
   EXPECT_ERROR(comm::reduce_add({Tensor::ones({2}, devs[0]), Tensor::ones({2}, devs[1])}, testing::missing_gpu()),
                "comm::reduce_add: device cuda:7 does not exist");
   EXPECT_ERROR(comm::reduce_add({Tensor::ones({2}, devs[0]), Tensor()}), "comm::reduce_add: input 1 is undefined");

@@ -1,8 +1,8 @@
 // Comm functions on CUDA are asynchronous: they must be ordered after the kernels that produce their inputs and
 // before the kernels that consume their outputs, with no host synchronization (see Note [Comm stream ordering] in
-// comm/src/cuda/collective.h and Note [Peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests queue a
-// long chain of matrix products on a device's compute stream, ending in the tensor handed to a comm function, and
-// use the results right away.
+// comm/src/cuda/collective.h and Note [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests
+// queue a long chain of matrix products on a device's compute stream, ending in the tensor handed to a comm
+// function, and use the results right away.
 //
 // Why they would fail without that ordering: if the collective or copy did not wait for the compute stream, it
 // would read the input while the matmul chain (tens of milliseconds of queued work) is still running, that is,

@@ -1,9 +1,12 @@
 // The CUDA caching allocator, through Storage and the public memory statistics.
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "support/test_support.h"
+#include "tandem/core/cuda/collective_launch.h"
 
 namespace tandem {
 namespace {
@@ -102,6 +105,53 @@ TEST(CachingAllocatorCUDA, OutOfMemoryThrowsAndLeavesTheDeviceUsable) {
   // The failed cudaMalloc must not surface in later launch checks.
   const Tensor x = Tensor::full({1000}, 2.0f, gpu);
   testing::expect_values(x * x, std::vector<double>(1000, 4.0), {1000});
+}
+
+// Note [No device allocation during a collective launch]: the launching thread gets an InternalError instead of a
+// possible deadlock, whether or not the cache could serve the request.
+TEST(CachingAllocatorCUDA, AllocatingDuringACollectiveLaunchIsAnInternalError) {
+  TANDEM_REQUIRE_GPUS(1);
+  const Device gpu = Device::cuda(0);
+  { Storage cached(gpu, kMiB); }  // a cached block that could serve the next request
+  const MemoryStats before = memory_stats(gpu);
+  {
+    cuda::CollectiveLaunchLock launch;
+    try {
+      Storage storage(gpu, kMiB);
+      ADD_FAILURE() << "allocated during a collective launch";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("alloc::cuda_allocate: allocating device memory while this thread "
+                                           "launches a collective"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(empty_cache(gpu), InternalError);
+  }
+  const MemoryStats after = memory_stats(gpu);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
+  Storage storage(gpu, kMiB);  // fine once the launch is over
+  EXPECT_EQ(memory_stats(gpu).device_allocations, before.device_allocations);
+}
+
+// Freeing runs in Storage's destructor, so the same broken rule is reported on stderr, never thrown; the block is left
+// out of the cache.
+TEST(CachingAllocatorCUDA, FreeingDuringACollectiveLaunchIsReportedNotThrown) {
+  TANDEM_REQUIRE_GPUS(1);
+  const Device gpu = Device::cuda(0);
+  auto storage = std::make_unique<Storage>(gpu, kMiB);
+  const MemoryStats before = memory_stats(gpu);
+  ::testing::internal::CaptureStderr();
+  {
+    cuda::CollectiveLaunchLock launch;
+    storage.reset();
+  }
+  const std::string output = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(output.find("tandem: returning a block to the caching allocator: alloc::cuda_free: freeing device memory "
+                        "while this thread launches a collective"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(memory_stats(gpu).allocated_bytes, before.allocated_bytes);  // still counted as held: it was not cached
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ TEST(Device, ParsesDeviceLists) {
   EXPECT_EQ(parse_devices("cpu:0,cpu:1, cpu:2"),
             (std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)}));
   EXPECT_EQ(parse_devices("all"), default_devices());
-  EXPECT_ERROR(parse_devices("cpu:0,cpu:0"), "listed twice");
+  EXPECT_ERROR(parse_devices("cpu:0,cpu:1,cpu:0"), "parse_devices: device cpu:0 appears twice (entries 0 and 2)");
   EXPECT_ERROR(parse_devices(""), "empty device list");
   EXPECT_ERROR(parse_devices("cpu:0,"), "cannot parse");
   const std::string missing = "cuda:" + std::to_string(cuda_device_count());

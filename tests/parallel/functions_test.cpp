@@ -204,7 +204,8 @@ TEST_P(ParallelFunctions, ReduceAddCoalescedSumsAndItsBackwardBroadcasts) {
 
 TEST_P(ParallelFunctions, DocumentedErrors) {
   const auto devices = this->devices();
-  EXPECT_ERROR(Broadcast({devices[0], devices[1], devices[0]}), "device " + devices[0].str() + " is listed twice");
+  EXPECT_ERROR(Broadcast({devices[0], devices[1], devices[0]}),
+               "parallel::Broadcast: device " + devices[0].str() + " appears twice (entries 0 and 2)");
   EXPECT_ERROR(Broadcast(std::vector<Device>{}), "parallel::Broadcast: got no devices");
   const Tensor a = Tensor::zeros({2}, devices[0]);
   const Tensor b = Tensor::zeros({2}, devices[1]);

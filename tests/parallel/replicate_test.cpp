@@ -191,11 +191,12 @@ TEST_P(Replicate, DocumentedErrors) {
   auto net = make_net(devices[0]);
   EXPECT_ERROR(parallel::replicate(std::shared_ptr<nn::Module>(), devices), "parallel::replicate: module is null");
   EXPECT_ERROR(parallel::replicate(net, {devices[1], devices[0], devices[1]}),
-               "parallel::replicate: device " + devices[1].str() + " is listed twice (entries 0 and 2)");
+               "parallel::replicate: device " + devices[1].str() + " appears twice (entries 0 and 2)");
   EXPECT_ERROR(parallel::replicate(net, {devices[0], Device::cuda(7)}), "cuda:7 does not exist");
   net->fc2->to(devices[1]);
-  EXPECT_ERROR(parallel::replicate(net, devices),
-               "parameter 'fc2.weight' is on " + devices[1].str() + " but 'fc1.weight' is on " + devices[0].str());
+  EXPECT_ERROR(parallel::replicate(net, devices), "parallel::replicate: parameter 'fc2.weight' is on " +
+                                                      devices[1].str() + " but expected " + devices[0].str() +
+                                                      " (where 'fc1.weight' is; all parameters must be on one device)");
   EXPECT_ERROR(parallel::replicate(std::make_shared<NotClonable>(), devices),
                "parallel::replicate: nn::Module::clone_with_parameters: NotClonable does not derive from "
                "nn::Cloneable<NotClonable>");

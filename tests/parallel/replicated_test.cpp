@@ -151,7 +151,8 @@ TEST_P(Replicated, DocumentedErrors) {
   auto net = make_net(devices[0]);
   EXPECT_ERROR(parallel::ReplicatedModule(nullptr, devices), "parallel::ReplicatedModule: module is null");
   EXPECT_ERROR(parallel::ReplicatedModule(net, {}), "parallel::ReplicatedModule: got no devices");
-  EXPECT_ERROR(parallel::ReplicatedModule(net, {devices[0], devices[0]}), "is listed twice");
+  EXPECT_ERROR(parallel::ReplicatedModule(net, {devices[0], devices[0]}),
+               "parallel::ReplicatedModule: device " + devices[0].str() + " appears twice (entries 0 and 1)");
   EXPECT_ERROR(parallel::ReplicatedModule(net, devices, {.bucket_size = 0}), "bucket_size is 0");
   EXPECT_ERROR(parallel::ReplicatedModule(net, {devices[1], devices[0]}),
                "parameter 'fc1.weight' is on " + devices[0].str() + " but expected " + devices[1].str());

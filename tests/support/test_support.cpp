@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -7,6 +8,17 @@
 #include <thread>
 
 namespace tandem::testing {
+
+std::string without_error_location(const std::string& message) {
+  if (!detail::error_location_wanted() || !message.ends_with(')')) return message;
+  const size_t open = message.rfind(" (");
+  const size_t colon = message.rfind(':');
+  if (open == std::string::npos || colon == std::string::npos || colon < open) return message;
+  const std::string line = message.substr(colon + 1, message.size() - colon - 2);
+  const bool digits =
+      !line.empty() && std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return digits ? message.substr(0, open) : message;
+}
 
 std::string missing_gpus_reason(int needed) {
   std::ostringstream os;

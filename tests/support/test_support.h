@@ -68,6 +68,10 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e
     }                                                                                                 \
   } while (false)
 
+// `message` without the " (file:line)" that Error messages end with where detail::error_location_wanted() (debug
+// builds, TANDEM_ERROR_LOCATION=1), so that a test can compare whole messages in every build.
+std::string without_error_location(const std::string& message);
+
 // Finite-difference check of f's gradients with respect to every input that requires grad. f's output is
 // reduced with a fixed random projection; central differences with step eps are computed in float64 on the host
 // (the inputs are perturbed and f re-evaluated on their device). Fails the test when any analytic gradient

@@ -23,7 +23,7 @@ std::string error_message(Parse parse) {
   try {
     parse();
   } catch (const Error& e) {
-    return e.what();
+    return testing::without_error_location(e.what());
   }
   return "";
 }

@@ -439,7 +439,7 @@ TEST(Trainer, BadOptionsAreErrors) {
   EXPECT_ERROR(Trainer(make_mlp(2, 2), {.epochs = 0}), "Trainer: epochs is 0 but expected at least 1");
   EXPECT_ERROR(Trainer(make_mlp(2, 2), {.batch_size = 0}), "Trainer: batch_size is 0");
   EXPECT_ERROR(Trainer(make_mlp(2, 2), {.devices = {Device::cpu(0), Device::cpu(0)}}),
-               "Trainer: device cpu:0 appears twice in [cpu:0, cpu:0]");
+               "Trainer: device cpu:0 appears twice (entries 0 and 1) but expected distinct devices");
   EXPECT_ERROR(Trainer(nullptr, {}), "Trainer: the model is null");
   EXPECT_ERROR(Trainer(std::make_shared<nn::Sequential>(), {}), "has no parameters");
   if (cuda_device_count() < 8) {

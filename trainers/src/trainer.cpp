@@ -38,12 +38,8 @@ TrainerOptions validated(TrainerOptions options) {
                  options.optimizer->name.empty() ? "no name" : "no factory");
   }
   if (options.devices.empty()) options.devices = default_devices();
-  std::set<Device> seen;
-  for (const Device& device : options.devices) {
-    check_device_available(device, "Trainer");
-    TANDEM_CHECK(seen.insert(device).second, "Trainer: device ", device, " appears twice in ",
-                 to_string(options.devices));
-  }
+  for (const Device& device : options.devices) check_device_available(device, "Trainer");
+  check_distinct(options.devices, "Trainer");
   return options;
 }
 

@@ -57,9 +57,10 @@ class Collective {
   // values and writes blocks that no earlier kernel still uses. After it, each compute stream waits for its
   // communication stream, so every later consumer of the results, and every reuse of the input and output blocks
   // by the caching allocator (Note [Stream-ordered reuse]), comes after the collective. Both waits are device-side
-  // events (stream_wait): the host never blocks, and nothing calls cudaDeviceSynchronize. They are made outside the
-  // CollectiveLaunchLock, which stream_wait takes itself. Nothing here allocates or frees device memory, so callers
-  // allocate every buffer before calling run.
+  // events (stream_wait): the host never blocks, and no device is synchronized. They are made outside the
+  // CollectiveLaunchLock, since stream_wait holds the launch mutex itself (a CollectiveLaunchExclusion). Nothing here
+  // allocates or frees device memory, so callers allocate every buffer before calling run: the caching allocator
+  // asserts it (Note [No device allocation during a collective launch]).
   template <typename Issue>
   void run(size_t count, Issue&& issue) const {
     for (int d : devices_) cuda::stream_wait(cuda::comm_stream(d), cuda::compute_stream(d), d);

@@ -1,6 +1,7 @@
 // The CUDA backend: one process drives every GPU. Broadcast, reduce and all-reduce are NCCL collectives (one NCCL
-// group over the participating devices, on their compute streams, with one operation per tensor of the lists);
-// copies are peer copies that overlap.
+// group over the participating devices, on their communication streams, ordered against their compute streams by
+// events: Note [Comm stream ordering] in collective.h), with one operation per tensor of the lists; copies are peer
+// copies that overlap, on the communication streams too (Note [Comm peer copy ordering] in peer_copies.cpp).
 
 #include <algorithm>
 
@@ -105,11 +106,12 @@ class CudaBackend final : public Backend {
   }
 
   // Note [Overlapping copies]: core's cross-device copy runs each copy on the destination's compute stream and then
-  // makes the source's compute stream wait for it, so a gather's copies (one destination) and a scatter's copies
-  // to several GPUs (one source) would run one after another. Here each copy runs on the communication stream of
-  // the end it does not share with the others: the source's when every copy has the same destination device
-  // (gather), the destination's otherwise (scatter); so they overlap. A destination with gaps between its elements
-  // (a slice along an inner dimension) goes through core's staged copy instead.
+  // makes the source's compute stream wait for it (Note [Cross-device copy ordering]), so a gather's copies (one
+  // destination) and a scatter's copies to several GPUs (one source) would run one after another. Here each copy
+  // runs on the communication stream of the end it does not share with the others: the source's when every copy has
+  // the same destination device (gather), the destination's otherwise (scatter); so they overlap (Note [Comm peer
+  // copy ordering]). A destination with gaps between its elements (a slice along an inner dimension) goes through
+  // core's staged copy instead.
   void copy(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) override {
     const Device gather_device = dsts[0].device();
     const bool one_destination =

@@ -1,38 +1,14 @@
 #include "peer_copies.h"
 
 #include <algorithm>
-#include <mutex>
-#include <set>
 #include <utility>
 
+#include "cuda/peer_access.h"
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::comm::cuda_copies {
-namespace {
 
-// Lets `device` reach `peer`'s memory directly (NVLink), once per ordered pair, where the hardware allows it;
-// without it cudaMemcpyPeerAsync still works, staged through the host. Core's cross-device copy enables the same
-// pairs, so "already enabled" is expected.
-void enable_peer_access(int device, int peer) {
-  static std::mutex mutex;
-  static std::set<std::pair<int, int>> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert({device, peer}).second) return;
-  int can_access = 0;
-  TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device, peer));
-  if (can_access == 0) return;
-  cuda::DeviceGuard guard(device);
-  const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
-  if (status == cudaErrorPeerAccessAlreadyEnabled) {
-    (void)cudaGetLastError();  // clear it, so that later checks do not report it
-  } else {
-    TANDEM_CUDA_CHECK(status);
-  }
-}
-
-}  // namespace
-
-// Note [Peer copy ordering]: a copy runs on a communication stream (Note [Overlapping copies]) and touches two
+// Note [Comm peer copy ordering]: a copy runs on a communication stream (Note [Overlapping copies]) and touches two
 // devices: its carrier stream first waits for the compute streams of both ends (the producer of the source; earlier
 // users of the destination's block), then every copy is issued, then the compute streams of both ends wait for the
 // carrier stream (consumers of the destination; reuse of the source's block). All waits are recorded before any
@@ -46,12 +22,7 @@ void copy_on_comm_streams(const std::vector<Tensor>& srcs, const std::vector<Ten
         joins.emplace_back(carriers[i], end);
       }
     }
-    const int from = srcs[i].device().index();
-    const int to = dsts[i].device().index();
-    if (from != to) {
-      enable_peer_access(from, to);
-      enable_peer_access(to, from);
-    }
+    cuda::enable_peer_access_between(srcs[i].device().index(), dsts[i].device().index());
   }
   for (const auto& [carrier, end] : joins) {
     cuda::stream_wait(cuda::comm_stream(carrier), cuda::compute_stream(end), end);

@@ -31,7 +31,7 @@ void* cpu_allocate(size_t nbytes) {
   return ptr;
 }
 
-void cpu_free(void* ptr, size_t nbytes) {
+void cpu_free(void* ptr, size_t nbytes) noexcept {
   if (ptr == nullptr) return;
   std::free(ptr);
   g_allocated_bytes.fetch_sub(rounded_size(nbytes), std::memory_order_relaxed);

@@ -107,7 +107,7 @@ class CpuBackend final : public Backend {
       case BinaryOp::Sub: return binary_loop(std::minus<float>(), a, b, out);
       case BinaryOp::Mul: return binary_loop(std::multiplies<float>(), a, b, out);
     }
-    TANDEM_FAIL("cpu backend binary: unknown op ", static_cast<int>(op));
+    TANDEM_INTERNAL_ASSERT(false, "cpu backend binary: unknown op ", static_cast<int>(op));
   }
 
   void axpy(float alpha, const Tensor& x, const Tensor& y) override {
@@ -123,7 +123,7 @@ class CpuBackend final : public Backend {
         return;
       case UnaryOp::Tanh: mutable_array_of(out) = array_of(x).tanh(); return;
     }
-    TANDEM_FAIL("cpu backend unary: unknown op ", static_cast<int>(op));
+    TANDEM_INTERNAL_ASSERT(false, "cpu backend unary: unknown op ", static_cast<int>(op));
   }
 
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) override {
@@ -135,7 +135,7 @@ class CpuBackend final : public Backend {
         mutable_array_of(out) = array_of(grad) * (1.0f - array_of(saved).square());
         return;
     }
-    TANDEM_FAIL("cpu backend unary_backward: unknown op ", static_cast<int>(op));
+    TANDEM_INTERNAL_ASSERT(false, "cpu backend unary_backward: unknown op ", static_cast<int>(op));
   }
 
   void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {

@@ -9,7 +9,9 @@
 #include <unordered_map>
 
 #include "allocator.h"
+#include "tandem/core/cuda/collective_launch.h"
 #include "tandem/core/cuda/context.h"
+#include "tandem/core/error.h"
 
 namespace tandem::alloc {
 namespace {
@@ -32,11 +34,14 @@ size_t round_up(size_t nbytes) {
 // use of it is already enqueued on the compute stream, and whoever gets the block next enqueues its work after
 // them: a freed block can be handed out again at once, with no event and no host synchronization.
 //
-// Note [No cudaFree during collectives]: freeing device memory while NCCL work is being enqueued can deadlock.
-// Blocks only return to the driver in cuda_empty_cache and when cudaMalloc runs out of memory (cached blocks are
-// released and the allocation retried once). Neither may run while a collective is being enqueued: the comm
-// backend allocates its outputs before it launches a collective, and the release holds a CollectiveLaunchLock, so
-// another thread cannot release memory while a collective is being launched (Note [Launching collectives]).
+// Note [Returning memory to the driver]: blocks only go back to the driver in release_cached_blocks, which runs in
+// exactly two cases: cuda_empty_cache (empty_cache(device)), and cudaMalloc running out of memory (the cached blocks
+// of that device are released and the allocation retried once). Either way it first calls cudaDeviceSynchronize on
+// that device, since the last uses of the cached blocks may still be running: these are the only
+// cudaDeviceSynchronize calls in the library. A release must not fall between two launches of one collective, so it
+// holds a CollectiveLaunchExclusion (Note [Launching collectives]); and the thread that launches a collective must
+// not allocate, free or release device memory before the launch is done, which cuda_allocate, cuda_free and
+// cuda_empty_cache assert (Note [No device allocation during a collective launch]).
 struct DeviceCache {
   std::mutex mutex;
   std::multimap<size_t, void*> free_blocks;       // cached blocks by size, for best-fit reuse
@@ -49,15 +54,17 @@ struct DeviceCache {
 DeviceCache& cache_of(int device, const char* caller) {
   static const int count = cuda_visible_devices();
   static DeviceCache* const caches = new DeviceCache[count];
-  TANDEM_CHECK(device >= 0 && device < count, caller, ": device cuda:", device, " does not exist (", count,
-               " CUDA devices visible)");
+  // Storage and the backends pass devices that check_device_available has accepted.
+  TANDEM_INTERNAL_ASSERT(device >= 0 && device < count, caller, ": device cuda:", device, " does not exist (", count,
+                         " CUDA devices visible)");
   return caches[device];
 }
 
-// Returns every cached block of `device` to the driver. The caller holds cache.mutex.
+// Returns every cached block of `device` to the driver (Note [Returning memory to the driver]). The caller holds
+// cache.mutex.
 void release_cached_blocks(DeviceCache& cache, int device) {
   if (cache.free_blocks.empty()) return;
-  cuda::CollectiveLaunchLock no_collective_launch;
+  cuda::CollectiveLaunchExclusion no_collective_launch;
   cuda::DeviceGuard guard(device);
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // the last uses of the cached blocks have finished
   while (!cache.free_blocks.empty()) {
@@ -109,6 +116,7 @@ void* allocate_block(DeviceCache& cache, int device, size_t size, size_t request
 void* cuda_allocate(int device, size_t nbytes) {
   DeviceCache& cache = cache_of(device, "alloc::cuda_allocate");
   if (nbytes == 0) return nullptr;
+  cuda::assert_not_launching_collective("alloc::cuda_allocate", "allocating device memory");
   TANDEM_CHECK(nbytes <= kMaxRequest, "alloc::cuda_allocate: out of memory on cuda:", device, " allocating ",
                nbytes, " bytes (", gib(nbytes), " GiB)");
   const size_t size = round_up(nbytes);
@@ -123,16 +131,22 @@ void* cuda_allocate(int device, size_t nbytes) {
   return ptr;
 }
 
-void cuda_free(int device, void* ptr) {
+// Runs from Storage and Scratch destructors, so nothing is thrown (Note [No throw on free paths]): a failure is
+// reported and the block stays out of the cache (leaked until the process exits).
+void cuda_free(int device, void* ptr) noexcept {
   if (ptr == nullptr) return;
-  DeviceCache& cache = cache_of(device, "alloc::cuda_free");
-  std::lock_guard lock(cache.mutex);
-  const auto block = cache.live_blocks.find(ptr);
-  TANDEM_CHECK(block != cache.live_blocks.end(), "alloc::cuda_free: ", ptr,
-               " is not a live block of the caching allocator of cuda:", device);
-  cache.stats.allocated_bytes -= block->second;
-  cache.free_blocks.emplace(block->second, ptr);  // see Note [Stream-ordered reuse]
-  cache.live_blocks.erase(block);
+  static constinit detail::ReportOnce failures("returning a block to the caching allocator");
+  failures.run([&] {
+    cuda::assert_not_launching_collective("alloc::cuda_free", "freeing device memory");
+    DeviceCache& cache = cache_of(device, "alloc::cuda_free");
+    std::lock_guard lock(cache.mutex);
+    const auto block = cache.live_blocks.find(ptr);
+    TANDEM_INTERNAL_ASSERT(block != cache.live_blocks.end(), "alloc::cuda_free: ", ptr,
+                           " is not a live block of the caching allocator of cuda:", device);
+    cache.free_blocks.emplace(block->second, ptr);  // first, as only it can throw; see Note [Stream-ordered reuse]
+    cache.stats.allocated_bytes -= block->second;
+    cache.live_blocks.erase(block);
+  });
 }
 
 MemoryStats cuda_stats(int device) {
@@ -142,6 +156,7 @@ MemoryStats cuda_stats(int device) {
 }
 
 void cuda_empty_cache(int device) {
+  cuda::assert_not_launching_collective("alloc::cuda_empty_cache", "releasing device memory");
   DeviceCache& cache = cache_of(device, "alloc::cuda_empty_cache");
   std::lock_guard lock(cache.mutex);
   release_cached_blocks(cache, device);

@@ -19,7 +19,7 @@ struct DeviceContext {
   cublasHandle_t cublas = nullptr;
 
   std::unordered_map<cudaStream_t, cudaEvent_t> events;  // one reusable event per producer stream of this device,
-                                                          // guarded by the CollectiveLaunchLock
+                                                         // guarded by the collective launch mutex
 };
 
 // One context per visible device, created on first use and never destroyed: streams, handles and events live for
@@ -27,8 +27,9 @@ struct DeviceContext {
 DeviceContext& context_of(int device, const char* caller) {
   static const int count = alloc::cuda_visible_devices();
   static DeviceContext* const contexts = new DeviceContext[count];
-  TANDEM_CHECK(device >= 0 && device < count, caller, ": device cuda:", device, " does not exist (", count,
-               " CUDA devices visible)");
+  // The backends pass the devices of existing tensors and markers, which check_device_available has accepted.
+  TANDEM_INTERNAL_ASSERT(device >= 0 && device < count, caller, ": device cuda:", device, " does not exist (", count,
+                         " CUDA devices visible)");
   return contexts[device];
 }
 
@@ -44,11 +45,6 @@ DeviceContext& with_streams(int device, const char* caller) {
     context.comm = comm;
   });
   return context;
-}
-
-std::mutex& collective_launch_mutex() {
-  static std::mutex mutex;
-  return mutex;
 }
 
 }  // namespace
@@ -71,8 +67,6 @@ cublasHandle_t cublas_handle(int device) {
   return context.cublas;
 }
 
-CollectiveLaunchLock::CollectiveLaunchLock() : lock_(collective_launch_mutex()) {}
-
 // Note [Reused events]: stream_wait records the producer's one cached event and enqueues the wait under a lock.
 // cudaStreamWaitEvent waits for the record that precedes it on the host, so recording the same event again for
 // a later stream_wait cannot weaken an earlier wait: no event is created per call, and nothing blocks the host.
@@ -82,7 +76,7 @@ CollectiveLaunchLock::CollectiveLaunchLock() : lock_(collective_launch_mutex()) 
 void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device) {
   if (consumer == producer) return;
   DeviceContext& context = context_of(producer_device, "cuda::stream_wait");
-  CollectiveLaunchLock lock;  // see Note [Launching collectives]
+  CollectiveLaunchExclusion lock;  // see Note [Launching collectives]
   cudaEvent_t& event = context.events[producer];
   if (event == nullptr) {
     DeviceGuard guard(producer_device);

@@ -2,48 +2,22 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "backend.h"
+#include "cuda/peer_access.h"
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::backend {
 namespace {
 
-// Lets `device` access `peer`'s memory directly (over NVLink on the GPU machine), once per ordered pair, when the
-// hardware allows it. Without peer access cudaMemcpyPeerAsync still works, staged through the host.
-void enable_peer_access(int device, int peer) {
-  static std::mutex mutex;
-  static std::set<std::pair<int, int>> done;
-  std::lock_guard lock(mutex);
-  if (done.count({device, peer}) != 0) return;
-  int can_access = 0;
-  TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device, peer));
-  if (can_access != 0) {
-    cuda::DeviceGuard guard(device);
-    const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
-    if (status == cudaErrorPeerAccessAlreadyEnabled) {
-      (void)cudaGetLastError();  // enabled elsewhere (the comm backend): fine, and not left for later checks
-    } else {
-      TANDEM_CUDA_CHECK(status);
-    }
-  }
-  done.insert({device, peer});
-}
-
-// Note [Peer copy ordering]: the copy runs on the destination's compute stream, after that stream has waited for
-// the source's compute stream (the producers of src); then the source's compute stream waits for the copy, so that
-// src is neither overwritten nor its block reused (Note [Stream-ordered reuse]) before the copy has read it. Both
-// waits are events: the host never blocks.
+// Note [Cross-device copy ordering]: the copy runs on the destination's compute stream, after that stream has waited
+// for the source's compute stream (the producers of src); then the source's compute stream waits for the copy, so
+// that src is neither overwritten nor its block reused (Note [Stream-ordered reuse]) before the copy has read it.
+// Both waits are events: the host never blocks. (comm's copies run on the communication streams instead: Note [Comm
+// peer copy ordering] in comm/src/cuda/peer_copies.cpp.)
 void copy_between_gpus(const Tensor& src, const Tensor& dst, size_t nbytes) {
   const int from = src.device().index();
   const int to = dst.device().index();
-  if (from != to) {
-    enable_peer_access(to, from);
-    enable_peer_access(from, to);
-  }
+  cuda::enable_peer_access_between(from, to);
   const cudaStream_t src_stream = cuda::compute_stream(from);
   const cudaStream_t dst_stream = cuda::compute_stream(to);
   cuda::stream_wait(dst_stream, src_stream, from);

@@ -145,8 +145,9 @@ class CudaBackend final : public backend::Backend {
                   const backend::SgdUpdate& update) override {
     if (param.numel() == 0) return;
     const bool uses_buffer = update.momentum != 0.0f;
-    TANDEM_CHECK(!uses_buffer || momentum_buffer.defined(),
-                 "sgd_update: momentum is ", update.momentum, " but no momentum buffer was given");
+    // sgd_update (fused.cpp) checks the buffer before it calls the backend.
+    TANDEM_INTERNAL_ASSERT(!uses_buffer || momentum_buffer.defined(), "sgd_update: momentum is ", update.momentum,
+                           " but no momentum buffer was given");
     OnDevice on(param);
     kernels::sgd_update(param.mutable_data(), grad.data(), uses_buffer ? momentum_buffer.mutable_data() : nullptr,
                         param.numel(), update, on.stream);

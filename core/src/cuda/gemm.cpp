@@ -47,10 +47,11 @@ Operand transposed_operand(const Tensor& t, const char* name) {
   const int64_t col_stride = t.strides()[1];
   if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols))
     return {CUBLAS_OP_N, to_int(rows == 1 ? cols : row_stride, "a leading dimension")};
-  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows))
-    return {CUBLAS_OP_T, to_int(cols == 1 ? rows : col_stride, "a leading dimension")};
-  TANDEM_FAIL("cuda gemm: ", name, " with shape ", to_string(t.shape()), " and strides ", to_string(t.strides()),
-              " is neither row-major nor a transposed row-major matrix");
+  const bool transposed = (rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows);
+  // raw::gemm copies any other operand (Backend::gemm's contract).
+  TANDEM_INTERNAL_ASSERT(transposed, "cuda gemm: ", name, " with shape ", to_string(t.shape()), " and strides ",
+                         to_string(t.strides()), " is neither row-major nor a transposed row-major matrix");
+  return {CUBLAS_OP_T, to_int(cols == 1 ? rows : col_stride, "a leading dimension")};
 }
 
 }  // namespace

@@ -248,7 +248,8 @@ void launch_sum(int64_t n, Load load, float scale, float* out, float* scratch, c
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
   }
-  TANDEM_CHECK(scratch != nullptr, "cuda kernels: a reduction over ", n, " elements needs a scratch buffer");
+  TANDEM_INTERNAL_ASSERT(scratch != nullptr, "cuda kernels: a reduction over ", n,
+                         " elements needs a scratch buffer of reduce_scratch_floats(n) floats");
   block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, load, 1.0f, scratch);
   TANDEM_CUDA_CHECK_LAUNCH();
   block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, LoadValue{scratch}, scale, out);

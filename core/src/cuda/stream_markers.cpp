@@ -32,18 +32,23 @@ struct EventPool {
 EventPool& pool_of(int device) {
   static const int count = alloc::cuda_visible_devices();
   static EventPool* const pools = new EventPool[count];
-  TANDEM_CHECK(device >= 0 && device < count, "StreamMarker::record: device cuda:", device, " does not exist (",
-               count, " CUDA devices visible)");
+  // StreamMarker::record checks the device before it records a marker there.
+  TANDEM_INTERNAL_ASSERT(device >= 0 && device < count, "StreamMarker::record: device cuda:", device,
+                         " does not exist (", count, " CUDA devices visible)");
   return pools[device];
 }
 
 // Gives the event of a dropped marker back to its pool. A wait already enqueued on it keeps waiting for the record
 // that preceded it, so recording the event again for a later marker cannot weaken that wait (as in Note [Reused
-// events]).
-void give_back(detail::MarkerEvent* marker) {
-  EventPool& pool = pool_of(marker->device);
-  std::lock_guard lock(pool.mutex);
-  pool.idle.push_back(marker);
+// events]). It runs when the last copy of a marker is destroyed, so nothing is thrown (Note [No throw on free
+// paths]): a failure is reported and the event is left out of the pool.
+void give_back(detail::MarkerEvent* marker) noexcept {
+  static constinit detail::ReportOnce failures("StreamMarker: returning an event to its pool");
+  failures.run([&] {
+    EventPool& pool = pool_of(marker->device);
+    std::lock_guard lock(pool.mutex);
+    pool.idle.push_back(marker);
+  });
 }
 
 }  // namespace

@@ -8,11 +8,11 @@ namespace tandem::cuda {
 
 kernels::Strided collapse_dims(const Shape& sizes, std::initializer_list<const Shape*> strides) {
   const int operands = static_cast<int>(strides.size());
-  TANDEM_CHECK(operands >= 1 && operands <= kernels::kMaxOperands, "cuda::collapse_dims: ", operands,
-               " operands but expected 1 to ", kernels::kMaxOperands);
+  TANDEM_INTERNAL_ASSERT(operands >= 1 && operands <= kernels::kMaxOperands, "cuda::collapse_dims: ", operands,
+                         " operands but expected 1 to ", kernels::kMaxOperands);
   for (const Shape* operand : strides)
-    TANDEM_CHECK(operand->size() == sizes.size(), "cuda::collapse_dims: strides ", to_string(*operand),
-                 " do not match sizes ", to_string(sizes));
+    TANDEM_INTERNAL_ASSERT(operand->size() == sizes.size(), "cuda::collapse_dims: strides ", to_string(*operand),
+                           " do not match sizes ", to_string(sizes));
 
   kernels::Strided layout;
   int merged = 0;  // dims written to layout so far; layout.sizes[merged - 1] is the innermost one

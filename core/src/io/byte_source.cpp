@@ -18,8 +18,8 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 void ByteSource::read(uint64_t offset, void* out, size_t length) {
-  TANDEM_CHECK(offset <= size_ && length <= size_ - offset, where_, "internal error: reading ", length,
-               " bytes at byte ", offset, " of a source of ", size_, " bytes");
+  TANDEM_INTERNAL_ASSERT(offset <= size_ && length <= size_ - offset, where_, "reading ", length, " bytes at byte ",
+                         offset, " of a source of ", size_, " bytes");
   if (length > 0) read_within(offset, out, length);
 }
 

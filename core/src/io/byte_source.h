@@ -15,8 +15,9 @@ class ByteSource {
  public:
   virtual ~ByteSource() = default;
   uint64_t size() const { return size_; }
-  // Copies bytes [offset, offset + length) to `out`. Requires the range to lie within size() (a broken caller
-  // invariant is an Error too). Throws Error when the bytes cannot be read.
+  // Copies bytes [offset, offset + length) to `out`. Requires the range to lie within size(): the readers check
+  // every range against size() first, so one outside it is an InternalError. Throws Error when the bytes cannot be
+  // read.
   void read(uint64_t offset, void* out, size_t length);
 
  protected:

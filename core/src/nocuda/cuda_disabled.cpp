@@ -28,9 +28,9 @@ namespace alloc {
 
 void* cuda_allocate(int, size_t) { fail_without_cuda("alloc::cuda_allocate"); }
 
-// Note [no throw on free]: cuda_free runs from Storage destructors; nothing can have been allocated without CUDA,
-// so there is nothing to release and it must not throw.
-void cuda_free(int, void*) {}
+// Nothing can have been allocated without CUDA, so there is nothing to release (and, like every free path, it must
+// not throw: Note [No throw on free paths]).
+void cuda_free(int, void*) noexcept {}
 
 MemoryStats cuda_stats(int) { return MemoryStats{}; }
 

@@ -1,7 +1,8 @@
 #pragma once
-// parallel: data parallelism over devices (torch.nn.parallel semantics, see COMM.md): differentiable broadcast /
-// reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast training path
-// (ReplicatedModule with its GradientReducer, ReplicatedOptimizer and ReplicatedSGD).
+// parallel: data parallelism over devices (torch.nn.parallel semantics, see docs/comm.md): differentiable
+// broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast
+// training path (ReplicatedModule with its GradientReducer,
+// ReplicatedOptimizer and ReplicatedSGD).
 
 #include "tandem/parallel/data_parallel.h"
 #include "tandem/parallel/functions.h"

@@ -1,6 +1,6 @@
 #pragma once
-// Device-to-device communication with torch.cuda.comm semantics (see COMM.md). Every function accepts any mix of
-// devices: CUDA devices (NCCL collectives and peer copies, one process driving all GPUs) and virtual CPU devices
+// Device-to-device communication with torch.cuda.comm semantics (see docs/comm.md). Every function accepts any mix
+// of devices: CUDA devices (NCCL collectives and peer copies, one process driving all GPUs) and virtual CPU devices
 // (host copies and adds). Results are not recorded by autograd; parallel/ builds the differentiable versions.
 //
 // Ordering: on CUDA every function is asynchronous with respect to the host and ordered after the work already
@@ -83,7 +83,7 @@ class AllReduceWork {
   AllReduceWork() = default;  // nothing to join
   AllReduceWork(AllReduceWork&& other) noexcept;
   AllReduceWork& operator=(AllReduceWork&& other);  // joins the work it held first
-  ~AllReduceWork();
+  ~AllReduceWork();  // joins as wait() does; never throws: a failure is reported on stderr instead
 
   // Orders all later work on the tensors' devices after the all-reduce; the host does not wait for it. Afterwards
   // the tensors hold the sums and may be used and released. Does nothing when already joined.

@@ -56,6 +56,10 @@ std::vector<Device> default_devices();
 std::vector<Device> parse_devices(std::string_view text);
 // Throws Error("<caller>: device cuda:7 does not exist (2 CUDA devices visible)") for a GPU that is not there.
 void check_device_available(const Device& device, std::string_view caller);
+// The one check that a list names each device at most once (device lists, and the devices of one-per-device
+// tensors). Throws Error("<caller>: device cpu:1 appears twice (<items> 0 and 2) but expected distinct devices") for
+// the first entry that repeats an earlier one; `items` names the entries in the plural ("entries", "inputs").
+void check_distinct(const std::vector<Device>& devices, std::string_view caller, std::string_view items = "entries");
 std::string to_string(const std::vector<Device>& devices);  // "[cuda:0, cuda:1]"
 // Makes `device` the calling thread's current GPU (a no-op for CPU devices). Every op selects its device itself;
 // a thread that works on one device (a parallel worker) calls this once so that those selections cost nothing.

@@ -13,7 +13,9 @@ class Storage {
   // Allocates `nbytes` on `device` through that device's allocator (64-byte aligned host memory for CPU devices,
   // the per-device caching allocator for CUDA devices). Zero bytes is allowed and allocates nothing.
   Storage(Device device, size_t nbytes);
-  ~Storage();
+  // Gives the bytes back to the device's allocator. Never throws: a failure there is reported on stderr (Note [No
+  // throw on free paths] in tandem/core/error.h).
+  ~Storage() noexcept;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
@@ -34,7 +36,9 @@ struct MemoryStats {
   size_t device_allocations = 0; // number of cudaMalloc (or aligned_alloc) calls so far
 };
 MemoryStats memory_stats(Device device);
-// Releases cached, unused blocks of a CUDA device back to the driver (no-op for CPU devices).
+// Releases cached, unused blocks of a CUDA device back to the driver (no-op for CPU devices). It first waits for all
+// work on that device (cudaDeviceSynchronize), as the caching allocator also does when cudaMalloc runs out of memory
+// and it releases the cached blocks before retrying: those are the only device-wide synchronizations in tandem.
 void empty_cache(Device device);
 
 }  // namespace tandem

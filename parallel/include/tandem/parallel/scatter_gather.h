@@ -1,6 +1,6 @@
 #pragma once
 // Differentiable scatter and gather (torch.nn.parallel.scatter_gather): comm::scatter / comm::gather whose
-// gradients flow back (see COMM.md, "parallel").
+// gradients flow back (see docs/comm.md, "parallel").
 
 #include <cstdint>
 #include <vector>

@@ -6,48 +6,25 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <mutex>
-
+#include "tandem/core/cuda/collective_launch.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stream_marker.h"
 
 namespace tandem::cuda {
 
 // Note [Streams]: each device has one compute stream on which every op for that device is issued (whatever host
-// thread issues it), and one communication stream for the communication that overlaps it (peer copies, the
-// asynchronous all-reduce; synchronous collectives run on the compute streams). Both are non-blocking streams
-// created on first use and kept for the life of the process. Work crosses streams and devices only through events.
+// thread issues it), and one communication stream on which comm issues its work for that device: every NCCL
+// collective, synchronous or asynchronous (Note [Comm stream ordering], Note [Deferred join] in
+// comm/src/cuda/collective.h), and the overlapping peer copies (Note [Comm peer copy ordering] in
+// comm/src/cuda/peer_copies.cpp). Both are non-blocking streams created on first use and kept for the life of the
+// process. Work crosses streams and devices only through events.
 cudaStream_t compute_stream(int device);
 cudaStream_t comm_stream(int device);
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
 
 // Makes `consumer` wait (on the device) for all work issued so far on `producer`; no host synchronization. Holds a
-// CollectiveLaunchLock while it records and enqueues the wait.
+// CollectiveLaunchExclusion while it records and enqueues the wait (Note [Launching collectives]).
 void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device);
-
-// Note [Launching collectives]: the kernels of one NCCL collective wait for one another on the devices, so once the
-// first of them is launched it can only finish after the last one is launched too. Two things that another host
-// thread could do between those launches would then hang the process:
-//  - make a stream of a participating device that does not yet hold its collective kernel wait for an event
-//    recorded after the kernel already launched on another participating device: a cycle between the devices, once
-//    the remaining kernel is launched behind that wait (the joins of Note [Comm stream ordering] make such events
-//    common);
-//  - call cudaDeviceSynchronize or cudaFree on a participating device: that thread waits for the launched kernel
-//    while holding driver locks that the remaining launches need.
-// So the comm backend launches every collective while holding a CollectiveLaunchLock, and stream_wait and the
-// caching allocator's release of memory to the driver hold one too: none of them can fall between two launches of
-// one collective. It is one process-wide mutex, so collectives are also launched one at a time, which NCCL needs
-// (one thread at a time per communicator, and every rank sees the collectives in the same order). Code holding it
-// must not allocate or free device memory (the caching allocator takes it while holding its own lock).
-class CollectiveLaunchLock {
- public:
-  CollectiveLaunchLock();
-  CollectiveLaunchLock(const CollectiveLaunchLock&) = delete;
-  CollectiveLaunchLock& operator=(const CollectiveLaunchLock&) = delete;
-
- private:
-  std::unique_lock<std::mutex> lock_;
-};
 
 // The event of a marker recorded on a CUDA device (Note [Stream markers]), valid while the marker lives. Errors: a
 // marker that holds no event (recorded on a CPU device, or default-constructed).

@@ -1,0 +1,42 @@
+#include "cuda/peer_access.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "tandem/core/cuda/context.h"
+
+namespace tandem::cuda {
+namespace {
+
+// Lets `device` reach `peer`'s memory directly, once per ordered pair. The caller holds the mutex of `done`.
+void enable_peer_access(int device, int peer, std::set<std::pair<int, int>>& done) {
+  if (done.count({device, peer}) != 0) return;
+  int can_access = 0;
+  TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device, peer));
+  if (can_access != 0) {
+    DeviceGuard guard(device);
+    const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
+    if (status == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // enabled outside tandem: fine, and not left for later checks to report
+    } else {
+      TANDEM_CUDA_CHECK(status);
+    }
+  }
+  done.insert({device, peer});
+}
+
+}  // namespace
+
+void enable_peer_access_between(int a, int b) {
+  if (a == b) return;
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> done;
+  std::lock_guard lock(mutex);
+  enable_peer_access(a, b, done);
+  enable_peer_access(b, a, done);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,13 @@
+#pragma once
+// Direct access between two GPUs, shared by core's cross-device copy and comm's overlapping peer copies. An internal
+// header of the CUDA backends: comm includes it as "cuda/peer_access.h" (core/src is a private include directory of
+// the library).
+
+namespace tandem::cuda {
+
+// Lets each of `a` and `b` reach the other's memory directly (NVLink or PCIe peer-to-peer) where the hardware allows
+// it, once per ordered pair for the process; without it cudaMemcpyPeerAsync still works, staged through the host.
+// Thread-safe. No-op when a == b. Errors: a CUDA error other than "already enabled".
+void enable_peer_access_between(int a, int b);
+
+}  // namespace tandem::cuda
