@@ -7,4 +7,5 @@
 #include "tandem/nn/module.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/nn/serialize.h"
+#include "tandem/nn/training_mode_guard.h"
 #include "tandem/optim/sgd.h"

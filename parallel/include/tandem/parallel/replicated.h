@@ -60,8 +60,11 @@ class ReplicatedModule {
  public:
   // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]), with the master's
   // requires_grad flags. The master's current gradients are replaced by (zeroed) views of its buffer. Parameters
-  // that do not require grad get no gradient view and are left alone. Do not replace the replicas' parameter
-  // tensors afterwards (Module::to, set_parameters): the buffers and optimizers hold the ones seen here.
+  // that do not require grad get no gradient view and are left alone. Do not move the replicas (Module::to) or
+  // replace their parameter tensors (set_parameters) afterwards: the buffers and optimizers hold the ones seen here.
+  // The replicas run in the master's training modes: forward and forward_backward first copy the master's flags
+  // (train(), eval(), per submodule) onto the other replicas when any flag changed (Note [Following the master's
+  // modes] in nn/module.h).
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
@@ -121,6 +124,7 @@ class ReplicatedModule {
   void on_gradient(size_t replica, size_t parameter);
   void launch_bucket(Step& step, size_t bucket);
   void finish_step();
+  void follow_master_modes();
 
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
@@ -134,6 +138,7 @@ class ReplicatedModule {
   std::vector<std::vector<uint64_t>> hooks_;         // [replica][parameter]: gradient hook handle, 0 for none
   std::unique_ptr<Step> step_;                       // set while forward_backward runs the replicas
   std::atomic<bool> summed_{false};                  // the buffers hold sums, no gradient accumulated since
+  uint64_t modes_generation_ = ~uint64_t{0};         // nn::Module::training_mode_generation() at the last copy
 };
 
 // One optim::SGD per replica with the same options. After ReplicatedModule::reduce_gradients() every replica has
