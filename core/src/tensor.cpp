@@ -294,6 +294,27 @@ Tensor Tensor::detach() const {
   return raw::alias(*this, impl_->shape, impl_->strides, impl_->offset);
 }
 
+void Tensor::set_data(const Tensor& data) const {
+  check_defined("set_data");
+  TANDEM_CHECK(data.defined(), "Tensor::set_data: the new data is an undefined tensor");
+  TANDEM_CHECK(impl_->grad_fn == nullptr, "Tensor::set_data: the tensor is the result of ", impl_->grad_fn->name(),
+               " but only leaves can take new data");
+  if (impl_->grad) {
+    const Tensor grad(impl_->grad);
+    TANDEM_CHECK(grad.shape() == data.shape() && grad.device() == data.device(), "Tensor::set_data: the tensor's ",
+                 "gradient has shape ", to_string(grad.shape()), " on ", grad.device(), " but the new data has shape ",
+                 to_string(data.shape()), " on ", data.device(), "; move or clear the gradient first (set_grad)");
+  }
+  // An accumulator made for the old data records its shape and device; the next graph needs one for the new data.
+  if (data.shape() != shape() || data.device() != device()) impl_->grad_accumulator.reset();
+  const TensorImpl& source = *data.impl();
+  impl_->storage = source.storage;
+  impl_->offset = source.offset;
+  impl_->shape = source.shape;
+  impl_->strides = source.strides;
+  impl_->dtype = source.dtype;
+}
+
 uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
   check_defined("register_post_accumulate_grad_hook");
   TANDEM_CHECK(impl_->grad_fn == nullptr && impl_->requires_grad,

@@ -2,6 +2,8 @@
 
 #include <cxxabi.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <ostream>
 #include <sstream>
@@ -64,8 +66,18 @@ std::string Module::name() const { return unqualified(demangle(typeid(*this).nam
 
 // ---- registration ---------------------------------------------------------------------------------------------
 
-std::ptrdiff_t Module::offset_of(const void* member) const {
-  return static_cast<const char*>(member) - reinterpret_cast<const char*>(this);
+std::ptrdiff_t Module::member_offset(const void* member, size_t member_size, const char* what,
+                                     const std::string& name, const char* caller) const {
+  const char* address = static_cast<const char*>(member);
+  if (const std::optional<ObjectExtent> extent = object_extent()) {
+    // Compared as integers: pointers into different objects have no order in C++.
+    const auto begin = reinterpret_cast<std::uintptr_t>(extent->begin);
+    const auto at = reinterpret_cast<std::uintptr_t>(address);
+    TANDEM_CHECK(at >= begin && at - begin <= extent->size && member_size <= extent->size - (at - begin), caller,
+                 ": ", what, " '", name, "' of ", this->name(), " is not a member of the ", this->name(),
+                 " object; register only direct members (see Note [Member slots])");
+  }
+  return address - reinterpret_cast<const char*>(this);
 }
 
 Tensor& Module::parameter_at(const ParameterSlot& slot) const {
@@ -106,8 +118,10 @@ void Module::register_parameter(const std::string& name, Tensor& parameter) {
                " is undefined");
   TANDEM_CHECK(parameter.is_leaf(), "nn::Module::register_parameter: parameter '", name, "' of ", this->name(),
                " is the result of an operation, but parameters must be leaf tensors (detach() it)");
+  const std::ptrdiff_t offset =
+      member_offset(&parameter, sizeof(parameter), "parameter", name, "nn::Module::register_parameter");
   parameter.set_requires_grad(true);
-  parameter_slots_.push_back({name, offset_of(&parameter)});
+  parameter_slots_.push_back({name, offset});
 }
 
 void Module::register_module(const std::string& name, std::shared_ptr<Module>&& module) {
@@ -182,24 +196,63 @@ void Module::collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>
 
 void Module::to(Device device) {
   NoGradGuard no_grad;
-  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  collect_slots(slots);
-  for (const auto& [owner, slot] : slots) {
-    Tensor& parameter = owner->parameter_at(*slot);
+  struct Move {
+    Tensor parameter;
+    Tensor data;  // on `device`
+    Tensor grad;  // on `device`, or undefined
+  };
+  std::vector<Move> moves;
+  for (const auto& [name, parameter] : named_parameters()) {
     if (parameter.device() == device) continue;
-    Tensor moved = parameter.detach().to(device);
-    moved.set_requires_grad(parameter.requires_grad());
-    if (Tensor grad = parameter.grad(); grad.defined()) moved.set_grad(grad.to(device));
-    parameter = moved;
+    TANDEM_CHECK(parameter.is_leaf(), "nn::Module::to: parameter '", name, "' of ", this->name(),
+                 " is the result of ", parameter.grad_fn()->name(), " but only leaf parameters can be moved");
+    const Tensor grad = parameter.grad();
+    moves.push_back({parameter, parameter.detach().to(device), grad.defined() ? grad.to(device) : Tensor()});
+  }
+  for (const Move& move : moves) {
+    if (move.parameter.device() == device) continue;  // a parameter registered twice, moved already
+    move.parameter.set_grad(Tensor());
+    move.parameter.set_data(move.data);
+    move.parameter.set_grad(move.grad);
   }
 }
 
 void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set_to_none); }
 
-void Module::train(bool training) {
-  training_ = training;
-  for (const auto& slot : module_slots_) module_at(slot)->train(training);
+namespace {
+std::atomic<uint64_t> training_mode_changes{0};  // see Module::training_mode_generation
+}  // namespace
+
+void Module::train(bool training) { set_training_modes(std::vector<bool>(training_modes().size(), training)); }
+
+void Module::collect_training_modes(std::vector<bool>& out) const {
+  out.push_back(training_);
+  for (const auto& slot : module_slots_) module_at(slot)->collect_training_modes(out);
 }
+
+std::vector<bool> Module::training_modes() const {
+  std::vector<bool> modes;
+  collect_training_modes(modes);
+  return modes;
+}
+
+bool Module::apply_training_modes(const std::vector<bool>& modes, size_t& next) {
+  bool changed = training_ != modes[next];
+  training_ = modes[next++];
+  for (const auto& slot : module_slots_) changed = module_at(slot)->apply_training_modes(modes, next) || changed;
+  return changed;
+}
+
+void Module::set_training_modes(const std::vector<bool>& modes) {
+  const size_t count = training_modes().size();
+  TANDEM_CHECK(modes.size() == count, "nn::Module::set_training_modes: got ", modes.size(), " modes but ", name(),
+               " has ", count, " modules (itself and its descendants)");
+  size_t next = 0;
+  // Release: a reader that sees the new count sees the flags written before it.
+  if (apply_training_modes(modes, next)) training_mode_changes.fetch_add(1, std::memory_order_release);
+}
+
+uint64_t Module::training_mode_generation() { return training_mode_changes.load(std::memory_order_acquire); }
 
 // ---- copies ---------------------------------------------------------------------------------------------------
 
@@ -213,22 +266,6 @@ void Module::check_clone_type(const std::type_info& actual, const std::type_info
   TANDEM_CHECK(actual == expected, caller, ": ", name(), " inherits clone() from nn::Cloneable<",
                unqualified(demangle(expected.name())), ">, which would copy only that base; derive ", name(),
                " from nn::Cloneable<", name(), "> itself");
-}
-
-void Module::check_slots_inside(const void* object, size_t object_size, const char* caller) const {
-  const char* begin = static_cast<const char*>(object);
-  const char* base = reinterpret_cast<const char*>(this);
-  auto inside = [&](std::ptrdiff_t offset, size_t size) {
-    const char* member = base + offset;
-    return member >= begin && member + size <= begin + object_size;
-  };
-  for (const auto& slot : parameter_slots_)
-    TANDEM_CHECK(inside(slot.offset, sizeof(Tensor)), caller, ": parameter '", slot.name, "' of ", name(),
-                 " is not a member of the module object; register only direct members (see Note [Member slots])");
-  for (const auto& slot : module_slots_)
-    TANDEM_CHECK(!slot.get || inside(slot.offset, sizeof(std::shared_ptr<Module>)), caller, ": submodule '",
-                 slot.name, "' of ", name(),
-                 " is not a member of the module object; register only direct members (see Note [Member slots])");
 }
 
 // A copy of the whole tree whose modules are new objects and whose parameter members still share the originals.

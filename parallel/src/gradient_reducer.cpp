@@ -47,7 +47,7 @@ GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buff
                  " but expected a contiguous [", layout_.numel(), "]");
     devices.push_back(buffer.device());
   }
-  detail::check_distinct_devices(devices, kName);
+  check_distinct(devices, kName);
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     bucket_slices_.emplace_back();
     for (const Tensor& buffer : buffers_) bucket_slices_.back().push_back(layout_.bucket_view(buffer, b));

@@ -58,14 +58,25 @@ void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const cha
 
 std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs) {
   check_inputs(inputs, "forward");
+  follow_master_modes();
   const std::vector<std::shared_ptr<nn::Module>> used(replicas_.begin(),
                                                       replicas_.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   return parallel_apply(used, inputs);
 }
 
+// Note [Following the master's modes] in nn/module.h.
+void ReplicatedModule::follow_master_modes() {
+  const uint64_t generation = nn::Module::training_mode_generation();
+  if (generation == modes_generation_) return;
+  const std::vector<bool> modes = module()->training_modes();
+  for (size_t d = 1; d < replicas_.size(); ++d) replicas_[d]->set_training_modes(modes);
+  modes_generation_ = generation;
+}
+
 std::vector<Tensor> ReplicatedModule::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss) {
   check_inputs(inputs, "forward_backward");
+  follow_master_modes();
   if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
   reducer_->begin(inputs.size());
 

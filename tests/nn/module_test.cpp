@@ -1,4 +1,4 @@
-// Module registry: names and order of parameters, children, to(), zero_grad(), registration errors, printing.
+// Module registry: names and order of parameters, children, zero_grad(), registration errors, printing.
 #include <sstream>
 
 #include "support/test_support.h"
@@ -109,30 +109,6 @@ TEST(ModuleTest, RegistrationErrors) {
 TEST(ModuleTest, DeviceOfFirstParameterAndErrorWithoutParameters) {
   EXPECT_EQ(nn::Linear(2, 2, true, Device::cpu(1)).device(), Device::cpu(1));
   EXPECT_ERROR(nn::ReLU().device(), "nn::Module::device: ReLU has no parameters");
-}
-
-TEST(ModuleTest, ToMovesParametersAndGradsAndKeepsThoseAlreadyThere) {
-  Block block;
-  Tensor x = Tensor::from_vector({1, 2, 3}, {1, 3});
-  nn::mse_loss(block(x), Tensor::zeros({1, 2})).backward();
-  std::vector<Tensor> before = block.parameters();
-  block.to(Device::cpu(0));
-  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(block.parameters()[i].is_same(before[i]));
-
-  block.to(Device::cpu(2));
-  std::vector<Tensor> after = block.parameters();
-  for (size_t i = 0; i < before.size(); ++i) {
-    EXPECT_EQ(after[i].device(), Device::cpu(2));
-    EXPECT_FALSE(after[i].shares_storage_with(before[i]));
-    EXPECT_TRUE(after[i].requires_grad());
-    EXPECT_TRUE(after[i].is_leaf());
-    testing::expect_close(after[i], before[i]);
-    ASSERT_TRUE(after[i].grad().defined());
-    EXPECT_EQ(after[i].grad().device(), Device::cpu(2));
-    testing::expect_close(after[i].grad(), before[i].grad());
-  }
-  EXPECT_TRUE(block.fc1->weight.is_same(after[1]));  // the members themselves were replaced
-  EXPECT_EQ(block(x.to(Device::cpu(2))).device(), Device::cpu(2));
 }
 
 TEST(ModuleTest, ZeroGradSetsToNoneOrZeroesInPlace) {

@@ -9,6 +9,7 @@
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"
+#include "tandem/nn/training_mode_guard.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/train_step.h"
 
@@ -203,6 +204,7 @@ std::vector<double> Trainer::predict(const Dataset& data) const {
   DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);
   loader.begin_epoch();
   NoGradGuard no_grad;
+  nn::TrainingModeGuard eval_mode(*model_, /*training=*/false);
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
     Batch batch = loader.batch(b);
     Tensor output = model_->forward(batch.features.to(options_.devices.front()));

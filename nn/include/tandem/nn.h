@@ -8,4 +8,5 @@
 #include "tandem/nn/sequential.h"
 #include "tandem/nn/serialize.h"
 #include "tandem/optim/optimizer.h"
+#include "tandem/nn/training_mode_guard.h"
 #include "tandem/optim/sgd.h"

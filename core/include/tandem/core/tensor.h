@@ -119,6 +119,14 @@ class Tensor {
   // and a second backward through one of them is an error naming it; with it, the graph can run again.
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   Tensor detach() const;                                 // shares storage, no autograd history
+  // PyTorch's `tensor.data = data`: this tensor takes over `data`'s storage, offset, shape, strides and dtype
+  // (nothing is copied, `data`'s autograd history is not taken). The handle, and every handle sharing it, keeps its
+  // identity, requires_grad, post-accumulate-grad hooks and .grad, and sees the new values, device and shape; views
+  // of the old data keep the old storage. A graph recorded before the call must not be run backward after it. Not
+  // synchronized with other uses of this tensor: call it while none runs.
+  // Errors: either tensor undefined; this tensor the result of an operation (only leaves take new data); a defined
+  // .grad without the new shape and device (move or clear it first).
+  void set_data(const Tensor& data) const;
 
   // Calls hook(leaf) each time a backward pass has accumulated a gradient into this leaf's .grad, right after the
   // accumulation was issued (on a GPU it may still be running on the device's compute stream, where later work is

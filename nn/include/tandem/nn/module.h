@@ -17,13 +17,35 @@
 // byte offset from the Module subobject and, for submodule members, a type-erased get/set pair. A copy-constructed
 // module of the same dynamic type has its members at the same offsets, so Cloneable<Self>::clone can copy-construct
 // Self and then find and replace the copy's own members, with no per-layer code. The rules that follow:
-//   * register only direct members of the module object (not elements of a std::vector or other container; for a
-//     variable number of children, use the owning form register_module(name, std::move(ptr)), as Sequential does);
+//   * register only direct members of the module object (not locals, elements of a std::vector or other container,
+//     or members of another object; for a variable number of children, use the owning form
+//     register_module(name, std::move(ptr)), as Sequential does);
 //   * no virtual inheritance on the way from Module to the registering class;
 //   * a module copy-constructed by hand (`Linear b = a;`) shares a's parameter tensors (tensors are handles).
+// The first rule is checked at registration, where the object's extent is known: register_parameter and
+// register_module throw unless the member lies inside the object. Cloneable<Self> knows sizeof(Self), and its
+// object_extent() finds the object's start with dynamic_cast<const void*>, which during a constructor sees the
+// class being constructed as the whole object (no downcast of a half-built object, so sanitizers stay quiet):
+//   * inside Self's constructor, and afterwards on a Self: [start of Self, + sizeof(Self)), exact;
+//   * inside the constructor of a class between Cloneable<Self> and Self: [start of that class, + sizeof(Self)),
+//     which holds that class's members (exact with single inheritance, the usual case);
+//   * on an object of a class derived further from Self, whose size is unknown here: not checked (clone() refuses
+//     such classes anyway: they must derive from Cloneable<Themselves>).
+// Modules that derive from Module directly have no known size: their registrations are not checked (they cannot be
+// cloned; derive them from Cloneable<Self> to have them checked).
+//
+// Note [Following the master's modes]: a module kept as copies (parallel::ReplicatedModule keeps replicas across
+// steps) must run every copy in the master's training modes, including a submodule switched on its own
+// (`net.fc1->eval()`). PyTorch's DataParallel copies the modes along with the replicas at each forward; tandem keeps
+// its replicas, so it copies the flags instead, but only when some flag changed: every change of a flag anywhere
+// bumps training_mode_generation(), and the keeper compares the value it last synchronized at (one atomic load
+// per step) before comparing trees. It reads the counter before reading the master's flags, so a change made
+// meanwhile is seen by the next check; its own writes to the copies bump the counter once more, which costs one
+// more comparison of unchanged flags. Modules need no parent pointers or observer lists for this.
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -104,18 +126,34 @@ class Module {
   int64_t num_parameters() const;                                         // total number of elements
 
   // ---- state ----
-  // Moves every parameter to `device`: a parameter on another device is replaced by a copy there (a new leaf with
-  // the same requires_grad; its .grad moved along). Parameters already there are kept as they are. Optimizers hold
-  // parameter tensors, so build them after moving the model.
+  // Moves every parameter to `device` in place, as PyTorch's module.to(): each parameter tensor keeps its identity
+  // and takes a copy of its data on `device` (Tensor::set_data), so optimizers, hooks and handles taken before the
+  // move stay valid and see the new device and values. requires_grad is kept; a .grad is moved along (as a new
+  // tensor). Parameters already on `device` are left untouched. All or nothing: every copy is made before the first
+  // parameter changes. Optimizer state (momentum buffers) is not moved, as in PyTorch.
+  // Errors: a device that does not exist; a parameter to move that is not a leaf (a replica's, see
+  // parallel::replicate).
   void to(Device device);
   // The device of the first parameter; throws Error for a module without parameters.
   Device device() const;
   // set_to_none (the default, as PyTorch): every .grad becomes undefined, so the next backward allocates fresh
   // gradients. set_to_none = false: existing gradients are zeroed in place (their storage is kept).
   void zero_grad(bool set_to_none = true);
-  void train(bool training = true);  // recursive; a flag layers may consult (none of the built-in ones do)
+  // ---- training mode ----
+  // A flag per module that layers may consult in forward (none of the built-in ones do). train() and eval() set it
+  // on this module and every descendant; replicas kept by parallel::ReplicatedModule follow the master's flags.
+  void train(bool training = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // The flags of this module and its descendants in pre-order (itself, then each child's subtree in registration
+  // order), and setting them back, e.g. on a clone or after a temporary change (nn::TrainingModeGuard).
+  // Errors (set_training_modes): a count other than training_modes().size(); nothing is changed then.
+  std::vector<bool> training_modes() const;
+  void set_training_modes(const std::vector<bool>& modes);
+  // A process-wide counter that changes whenever some module's flag changes (train(), eval(), set_training_modes()
+  // that change anything): code keeping copies of a module reads it to skip comparing flags when nothing changed
+  // (Note [Following the master's modes]).
+  static uint64_t training_mode_generation();
 
   // ---- copies ----
   // Deep copy: same structure, every parameter copied to `device` (default: where it is) as a new leaf with the
@@ -130,9 +168,10 @@ class Module {
 
  protected:
   // Registers the member tensor `parameter` under `name` and sets requires_grad on it. It must be a defined leaf
-  // and a direct member of this module (see Note [Member slots]).
+  // and a direct member of this module (see Note [Member slots]; checked here for modules derived from Cloneable).
   void register_parameter(const std::string& name, Tensor& parameter);
-  // Registers the member `module` (a std::shared_ptr<M> with M derived from Module, not null) under `name`.
+  // Registers the member `module` (a std::shared_ptr<M> with M derived from Module, not null) under `name`; as for
+  // parameters, it must be a direct member.
   template <class M>
   void register_module(const std::string& name, std::shared_ptr<M>& module);
   // Registers a child owned by the registry itself (containers such as Sequential); reach it through children().
@@ -142,8 +181,12 @@ class Module {
   size_t child_count() const { return module_slots_.size(); }
   std::shared_ptr<Module> child(size_t index) const;
 
-  // Throws unless every member slot lies inside [object, object + object_size) (used by Cloneable).
-  void check_slots_inside(const void* object, size_t object_size, const char* caller) const;
+  // The bytes of the object this module is, where known (Note [Member slots]); members must lie inside them.
+  struct ObjectExtent {
+    const char* begin;
+    size_t size;
+  };
+  virtual std::optional<ObjectExtent> object_extent() const { return std::nullopt; }
   // Throws unless `actual` is `expected` (a Cloneable<X> reached from a class derived from X).
   void check_clone_type(const std::type_info& actual, const std::type_info& expected, const char* caller) const;
 
@@ -166,7 +209,10 @@ class Module {
   // Copy-constructs the dynamic type (Cloneable overrides it); throws Error naming `caller` here.
   virtual std::shared_ptr<Module> shallow_copy(const char* caller) const;
 
-  std::ptrdiff_t offset_of(const void* member) const;
+  // The offset of `member` (of `member_size` bytes) from this Module subobject; throws unless it lies inside the
+  // object (where its extent is known) naming `what` ("parameter", "submodule") `name` and `caller`.
+  std::ptrdiff_t member_offset(const void* member, size_t member_size, const char* what, const std::string& name,
+                               const char* caller) const;
   Tensor& parameter_at(const ParameterSlot& slot) const;
   std::shared_ptr<Module> module_at(const ModuleSlot& slot) const;
   void replace_module(ModuleSlot& slot, std::shared_ptr<Module> module);
@@ -174,6 +220,8 @@ class Module {
   void add_module_slot(ModuleSlot slot);
   void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
   void collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>& out);
+  void collect_training_modes(std::vector<bool>& out) const;
+  bool apply_training_modes(const std::vector<bool>& modes, size_t& next);  // returns whether a flag changed
   std::shared_ptr<Module> structural_copy(const char* caller) const;
 
   std::vector<ParameterSlot> parameter_slots_;
@@ -201,8 +249,12 @@ class Cloneable : public Module {
                   "nn::Cloneable<Derived>: Derived must derive from nn::Cloneable<Derived>");
     const auto& self = static_cast<const Derived&>(*this);
     check_clone_type(typeid(self), typeid(Derived), caller);
-    check_slots_inside(&self, sizeof(Derived), caller);
     return std::make_shared<Derived>(self);
+  }
+
+  std::optional<ObjectExtent> object_extent() const override {
+    if (typeid(*this) != typeid(Derived) && dynamic_cast<const Derived*>(this) != nullptr) return std::nullopt;
+    return ObjectExtent{static_cast<const char*>(dynamic_cast<const void*>(this)), sizeof(Derived)};
   }
 };
 
@@ -216,7 +268,7 @@ void Module::register_module(const std::string& name, std::shared_ptr<M>& module
                " is null");
   ModuleSlot slot;
   slot.name = name;
-  slot.offset = offset_of(&module);
+  slot.offset = member_offset(&module, sizeof(module), "submodule", name, "nn::Module::register_module");
   slot.get = [](const void* member) -> std::shared_ptr<Module> {
     return *static_cast<const std::shared_ptr<M>*>(member);
   };

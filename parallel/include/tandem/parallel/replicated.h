@@ -39,9 +39,12 @@ class ReplicatedModule {
  public:
   // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]), with the master's
   // requires_grad flags. The master's current gradients are replaced by (zeroed) views of its buffer. Parameters
-  // that do not require grad get no gradient view and are left alone. Do not replace the replicas' parameter
-  // tensors afterwards (Module::to, set_parameters): the buffers and optimizers hold the ones seen here. Every
-  // replica parameter that requires grad gets a gradient hook, removed when the ReplicatedModule is destroyed.
+  // that do not require grad get no gradient view and are left alone. Do not move the replicas (Module::to) or
+  // replace their parameter tensors (set_parameters) afterwards: the buffers and optimizers hold the ones seen here.
+  // Every replica parameter that requires grad gets a gradient hook, removed when the ReplicatedModule is destroyed.
+  // The replicas run in the master's training modes: forward and forward_backward first copy the master's flags
+  // (train(), eval(), per submodule) onto the other replicas when any flag changed (Note [Following the master's
+  // modes] in nn/module.h).
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
@@ -90,12 +93,14 @@ class ReplicatedModule {
  private:
   bool install_gradient_views(bool zero);
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
+  void follow_master_modes();
 
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
   std::vector<std::vector<Tensor>> parameters_;      // [replica][parameter]
   std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into the replica's flat buffer
   std::unique_ptr<GradientReducer> reducer_;         // owns the flat buffers and the hooks (built after them)
+  uint64_t modes_generation_ = ~uint64_t{0};         // nn::Module::training_mode_generation() at the last copy
 };
 
 }  // namespace tandem::parallel

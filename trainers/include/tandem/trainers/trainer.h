@@ -90,6 +90,8 @@ class Trainer {
   FitResult fit(const Dataset& train, const Dataset& test = {});
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint).
+  // Both run the model in eval mode and give every module its previous mode back afterwards (also on an error), so
+  // fit()'s training steps run in the mode the model had (training, unless the caller changed it).
   std::vector<double> predict(const Dataset& data) const;
   RegressionMetrics evaluate(const Dataset& data) const;
 
