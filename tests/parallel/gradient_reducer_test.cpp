@@ -310,7 +310,7 @@ TEST(GradientReducer, ConstructionAndHookErrors) {
   EXPECT_ERROR(GradientReducer(layout, {}), "parallel::GradientReducer: got no buffers");
   EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({7}, Device::cpu(1))}),
                "parallel::GradientReducer: buffer 1 has shape [7] and strides [1] but expected a contiguous [8]");
-  EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({8})}), "is listed twice");
+  EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({8})}), "device cpu:0 appears twice (entries 0 and 1) but expected distinct devices");
   GradientCollective without_start;
   without_start.start = nullptr;
   EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8})}, without_start),
