@@ -1,12 +1,13 @@
-# Installs the library, its headers and a CMake package so that find_package(tandem) gives tandem::tandem.
-include(GNUInstallDirs)
+# Installs the layer libraries, their public headers and a CMake package so that find_package(tandem) gives
+# tandem::tandem (every layer) and tandem::<layer>. Only <layer>/include is installed, never src/ (nor
+# tandem_core_internal, Note [Core internals]); the CUDA headers under include/tandem/core/cuda stay out as well.
 include(CMakePackageConfigHelpers)
 
 foreach(layer core nn comm parallel trainers)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
           PATTERN "cuda" EXCLUDE)
 endforeach()
-install(TARGETS tandem EXPORT tandemTargets
+install(TARGETS tandem_core tandem_nn tandem_comm tandem_parallel tandem_trainers tandem EXPORT tandemTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

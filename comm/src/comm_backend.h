@@ -2,7 +2,8 @@
 // The communication backend interface: the primitives that the front end (comm/src/*.cpp) reduces every comm
 // function to. Two implementations: cpu/ (copies and adds through core; serves virtual CPU devices and any mix of
 // devices) and cuda/ (NCCL collectives and peer copies, one process driving all GPUs; a stub in nocuda/).
-// Named comm_backend.h rather than backend.h because core/src (also on the private include path) has a backend.h.
+// Named comm_backend.h rather than backend.h because core/src (on comm's include path in CUDA builds, through
+// tandem_core_internal) has a backend.h.
 //
 // Contract for every call: the tensors are defined and have a nonzero number of elements; the front end has
 // validated devices and shapes, allocated the outputs, and disabled grad mode. The collectives take contiguous

@@ -1,7 +1,7 @@
 #pragma once
 // Direct access between two GPUs, shared by core's cross-device copy and comm's overlapping peer copies. An internal
-// header of the CUDA backends: comm includes it as "cuda/peer_access.h" (core/src is a private include directory of
-// the library).
+// header of the CUDA backends: comm includes it as "cuda/peer_access.h" through tandem_core_internal (Note [Core
+// internals] in core/CMakeLists.txt).
 
 namespace tandem::cuda {
 

@@ -1,0 +1,25 @@
+# cmake -DBUILD_DIR=<build> -DPROBES=<target>:<compiles|fails>:<header>;... -P check_probes.cmake
+# Builds each probe target of tests/layering/CMakeLists.txt and fails unless every probe that should compile does,
+# and every probe that should fail does so because its header is not found (not for some unrelated reason).
+set(failures "")
+foreach(entry ${PROBES})
+  string(REPLACE ":" ";" fields "${entry}")
+  list(GET fields 0 probe)
+  list(GET fields 1 expect)
+  list(GET fields 2 header)
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${probe}
+                  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  string(REGEX MATCH "${header}[' ]*(: No such file|file not found)" header_missing "${output}")
+  if(expect STREQUAL "compiles" AND NOT result EQUAL 0)
+    string(APPEND failures "${probe}: should compile but did not:\n${output}\n")
+  elseif(expect STREQUAL "fails" AND result EQUAL 0)
+    string(APPEND failures "${probe}: compiled, so this layer can include ${header}, a header of a layer above it\n")
+  elseif(expect STREQUAL "fails" AND NOT header_missing)
+    string(APPEND failures "${probe}: failed, but not because ${header} was out of reach:\n${output}\n")
+  else()
+    message(STATUS "${probe}: ${expect}, as it should")
+  endif()
+endforeach()
+if(failures)
+  message(FATAL_ERROR "${failures}")
+endif()
