@@ -28,7 +28,7 @@ int64_t checked_numel(const Shape& shape, const char* caller) {
   for (int64_t size : shape) {
     TANDEM_CHECK(size >= 0, caller, ": negative size ", size, " in shape ", to_string(shape));
     overflow = overflow || __builtin_mul_overflow(extent, std::max<int64_t>(size, 1), &extent);
-    count *= size;  // cannot overflow while extent does not
+    if (!overflow) count *= size;  // count <= extent, so it cannot overflow while extent does not
   }
   // A zero anywhere makes the element count 0, but a shape such as [0, 2^62, 2^62] is still refused: its strides
   // would not fit in int64.
