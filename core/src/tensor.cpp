@@ -55,30 +55,35 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
 
 namespace {
 
-// Host values for a random tensor of `shape`, drawn after the shape is checked; running out of host memory for them
-// is an Error like running out for the tensor itself.
+// A tensor of `shape` on `device` filled with host values from `draw`. The tensor is allocated first, so a shape that
+// does not fit in memory is refused by the allocator (an Error) before any host buffer of that size is asked for;
+// running out of host memory for the values is an Error too.
 template <typename Draw>
-std::vector<float> host_values(const Shape& shape, const char* caller, Draw draw) {
-  const int64_t count = checked_numel(shape, caller);
+Tensor drawn(const Shape& shape, Device device, const char* caller, Draw draw) {
+  checked_nbytes(shape, sizeof(float), caller);  // names the caller for a shape that overflows
+  Tensor out = Tensor::empty(shape, device);
+  const int64_t count = out.numel();
+  std::vector<float> values;
   try {
-    return draw(static_cast<size_t>(count));
+    values = draw(static_cast<size_t>(count));
   } catch (const std::bad_alloc&) {
     TANDEM_FAIL(caller, ": out of host memory drawing ", count, " values for shape ", to_string(shape));
   }
+  if (count > 0) backend::for_device(device).from_host(values.data(), out);
+  return out;
 }
 
 }  // namespace
 
 Tensor Tensor::randn(const Shape& shape, Device device) {
-  return from_vector(host_values(shape, "Tensor::randn", [](size_t n) { return random::normal(n); }), shape, device);
+  return drawn(shape, device, "Tensor::randn", [](size_t n) { return random::normal(n); });
 }
 
 Tensor Tensor::rand(const Shape& shape, Device device) { return uniform(shape, 0.0f, 1.0f, device); }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Device device) {
   TANDEM_CHECK(low < high, "Tensor::uniform: low (", low, ") must be less than high (", high, ")");
-  return from_vector(host_values(shape, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); }),
-                     shape, device);
+  return drawn(shape, device, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); });
 }
 
 // ---- metadata -----------------------------------------------------------------------------------------------------
