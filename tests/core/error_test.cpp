@@ -11,6 +11,7 @@
 namespace tandem {
 namespace {
 
+using testing::error_message_of;
 TEST(ExcerptTest, ShortPrintableTextIsUnchanged) { EXPECT_EQ(excerpt("bmi"), "bmi"); }
 
 TEST(ExcerptTest, LongTextIsCutWithItsLength) {
@@ -22,16 +23,6 @@ TEST(ExcerptTest, LongTextIsCutWithItsLength) {
 
 TEST(ExcerptTest, ControlAndNonAsciiBytesAreEscaped) {
   EXPECT_EQ(excerpt(std::string("a\nb\r\0c\xEF\\", 8)), "a\\x0ab\\x0d\\x00c\\xef\\x5c");
-}
-
-std::string what_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
 }
 
 bool ends_with_location_of_line(const std::string& message, int line) {
@@ -93,7 +84,7 @@ TEST(ErrorLocation, IsWantedInDebugBuildsAndOnRequestInReleaseBuilds) {
 
 TEST(ErrorLocation, ChecksEndWithTheirFileAndLineExactlyWhenWanted) {
   int line = 0;
-  const std::string message = what_of([&] {
+  const std::string message = error_message_of([&] {
     line = __LINE__ + 1;
     TANDEM_CHECK(false, "fn: bad input");
   });

@@ -16,23 +16,13 @@ namespace tandem {
 namespace {
 
 using testing::expect_values;
+using testing::error_message_of;
 using testing::float_bytes;
 using testing::le64;
 using testing::read_bytes;
 using testing::safetensors_file;
 using testing::ScratchDir;
 using testing::write_bytes;
-
-// The message of the tandem::Error that `action` throws; a test failure when it throws none.
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
-}
 
 std::string entry(const std::string& name, const std::string& shape, uint64_t begin, uint64_t end,
                   const std::string& dtype = "\"F32\"") {
@@ -53,8 +43,8 @@ class SafetensorsReaderTest : public ::testing::Test {
   // prefixes, that contains `fragment` and stays short.
   void expect_refused(const std::string& bytes, const std::string& fragment) {
     write_bytes(path_, bytes);
-    const std::string from_file = error_of([&] { load_tensors(path_); });
-    const std::string from_memory = error_of([&] { load_tensors_from_bytes(bytes, "hostile"); });
+    const std::string from_file = error_message_of([&] { load_tensors(path_); });
+    const std::string from_memory = error_message_of([&] { load_tensors_from_bytes(bytes, "hostile"); });
     const std::string file_prefix = "load_tensors: '" + path_ + "': ";
     const std::string memory_prefix = "load_tensors_from_bytes: 'hostile': ";
     ASSERT_TRUE(from_file.starts_with(file_prefix)) << from_file;

@@ -9,6 +9,16 @@
 
 namespace tandem::testing {
 
+std::string error_message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tandem::Error";
+  return "";
+}
+
 std::string without_error_location(const std::string& message) {
   if (!detail::error_location_wanted() || !message.ends_with(')')) return message;
   const size_t open = message.rfind(" (");

@@ -72,6 +72,9 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e
 // builds, TANDEM_ERROR_LOCATION=1), so that a test can compare whole messages in every build.
 std::string without_error_location(const std::string& message);
 
+// The message of the tandem::Error that `action` throws; a test failure (and "") when it throws none.
+std::string error_message_of(const std::function<void()>& action);
+
 // Finite-difference check of f's gradients with respect to every input that requires grad. f's output is
 // reduced with a fixed random projection; central differences with step eps are computed in float64 on the host
 // (the inputs are perturbed and f re-evaluated on their device). Fails the test when any analytic gradient

@@ -14,6 +14,7 @@ namespace {
 
 using tandem::testing::DeviceSet;
 using tandem::testing::EveryDeviceSet;
+using testing::error_message_of;
 
 const Split& diabetes() {
   static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
@@ -57,15 +58,6 @@ std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
 // Unique per process, so that concurrent runs of the suite do not share files.
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "tandem_trainer_" + std::to_string(getpid()) + "_" + name;
-}
-
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string file_bytes(const std::string& path) {
@@ -270,7 +262,7 @@ TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   Trainer diverging = seed_net_trainer({Device::cpu(0)}, 5, 0, /*lr=*/1e10);
   diverging.load_checkpoint(path);
   diverging.add_callback(std::make_shared<CheckpointSaver>(path));
-  const std::string message = error_of([&] { diverging.fit(diabetes().train); });
+  const std::string message = error_message_of([&] { diverging.fit(diabetes().train); });
   EXPECT_NE(message.find("Trainer::fit: the loss is "), std::string::npos) << message;
   EXPECT_NE(message.find(" at epoch 3, step "), std::string::npos) << message;
   EXPECT_NE(message.find("the last checkpoint, \"" + path + "\" (epoch 2), holds the last good state"),
@@ -281,7 +273,7 @@ TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
 
 TEST(Trainer, NonFiniteLossWithoutCheckpointSaysSo) {
   Trainer diverging = seed_net_trainer({Device::cpu(0)}, 5, 0, /*lr=*/1e10);
-  const std::string message = error_of([&] { diverging.fit(diabetes().train); });
+  const std::string message = error_message_of([&] { diverging.fit(diabetes().train); });
   EXPECT_NE(message.find(" at epoch 1, step "), std::string::npos) << message;
   EXPECT_NE(message.find("training stopped; no checkpoint was written"), std::string::npos) << message;
 }
