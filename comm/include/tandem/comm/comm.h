@@ -17,6 +17,8 @@
 
 namespace tandem::comm {
 
+class ProcessGroup;  // process_group.h
+
 inline constexpr size_t kDefaultBufferSize = 10485760;  // 10 MiB
 
 // Returns one tensor per entry of `devices`, in that order, each equal to `tensor`.
@@ -92,6 +94,7 @@ class AllReduceWork {
 
  private:
   friend AllReduceWork all_reduce_async(std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready);
+  friend class ProcessGroup;  // its all_reduce_async joins the same way
   explicit AllReduceWork(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {}
 
   std::vector<Tensor> tensors_;  // held until the join, so that no storage is released while the sum runs

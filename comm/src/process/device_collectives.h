@@ -1,0 +1,50 @@
+#pragma once
+// The device side of a process group: the collectives over every device of every process. Two implementations:
+// host_collectives.cpp (virtual CPU devices, through the host channel) and cuda/group_nccl.cpp (one NCCL
+// communicator over every GPU of every process; a stub in nocuda/).
+//
+// Contract for every call: the front end (process_group.cpp) has validated the tensors (one per local device, in
+// devices() order, defined, contiguous, float32, equal shapes with nonzero elements) and disabled grad mode. Every
+// call is collective over the processes, as HostChannel's. Each call that issues device work arms the watchdog with
+// a description of the collective and disarms it once the work is known to be complete (or hands the watchdog an
+// event to poll).
+
+#include <memory>
+#include <vector>
+
+#include "host_channel.h"
+#include "tandem/comm/process_group.h"
+#include "tandem/core/stream_marker.h"
+#include "tandem/core/tensor.h"
+#include "watchdog.h"
+
+namespace tandem::comm::detail {
+
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  // In place over every device of every process; Average divides by the number of processes.
+  virtual void all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) = 0;
+  // As all_reduce, started after ready[i] on each device and not joined: the caller joins it (comm's join, which
+  // makes each compute stream wait for its communication stream). A synchronous implementation reduces here.
+  virtual void start_all_reduce(const std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready,
+                                ReduceOp op) = 0;
+  // Every tensor becomes process root's first tensor.
+  virtual void broadcast(const std::vector<Tensor>& tensors, int root) = 0;
+  // outputs[i] (world_devices() x inputs' rows) = every device's input concatenated along dim 0 in global order.
+  virtual void all_gather(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) = 0;
+  // outputs[i] = the reduction over every device of chunk (global rank of device i) of the inputs (dim 0).
+  virtual void reduce_scatter(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, ReduceOp op) = 0;
+  // Returns once the work issued on the local devices before it is complete (host wait, bounded by the watchdog).
+  virtual void synchronize() = 0;
+};
+
+// CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it).
+std::unique_ptr<DeviceCollectives> make_host_collectives(HostChannel& channel, Watchdog& watchdog,
+                                                         const std::vector<Device>& devices);
+// CUDA devices: creates the NCCL communicator over every GPU of every process (unique id from process 0 through
+// `channel`). Errors: tandem built without CUDA; NCCL's errors.
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(HostChannel& channel, Watchdog& watchdog,
+                                                         const std::vector<Device>& devices);
+
+}  // namespace tandem::comm::detail
