@@ -14,11 +14,26 @@ using comm::LaunchInfo;
 
 // Every variable that LaunchInfo reads: unset for each test, restored afterwards.
 const char* const kLauncherVariables[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK",             "PMI_SIZE",             "MPI_LOCALRANKID",            "MPI_LOCALNRANKS",
-    "SLURM_PROCID",         "SLURM_NTASKS",         "SLURM_LOCALID",              "SLURM_NTASKS_PER_NODE",
-    "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",    "PMIX_RANK",                  "RANK",
-    "WORLD_SIZE",           "LOCAL_RANK",           "LOCAL_WORLD_SIZE",           "TANDEM_INIT_METHOD",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NODEID",
+    "PMIX_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TANDEM_INIT_METHOD",
 };
 
 class LaunchInfoFromEnvironment : public ::testing::Test {
@@ -152,22 +167,24 @@ TEST_F(LaunchInfoFromEnvironment, InitMethodMustBeAnAbsoluteFileUrl) {
   set("WORLD_SIZE", "2");
   for (const char* bad : {"tcp://10.0.0.1:29500", "file://relative/path", "file:///", "/tmp/x", ""}) {
     set("TANDEM_INIT_METHOD", bad);
-    EXPECT_ERROR(LaunchInfo::from_environment(), std::string("TANDEM_INIT_METHOD is \"") + bad +
-                                                     "\" but expected file:///absolute/path");
+    EXPECT_ERROR(LaunchInfo::from_environment(),
+                 std::string("TANDEM_INIT_METHOD is \"") + bad + "\" but expected file:///absolute/path");
   }
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
   set("TANDEM_INIT_METHOD", "file:///tmp/x");
-  EXPECT_ERROR(LaunchInfo::from_environment(), "TANDEM_INIT_METHOD is \"file:///tmp/x\" but RANK and WORLD_SIZE "
-                                               "are not set");
+  EXPECT_ERROR(LaunchInfo::from_environment(),
+               "TANDEM_INIT_METHOD is \"file:///tmp/x\" but RANK and WORLD_SIZE "
+               "are not set");
 }
 
 TEST_F(LaunchInfoFromEnvironment, ValuesMustBeDecimalIntegersQuotedInTheError) {
   set("OMPI_COMM_WORLD_SIZE", "4");
   for (const char* bad : {"", "-1", "+1", " 1", "1 ", "0x1", "1e3", "99999999999", "two"}) {
     set("OMPI_COMM_WORLD_RANK", bad);
-    EXPECT_ERROR(LaunchInfo::from_environment(), std::string("LaunchInfo::from_environment: OMPI_COMM_WORLD_RANK is \"") +
-                                                     excerpt(bad) + "\" but expected a decimal integer in [0, ");
+    EXPECT_ERROR(LaunchInfo::from_environment(),
+                 std::string("LaunchInfo::from_environment: OMPI_COMM_WORLD_RANK is \"") + excerpt(bad) +
+                     "\" but expected a decimal integer in [0, ");
   }
   set("OMPI_COMM_WORLD_RANK", "\x01\xff");
   EXPECT_ERROR(LaunchInfo::from_environment(), "OMPI_COMM_WORLD_RANK is \"\\x01\\xff\"");
@@ -189,8 +206,9 @@ TEST_F(LaunchInfoFromEnvironment, RanksMustFallInsideTheirSizes) {
   set("LOCAL_WORLD_SIZE", "8");
   EXPECT_ERROR(LaunchInfo::from_environment(), "the local size is 8 but the size is 4");
   unsetenv("LOCAL_WORLD_SIZE");
-  EXPECT_ERROR(LaunchInfo::from_environment(), "got a local rank but no local size (expected both or neither of "
-                                               "LOCAL_RANK and LOCAL_WORLD_SIZE)");
+  EXPECT_ERROR(LaunchInfo::from_environment(),
+               "got a local rank but no local size (expected both or neither of "
+               "LOCAL_RANK and LOCAL_WORLD_SIZE)");
   unsetenv("RANK");
   EXPECT_ERROR(LaunchInfo::from_environment(), "RANK is not set but expected it with torchrun-style variables");
 }

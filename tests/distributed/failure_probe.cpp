@@ -3,13 +3,13 @@
 //   stall: rank 1 sleeps instead of joining the all_reduce (timeout 2 s): the others' watchdogs abort the job.
 // A rank that gets through prints "rank R finished normally", which the test treats as a failure.
 
+#include <tandem/tandem.h>
+
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#include <tandem/tandem.h>
 
 int main(int argc, char** argv) {
   using namespace tandem;

@@ -52,7 +52,8 @@ class DistributedGroup : public ::testing::TestWithParam<int> {
 // (k + 1) * (g + 1) summed over every device g of the job.
 std::vector<double> sum_of_ramps(int world, int64_t count, double divisor = 1.0) {
   std::vector<double> expected;
-  for (int64_t k = 0; k < count; ++k) expected.push_back(static_cast<double>(k + 1) * world * (world + 1) / 2 / divisor);
+  for (int64_t k = 0; k < count; ++k)
+    expected.push_back(static_cast<double>(k + 1) * world * (world + 1) / 2 / divisor);
   return expected;
 }
 
@@ -159,16 +160,16 @@ TEST_P(DistributedGroup, ArgumentsAreCheckedBeforeAnythingIsSent) {
   EXPECT_ERROR(group_->broadcast(wrong_device, 0), "ProcessGroup::broadcast: tensor 0 is on cpu:5 but expected cpu:0");
   std::vector<Tensor> transposed = per_device({2, 4}, ramp);
   for (Tensor& t : transposed) t = t.t();
-  EXPECT_ERROR(group_->all_gather(transposed), "ProcessGroup::all_gather: tensor 0 (shape [4, 2], strides [1, 4]) "
-                                               "is not contiguous");
-  EXPECT_ERROR(group_->broadcast(good, group_->size()), "ProcessGroup::broadcast: root is " +
-                                                            std::to_string(group_->size()) + " but expected a rank");
+  EXPECT_ERROR(group_->all_gather(transposed),
+               "ProcessGroup::all_gather: tensor 0 (shape [4, 2], strides [1, 4]) "
+               "is not contiguous");
+  EXPECT_ERROR(group_->broadcast(good, group_->size()),
+               "ProcessGroup::broadcast: root is " + std::to_string(group_->size()) + " but expected a rank");
   if (world() > 1) {  // every size divides by one device
     std::vector<Tensor> odd_rows = per_device({2 * world() + 1, 2}, ramp);
-    EXPECT_ERROR(group_->reduce_scatter(odd_rows), "ProcessGroup::reduce_scatter: dim 0 has size " +
-                                                       std::to_string(2 * world() + 1) +
-                                                       " but expected a multiple of world_devices() = " +
-                                                       std::to_string(world()));
+    EXPECT_ERROR(group_->reduce_scatter(odd_rows),
+                 "ProcessGroup::reduce_scatter: dim 0 has size " + std::to_string(2 * world() + 1) +
+                     " but expected a multiple of world_devices() = " + std::to_string(world()));
   }
   std::vector<StreamMarker> one_marker = {StreamMarker::record(Device::cpu(0))};
   one_marker.resize(good.size() + 1);

@@ -1,6 +1,7 @@
 // wait_for_devices on GPUs: a host wait for each device's compute and communication streams.
 
 #include "process/device_wait.h"
+
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::comm::detail {

@@ -6,8 +6,9 @@
 namespace tandem::comm::detail {
 
 std::unique_ptr<HostChannel> make_mpi_channel(const LaunchInfo& info) {
-  TANDEM_FAIL("ProcessGroup::from_environment: the process was started by an MPI launcher (rank ", info.rank,
-              " of ", info.size, ") but tandem was built without MPI (configure with -DTANDEM_MPI=ON, OpenMPI's "
+  TANDEM_FAIL("ProcessGroup::from_environment: the process was started by an MPI launcher (rank ", info.rank, " of ",
+              info.size,
+              ") but tandem was built without MPI (configure with -DTANDEM_MPI=ON, OpenMPI's "
               "development package installed)");
 }
 

@@ -39,7 +39,8 @@ class DeviceCollectives {
   virtual void synchronize() = 0;
 };
 
-// CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it).
+// CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it). Also
+// a group of one process on any devices: then every call is comm's single-process collective.
 std::unique_ptr<DeviceCollectives> make_host_collectives(HostChannel& channel, Watchdog& watchdog,
                                                          const std::vector<Device>& devices);
 // CUDA devices: creates the NCCL communicator over every GPU of every process (unique id from process 0 through

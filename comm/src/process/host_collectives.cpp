@@ -81,8 +81,8 @@ class HostCollectives final : public DeviceCollectives {
         all = channel_.all_gather(block);
       }
       const std::span<std::byte> whole = bytes_of(outputs[0]);
-      TANDEM_INTERNAL_ASSERT(all.size() == whole.size(), "HostCollectives::all_gather: got ", all.size(),
-                             " bytes for ", whole.size());
+      TANDEM_INTERNAL_ASSERT(all.size() == whole.size(), "HostCollectives::all_gather: got ", all.size(), " bytes for ",
+                             whole.size());
       std::memcpy(whole.data(), all.data(), all.size());
     }
     copy_first_to_others(outputs);
@@ -97,8 +97,8 @@ class HostCollectives final : public DeviceCollectives {
     const int64_t rows = outputs[0].size(0);
     std::vector<Tensor> chunks;
     for (size_t i = 0; i < sums.size(); ++i) {
-      const int64_t global = static_cast<int64_t>(channel_.rank()) * static_cast<int64_t>(sums.size()) +
-                             static_cast<int64_t>(i);
+      const int64_t global =
+          static_cast<int64_t>(channel_.rank()) * static_cast<int64_t>(sums.size()) + static_cast<int64_t>(i);
       chunks.push_back(sums[i].narrow(0, global * rows, rows));
     }
     backend_.copy(chunks, outputs);

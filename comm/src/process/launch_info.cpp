@@ -41,8 +41,8 @@ int parse_int(const char* name, std::string_view text, int minimum) {
   int value = 0;
   const bool digits_only = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  TANDEM_CHECK(digits_only && error == std::errc() && end == text.data() + text.size() && value >= minimum, kFn,
-               ": ", name, " is \"", excerpt(text), "\" but expected a decimal integer in [", minimum, ", ",
+  TANDEM_CHECK(digits_only && error == std::errc() && end == text.data() + text.size() && value >= minimum, kFn, ": ",
+               name, " is \"", excerpt(text), "\" but expected a decimal integer in [", minimum, ", ",
                std::numeric_limits<int>::max(), "]");
   return value;
 }
@@ -147,8 +147,8 @@ LaunchInfo from_pmix() {
 // "file:///absolute/path" -> "/absolute/path".
 std::string rendezvous_path(std::string_view method) {
   constexpr std::string_view kScheme = "file://";
-  const bool ok = method.starts_with(kScheme) && method.size() > kScheme.size() + 1 &&
-                  method[kScheme.size()] == '/' && method.find('\0') == std::string_view::npos;
+  const bool ok = method.starts_with(kScheme) && method.size() > kScheme.size() + 1 && method[kScheme.size()] == '/' &&
+                  method.find('\0') == std::string_view::npos;
   TANDEM_CHECK(ok, kFn, ": TANDEM_INIT_METHOD is \"", excerpt(method),
                "\" but expected file:///absolute/path (a path on a file system every process shares)");
   return std::string(method.substr(kScheme.size()));
@@ -156,8 +156,7 @@ std::string rendezvous_path(std::string_view method) {
 
 std::optional<LaunchInfo> from_torchrun() {
   const auto method = variable("TANDEM_INIT_METHOD");
-  const bool any = variable("RANK") || variable("WORLD_SIZE") || variable("LOCAL_RANK") ||
-                   variable("LOCAL_WORLD_SIZE");
+  const bool any = variable("RANK") || variable("WORLD_SIZE") || variable("LOCAL_RANK") || variable("LOCAL_WORLD_SIZE");
   if (!any) {
     TANDEM_CHECK(!method, kFn, ": TANDEM_INIT_METHOD is \"", excerpt(*method),
                  "\" but RANK and WORLD_SIZE are not set (expected torchrun-style variables with it)");
@@ -166,7 +165,8 @@ std::optional<LaunchInfo> from_torchrun() {
   LaunchInfo info;
   info.rank = required_int("RANK", 0, "torchrun-style variables");
   info.size = required_int("WORLD_SIZE", 1, "torchrun-style variables");
-  set_local(info, optional_int("LOCAL_RANK", 0), optional_int("LOCAL_WORLD_SIZE", 1), "LOCAL_RANK and LOCAL_WORLD_SIZE");
+  set_local(info, optional_int("LOCAL_RANK", 0), optional_int("LOCAL_WORLD_SIZE", 1),
+            "LOCAL_RANK and LOCAL_WORLD_SIZE");
   if (method) {
     info.channel = LaunchInfo::Channel::File;
     info.rendezvous_path = rendezvous_path(*method);

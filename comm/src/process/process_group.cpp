@@ -32,8 +32,7 @@ void check_group_devices(const std::vector<Device>& devices, const ProcessGroupO
 // One contiguous float32 tensor per device of this process, in devices() order, all of one shape.
 void check_tensors(const std::vector<Tensor>& tensors, const std::vector<Device>& devices, const char* fn) {
   TANDEM_CHECK(tensors.size() == devices.size(), fn, ": got ", tensors.size(),
-               " tensors but expected one per device of this process (", devices.size(), ": ", to_string(devices),
-               ")");
+               " tensors but expected one per device of this process (", devices.size(), ": ", to_string(devices), ")");
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     TANDEM_CHECK(t.defined(), fn, ": tensor ", i, " is undefined");
@@ -63,7 +62,8 @@ const char* type_name(int32_t type) { return type == static_cast<int32_t>(Device
 // ---- ProcessGroup::Impl ----------------------------------------------------------------------------------------
 
 ProcessGroup::Impl::LiveClaim::LiveClaim() {
-  TANDEM_CHECK(!group_alive.exchange(true), "ProcessGroup: a group is alive in this process already but expected "
+  TANDEM_CHECK(!group_alive.exchange(true),
+               "ProcessGroup: a group is alive in this process already but expected "
                "at most one (MPI and the host channel belong to the process): destroy it first");
 }
 
@@ -94,8 +94,8 @@ ProcessGroup::Impl::Impl(LaunchInfo& info, const std::vector<Device>& devices, c
   TANDEM_INTERNAL_ASSERT(channel_->rank() == info.rank && channel_->size() == info.size,
                          "ProcessGroup: the channel has rank ", channel_->rank(), " of ", channel_->size());
   if (info.size > 1) {
-    terminate_abort_ = std::make_unique<detail::TerminateAbort>(
-        rank_, [this](std::string_view message) { abort(message); });
+    terminate_abort_ =
+        std::make_unique<detail::TerminateAbort>(rank_, [this](std::string_view message) { abort(message); });
   }
   check_devices_agree(devices);
   if (info.size == 1 || devices[0].is_cpu()) {
@@ -134,8 +134,7 @@ void ProcessGroup::Impl::abort(std::string_view message) {
 
 // ---- ProcessGroup ------------------------------------------------------------------------------------------------
 
-std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(std::vector<Device> devices,
-                                                             ProcessGroupOptions options) {
+std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(std::vector<Device> devices, ProcessGroupOptions options) {
   check_group_devices(devices, options, "ProcessGroup::from_environment");
   return std::make_shared<ProcessGroup>(LaunchInfo::from_environment(), std::move(devices), options);
 }
@@ -164,8 +163,7 @@ GroupWork ProcessGroup::all_reduce_async(std::vector<Tensor>& tensors, const std
                                          ReduceOp op) {
   constexpr const char* fn = "ProcessGroup::all_reduce_async";
   check_tensors(tensors, devices_, fn);
-  TANDEM_CHECK(ready.size() == tensors.size(), fn, ": got ", ready.size(), " markers for ", tensors.size(),
-               " tensors");
+  TANDEM_CHECK(ready.size() == tensors.size(), fn, ": got ", ready.size(), " markers for ", tensors.size(), " tensors");
   for (size_t i = 0; i < ready.size(); ++i) {
     TANDEM_CHECK(ready[i].device() == tensors[i].device(), fn, ": marker ", i, " is on ", ready[i].device(),
                  " but tensor ", i, " is on ", tensors[i].device());
@@ -189,7 +187,8 @@ void ProcessGroup::broadcast(std::vector<Tensor>& tensors, int root) {
 std::vector<Tensor> ProcessGroup::all_gather(const std::vector<Tensor>& tensors) {
   constexpr const char* fn = "ProcessGroup::all_gather";
   check_tensors(tensors, devices_, fn);
-  TANDEM_CHECK(tensors[0].dim() > 0, fn, ": the tensors are 0-dim but expected at least one dimension to gather "
+  TANDEM_CHECK(tensors[0].dim() > 0, fn,
+               ": the tensors are 0-dim but expected at least one dimension to gather "
                "along");
   NoGradGuard no_grad;
   std::vector<Tensor> outputs = outputs_like(tensors, tensors[0].size(0) * static_cast<int64_t>(world_devices()));
@@ -200,7 +199,8 @@ std::vector<Tensor> ProcessGroup::all_gather(const std::vector<Tensor>& tensors)
 std::vector<Tensor> ProcessGroup::reduce_scatter(const std::vector<Tensor>& tensors, ReduceOp op) {
   constexpr const char* fn = "ProcessGroup::reduce_scatter";
   check_tensors(tensors, devices_, fn);
-  TANDEM_CHECK(tensors[0].dim() > 0, fn, ": the tensors are 0-dim but expected at least one dimension to scatter "
+  TANDEM_CHECK(tensors[0].dim() > 0, fn,
+               ": the tensors are 0-dim but expected at least one dimension to scatter "
                "along");
   const auto world = static_cast<int64_t>(world_devices());
   TANDEM_CHECK(tensors[0].size(0) % world == 0, fn, ": dim 0 has size ", tensors[0].size(0),

@@ -90,7 +90,7 @@ class ProcessGroup {
   // A group of this process alone (size 1), whatever the environment says.
   static std::shared_ptr<ProcessGroup> single(std::vector<Device> devices, ProcessGroupOptions options = {});
 
-  ~ProcessGroup();  // a collective barrier is NOT implied; the last group of the process finalizes its channel
+  ~ProcessGroup();  // a collective barrier is NOT implied; MPI, once started, is finalized at process exit
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
