@@ -1,9 +1,11 @@
 // The file channel (comm/src/process/file_channel.cpp): ranks as forked processes meeting in a temporary directory,
 // their collectives, clean-up, stale state of a crashed job, abort, rendezvous timeouts and bad paths.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
+using std::chrono::seconds;
 
 constexpr milliseconds kTimeout{20000};
 
@@ -65,7 +68,8 @@ class FileChannelTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(base_); }
 
   // Runs body(rank) in one forked process per entry of `ranks`; a process's exit status is what body returns, or 2
-  // when it throws (the message on its stderr). Processes still running after 60 s are killed.
+  // when it throws (the message on its stderr). Processes still running after 60 s, or 5 s after one of them failed,
+  // are killed.
   std::vector<Outcome> run(const std::vector<int>& ranks, const std::function<int(int rank)>& body) {
     std::vector<pid_t> pids;
     for (int rank : ranks) {
@@ -86,7 +90,7 @@ class FileChannelTest : public ::testing::Test {
       pids.push_back(pid);
     }
     std::vector<Outcome> outcomes(ranks.size());
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    auto deadline = std::chrono::steady_clock::now() + seconds(60);
     for (size_t done = 0; done < pids.size();) {
       for (size_t i = 0; i < pids.size(); ++i) {
         int status = 0;
@@ -94,10 +98,12 @@ class FileChannelTest : public ::testing::Test {
         outcomes[i].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         pids[i] = 0;
         ++done;
+        // The others may wait for a rank that failed a check: they get 5 s more.
+        if (outcomes[i].status != 0) deadline = std::min(deadline, std::chrono::steady_clock::now() + seconds(5));
       }
       if (done == pids.size()) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "ranks still running after 60 s; killed";
+        ADD_FAILURE() << "ranks still running after 60 s (or 5 s after one failed); killed";
         for (pid_t& pid : pids) {
           if (pid <= 0) continue;
           kill(pid, SIGKILL);
@@ -262,9 +268,10 @@ TEST_F(FileChannelTest, StateOfACrashedJobIsNotMistakenForThisJobs) {
   ASSERT_EQ(crashed[0].status, 1) << crashed[0].stderr;
   ASSERT_EQ(crashed[1].status, 1) << crashed[1].stderr;
   ASSERT_GT(count_files(rendezvous_), 0u);
-  // A hello of a rank the next job does not have, and one of a rank it has, from a job of another generation.
+  // Hellos of a rank the next job does not have, of one it has from another generation, and a corrupt one.
   std::ofstream(rendezvous_ + "/hello.5") << "0123456789abcdef";
   std::ofstream(rendezvous_ + "/hello.2") << "0123456789abcdef";
+  std::ofstream(rendezvous_ + "/hello.1") << "corrupt";
 
   expect_success(run_all(3, [&](int rank) {
     if (rank == 2) std::this_thread::sleep_for(milliseconds(200));  // its stale hello is there while others meet
@@ -341,6 +348,13 @@ TEST_F(FileChannelTest, RendezvousTimeoutNamesTheRanksThatNeverArrived) {
 TEST_F(FileChannelTest, RendezvousTimeoutWithoutRankZeroNamesIt) {
   EXPECT_ERROR(make_file_channel(launch_info(1, 2, rendezvous_), milliseconds(100)), "ranks that never arrived: 0");
   EXPECT_ERROR(make_file_channel(launch_info(0, 3, rendezvous_), milliseconds(100)), "ranks that never arrived: 1, 2");
+}
+
+TEST_F(FileChannelTest, SomethingOtherThanAFileUnderAKeyIsAnError) {
+  fs::create_directories(rendezvous_);
+  ASSERT_EQ(mkfifo((rendezvous_ + "/generation").c_str(), 0600), 0);
+  EXPECT_ERROR(make_file_channel(launch_info(1, 2, rendezvous_), kTimeout),
+               "generation is not a regular file but expected a value written by tandem");
 }
 
 TEST_F(FileChannelTest, RefusesBadPathsAndArguments) {

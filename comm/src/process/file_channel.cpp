@@ -18,7 +18,9 @@
 // generation G' it reads, republishing whenever the generation changes, until job-<G'>/ready holds G' and N_r in
 // slot r. Rank 0 accepts only hellos that carry its own G, and writes ready once every rank's has arrived. A stale
 // hello carries an older G; a stale ready lacks N_r; so no process joins an earlier job's state, and every key used
-// afterwards lives under job-<G>, where nothing stale can be. Both sides are bounded by the creation timeout, whose
+// afterwards lives under job-<G>, where nothing stale can be. A rendezvous file of an unexpected size counts as
+// absent (a job of another size, or a corrupt file that this job's writer replaces); anything but a regular file
+// under a key is an Error. Both sides are bounded by the creation timeout, whose
 // Error names the ranks that never arrived. Limits: ids are 64 random bits (a collision is not guarded against);
 // every process of an earlier job on the path must have ended, and two jobs must never share a path at once (rank
 // 0's clean-up would remove a live job's directory; PyTorch's FileStore likewise needs a file no other job uses); a

@@ -61,6 +61,21 @@ void write_fully(int fd, std::span<const std::byte> data, const std::string& pat
   }
 }
 
+// Opens the value at `path` for reading and sets `size` to its size; leaves `size` empty (and returns -1) when there
+// is no such file. Non-blocking, so that a FIFO planted under a key cannot block the open.
+// Errors: anything but a regular file.
+int open_value(const std::string& path, std::optional<uint64_t>& size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fd;  // absent (or removed by its owner between a listing and this open)
+  struct stat status {};
+  bool regular = ::fstat(fd, &status) == 0 && S_ISREG(status.st_mode);
+  if (!regular) ::close(fd);
+  TANDEM_CHECK(regular, "comm::FileStore: ", excerpt(path, 200),
+               " is not a regular file but expected a value written by tandem");
+  size = static_cast<uint64_t>(status.st_size);
+  return fd;
+}
+
 }  // namespace
 
 std::string FileStore::path_of(std::string_view key) const { return directory_ + "/" + std::string(key); }
@@ -90,15 +105,9 @@ void FileStore::set(std::string_view key, std::span<const std::byte> value) cons
 
 std::optional<uint64_t> FileStore::try_read(std::string_view key, std::span<std::byte> out) const {
   std::string path = path_of(key);
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) return std::nullopt;  // absent (or removed by its owner between a listing and this open)
-  struct stat status {};
-  TANDEM_CHECK(::fstat(file.get(), &status) == 0, "comm::FileStore: cannot inspect ", excerpt(path, 200), ": ",
-               system_reason());
-  TANDEM_CHECK(S_ISREG(status.st_mode), "comm::FileStore: ", excerpt(path, 200),
-               " is not a regular file but expected a value written by tandem");
-  auto size = static_cast<uint64_t>(status.st_size);
-  if (size != out.size()) return size;
+  std::optional<uint64_t> size;
+  FileDescriptor file(open_value(path, size));
+  if (!size || *size != out.size()) return size;
   size_t got = read_fully(file.get(), out, path);
   // A value is never rewritten in place (only replaced by rename), so a short read means a file that something else
   // truncated; report it as the size that was found.
@@ -107,11 +116,11 @@ std::optional<uint64_t> FileStore::try_read(std::string_view key, std::span<std:
 
 std::optional<std::string> FileStore::try_read_text(std::string_view key, size_t max_bytes) const {
   std::string path = path_of(key);
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) return std::nullopt;
-  std::string text(max_bytes, '\0');
-  size_t got = read_fully(file.get(), std::as_writable_bytes(std::span<char>(text)), path);
-  text.resize(got);
+  std::optional<uint64_t> size;
+  FileDescriptor file(open_value(path, size));
+  if (!size) return std::nullopt;
+  std::string text(std::min<uint64_t>(*size, max_bytes), '\0');
+  text.resize(read_fully(file.get(), std::as_writable_bytes(std::span<char>(text)), path));
   return text;
 }
 

@@ -27,9 +27,9 @@ class FileStore {
   void set(std::string_view key, std::span<const std::byte> value) const;
   // Reads key's value into `out`. Returns nullopt when the key is absent; otherwise the size of the value, which has
   // been read into `out` only when it equals out.size() (a value of any other size is left unread).
-  // Errors: a read that fails after the file was opened.
+  // Errors: something other than a regular file under key; a read that fails after the file was opened.
   std::optional<uint64_t> try_read(std::string_view key, std::span<std::byte> out) const;
-  // At most the first max_bytes of key's value; nullopt when the key is absent.
+  // At most the first max_bytes of key's value; nullopt when the key is absent. Errors: as try_read.
   std::optional<std::string> try_read_text(std::string_view key, size_t max_bytes) const;
   bool contains(std::string_view key) const;
   // Creates key with an empty value unless it exists; true when this call created it. Exactly one of several
