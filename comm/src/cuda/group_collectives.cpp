@@ -162,6 +162,9 @@ std::shared_ptr<Communicators> create_communicators(HostChannel& channel, Watchd
   }
 
   Armed armed(watchdog, tandem::detail::concat("creating the NCCL communicator over ", ranks, " GPUs"));
+  // NCCL allocates and frees device memory as it creates a communicator, which must not fall between two launches of
+  // a collective that another thread issues (Note [Launching collectives]).
+  cuda::CollectiveLaunchExclusion exclusion;
   created->comms.assign(devices.size(), nullptr);
   nccl::Group group;  // one group, so that this process's ranks join the communicator together
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -314,6 +317,7 @@ NcclCollectives::~NcclCollectives() {
     Armed armed(watchdog_, "destroying the NCCL communicator");
     for (int device : communicators_->devices) cuda::synchronize(device);
     if (!communicators_->leave_live(Communicators::Phase::Destroyed)) return;
+    cuda::CollectiveLaunchExclusion exclusion;  // NCCL frees device memory (Note [Launching collectives])
     for (ncclComm_t comm : communicators_->comms) TANDEM_NCCL_CHECK(ncclCommDestroy(comm));
   });
 }
