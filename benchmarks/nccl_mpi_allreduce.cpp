@@ -162,9 +162,8 @@ std::string markdown_table(const std::vector<Row>& rows, int processes, const Op
 
 int run(const Options& options) {
   const tandem::comm::LaunchInfo launch = tandem::comm::LaunchInfo::from_environment();
-  if (launch.channel != tandem::comm::LaunchInfo::Channel::Mpi || launch.size < 2) {
-    std::cout << "nccl_mpi_allreduce: needs at least 2 processes under an MPI launcher (mpirun -np 2 "
-                 "nccl_mpi_allreduce); nothing to measure\n";
+  if (launch.channel != tandem::comm::LaunchInfo::Channel::Mpi) {
+    std::cout << "nccl_mpi_allreduce: needs an MPI launcher (mpirun -np 2 nccl_mpi_allreduce); nothing to measure\n";
     return 0;
   }
   const int visible = tandem::cuda_device_count();
@@ -177,6 +176,10 @@ int run(const Options& options) {
 
   const tandem::Device device = tandem::Device::cuda(launch.local_rank);
   auto group = tandem::comm::ProcessGroup::from_environment({device});
+  if (group->size() < 2) {
+    std::cout << "nccl_mpi_allreduce: needs at least 2 processes (mpirun -np 2); nothing to measure\n";
+    return 0;
+  }
   std::vector<Row> rows;
   {
     RawNccl raw(group->rank(), group->size(), device.index());

@@ -22,7 +22,7 @@ class NcclGroup : public ::testing::Test {
     comm::ProcessGroupOptions options;
     options.timeout = std::chrono::seconds(60);
     const comm::LaunchInfo launch = comm::LaunchInfo::from_environment();
-    if (launch.size > 1) {
+    if (launch.channel != comm::LaunchInfo::Channel::None) {
       TANDEM_REQUIRE_GPUS(launch.local_size);
       group_ = comm::ProcessGroup::from_environment({Device::cuda(launch.local_rank)}, options);
     } else {
