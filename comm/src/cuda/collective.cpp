@@ -1,6 +1,7 @@
 #include "collective.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "communicators.h"
 
@@ -13,12 +14,17 @@ Collective::Collective(const std::vector<Device>& devices) {
   comms_ = &communicators(devices_);
 }
 
+Collective::Collective(std::vector<int> devices, const std::vector<ncclComm_t>& comms)
+    : devices_(std::move(devices)), comms_(&comms) {}
+
+// A linear search: a collective has a handful of local ranks, and the devices of a process group's are in the group's
+// order, not sorted.
 bool Collective::has(const Device& device) const {
-  return device.is_cuda() && std::binary_search(devices_.begin(), devices_.end(), device.index());
+  return device.is_cuda() && std::find(devices_.begin(), devices_.end(), device.index()) != devices_.end();
 }
 
 int Collective::rank_of(const Device& device) const {
-  return static_cast<int>(std::lower_bound(devices_.begin(), devices_.end(), device.index()) - devices_.begin());
+  return static_cast<int>(std::find(devices_.begin(), devices_.end(), device.index()) - devices_.begin());
 }
 
 }  // namespace tandem::comm::nccl

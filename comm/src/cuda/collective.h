@@ -1,6 +1,7 @@
 #pragma once
-// One NCCL collective over several GPUs driven by this process: the participating devices in rank order, their
-// cached communicators, and the streams the collective is issued on.
+// One NCCL collective over the GPUs that this process drives: the participating devices in local rank order, their
+// communicators (the cached ones of communicators.h, or a process group's), and the streams the collective is issued
+// on.
 
 #include <nccl.h>
 
@@ -37,8 +38,12 @@ class Collective {
   // NCCL's limit on the operations between ncclGroupStart and ncclGroupEnd (one per rank and tensor).
   static constexpr size_t kMaxGroupOperations = 2048;
 
-  // The participants: distinct CUDA devices, which become the ranks in ascending device order.
+  // The participants: distinct CUDA devices, which become the ranks in ascending device order, on the cached
+  // communicators of that device set (communicators.h).
   explicit Collective(const std::vector<Device>& devices);
+  // The local part of a communicator created elsewhere (a process group's, spanning other processes too): local rank
+  // r is device index devices[r] (distinct, any order) with comms[r], which must outlive the Collective.
+  Collective(std::vector<int> devices, const std::vector<ncclComm_t>& comms);
 
   size_t size() const { return devices_.size(); }
   bool has(const Device& device) const;

@@ -1,5 +1,5 @@
-// Built instead of src/cuda/group_collectives.cpp without CUDA: no group can drive a GPU then (the devices are
-// checked to exist first), so this is never reached; it throws if it is.
+// Built instead of src/cuda/group_collectives.cpp when tandem is configured with TANDEM_CUDA=OFF: a process group over
+// CUDA devices needs the CUDA build.
 
 #include "process/device_collectives.h"
 #include "tandem/core/error.h"
@@ -7,7 +7,8 @@
 namespace tandem::comm::detail {
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(HostChannel&, Watchdog&, const std::vector<Device>&) {
-  TANDEM_FAIL("ProcessGroup: tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)");
+  TANDEM_FAIL("comm::ProcessGroup: a group over CUDA devices needs tandem built with CUDA (configure with "
+              "-DTANDEM_CUDA=ON)");
 }
 
 }  // namespace tandem::comm::detail

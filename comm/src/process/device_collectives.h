@@ -1,7 +1,7 @@
 #pragma once
 // The device side of a process group: the collectives over every device of every process. Two implementations:
-// host_collectives.cpp (virtual CPU devices, through the host channel) and cuda/group_nccl.cpp (one NCCL
-// communicator over every GPU of every process; a stub in nocuda/).
+// host_collectives.cpp (virtual CPU devices, through the host channel) and cuda/group_collectives.cpp (one
+// NCCL communicator over every GPU of every process; a stub in nocuda/).
 //
 // Contract for every call: the front end (process_group.cpp) has validated the tensors (one per local device, in
 // devices() order, defined, contiguous, float32, equal shapes with nonzero elements) and disabled grad mode. Every
@@ -37,6 +37,11 @@ class DeviceCollectives {
   virtual void reduce_scatter(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, ReduceOp op) = 0;
   // Returns once the work issued on the local devices before it is complete (host wait, bounded by the watchdog).
   virtual void synchronize() = 0;
+  // For the group's watchdog failure (Note [A distributed job never hangs]): ends the device work in flight so that
+  // the process can exit (NCCL: ncclCommAbort on every local communicator). Safe to call from any thread, also while
+  // another thread is inside a call of this object, and more than once; waits a bounded time. No call other than the
+  // destructor may follow. Nothing to do for the host collectives.
+  virtual void abort() noexcept {}
 };
 
 // CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it). Also
@@ -44,7 +49,8 @@ class DeviceCollectives {
 std::unique_ptr<DeviceCollectives> make_host_collectives(HostChannel& channel, Watchdog& watchdog,
                                                          const std::vector<Device>& devices);
 // CUDA devices: creates the NCCL communicator over every GPU of every process (unique id from process 0 through
-// `channel`). Errors: tandem built without CUDA; NCCL's errors.
+// `channel`), bounded by `watchdog`, which must outlive the returned object (its destructor and the device entries
+// it arms use it). Errors: tandem built without CUDA; NCCL's errors.
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(HostChannel& channel, Watchdog& watchdog,
                                                          const std::vector<Device>& devices);
 

@@ -103,9 +103,15 @@ ProcessGroup::Impl::Impl(LaunchInfo& info, const std::vector<Device>& devices, c
   } else {
     collectives_ = detail::make_nccl_collectives(*channel_, watchdog_, devices);
   }
+  abort_collectives_.store(collectives_.get());
 }
 
-ProcessGroup::Impl::~Impl() = default;
+// The NCCL communicators are aborted first, so that kernels waiting for peers that will never come end and the
+// channel's abort is not held up behind them (Note [A distributed job never hangs] in watchdog.h).
+
+// The collectives' destructor may wait (bounded by the watchdog); an abort meanwhile ends the job through the channel
+// alone rather than through an object being destroyed.
+ProcessGroup::Impl::~Impl() { abort_collectives_.store(nullptr); }
 
 // Every process learns every process's device count and type, so a mismatch is the same Error on every rank.
 void ProcessGroup::Impl::check_devices_agree(const std::vector<Device>& devices) {
@@ -126,6 +132,7 @@ void ProcessGroup::Impl::check_devices_agree(const std::vector<Device>& devices)
 }
 
 void ProcessGroup::Impl::abort(std::string_view message) {
+  if (detail::DeviceCollectives* collectives = abort_collectives_.load()) collectives->abort();
   if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(message);
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
   std::fflush(stderr);
