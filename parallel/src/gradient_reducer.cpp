@@ -36,7 +36,7 @@ struct GradientReducer::Step {
   std::vector<char> launched;              // [bucket]
   // Note [Fixed bucket order] (a collective that spans processes): guarded by `order`.
   std::mutex order;
-  size_t next_to_launch = 0;   // every bucket before it has been launched
+  size_t next_to_launch = 0;    // every bucket before it has been launched
   std::vector<char> completed;  // [bucket]: complete on every replica
 };
 
