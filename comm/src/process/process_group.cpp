@@ -1,0 +1,224 @@
+// ProcessGroup: the factories, the argument checks of every collective (all made before anything is sent, so that
+// a mistake is an Error on the rank that made it instead of a mismatch on the others), and ProcessGroup::Impl.
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "process_group_impl.h"
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+
+namespace tandem::comm {
+namespace {
+
+std::atomic<bool> group_alive{false};
+
+void check_group_devices(const std::vector<Device>& devices, const ProcessGroupOptions& options, const char* fn) {
+  TANDEM_CHECK(!devices.empty(), fn, ": got no devices but expected this process's devices (one or more)");
+  check_distinct(devices, fn, "devices");
+  for (const Device& device : devices) check_device_available(device, fn);
+  for (const Device& device : devices) {
+    TANDEM_CHECK(device.type() == devices[0].type(), fn, ": devices ", to_string(devices),
+                 " mix CPU and CUDA devices but expected devices of one type");
+  }
+  TANDEM_CHECK(options.timeout.count() > 0, fn, ": options.timeout is ", options.timeout.count(),
+               " ms but expected a positive duration");
+}
+
+// One contiguous float32 tensor per device of this process, in devices() order, all of one shape.
+void check_tensors(const std::vector<Tensor>& tensors, const std::vector<Device>& devices, const char* fn) {
+  TANDEM_CHECK(tensors.size() == devices.size(), fn, ": got ", tensors.size(),
+               " tensors but expected one per device of this process (", devices.size(), ": ", to_string(devices),
+               ")");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    TANDEM_CHECK(t.defined(), fn, ": tensor ", i, " is undefined");
+    TANDEM_CHECK(t.device() == devices[i], fn, ": tensor ", i, " is on ", t.device(), " but expected ", devices[i],
+                 " (devices()[", i, "])");
+    TANDEM_CHECK(t.dtype() == DType::Float32, fn, ": tensor ", i, " is not float32");
+    TANDEM_CHECK(t.is_contiguous(), fn, ": tensor ", i, " (shape ", to_string(t.shape()), ", strides ",
+                 to_string(t.strides()), ") is not contiguous");
+    TANDEM_CHECK(t.shape() == tensors[0].shape(), fn, ": tensor ", i, " has shape ", to_string(t.shape()),
+                 " but expected ", to_string(tensors[0].shape()), " (tensor 0's)");
+  }
+}
+
+// One empty tensor per device of `tensors`' shape with dim 0 of `rows`.
+std::vector<Tensor> outputs_like(const std::vector<Tensor>& tensors, int64_t rows) {
+  Shape shape = tensors[0].shape();
+  shape[0] = rows;
+  std::vector<Tensor> outputs;
+  for (const Tensor& t : tensors) outputs.push_back(Tensor::empty(shape, t.device()));
+  return outputs;
+}
+
+const char* type_name(int32_t type) { return type == static_cast<int32_t>(DeviceType::CUDA) ? "CUDA" : "CPU"; }
+
+}  // namespace
+
+// ---- ProcessGroup::Impl ----------------------------------------------------------------------------------------
+
+ProcessGroup::Impl::LiveClaim::LiveClaim() {
+  TANDEM_CHECK(!group_alive.exchange(true), "ProcessGroup: a group is alive in this process already but expected "
+               "at most one (MPI and the host channel belong to the process): destroy it first");
+}
+
+ProcessGroup::Impl::LiveClaim::~LiveClaim() { group_alive.store(false); }
+
+ProcessGroup::Impl::Impl(LaunchInfo& info, const std::vector<Device>& devices, const ProcessGroupOptions& options)
+    : rank_(info.rank), watchdog_(options.timeout, [this](const std::string& reason) {
+        abort("comm: rank " + std::to_string(rank_) + ": " + reason);
+      }) {
+  {
+    detail::Armed armed(watchdog_, "the rendezvous of the processes");
+    switch (info.channel) {
+      case LaunchInfo::Channel::None:
+        channel_ = detail::make_single_channel();
+        break;
+      case LaunchInfo::Channel::Mpi:
+        channel_ = detail::make_mpi_channel(info);
+        break;
+      case LaunchInfo::Channel::File:
+        channel_ = detail::make_file_channel(info, options.timeout);
+        break;
+    }
+  }
+  TANDEM_INTERNAL_ASSERT(channel_ != nullptr, "ProcessGroup: no channel for launch channel ",
+                         static_cast<int>(info.channel));
+  abort_channel_.store(channel_.get());
+  if (info.size == 0) info.size = channel_->size();  // Note [Launcher precedence] in launch_info.cpp
+  TANDEM_INTERNAL_ASSERT(channel_->rank() == info.rank && channel_->size() == info.size,
+                         "ProcessGroup: the channel has rank ", channel_->rank(), " of ", channel_->size());
+  if (info.size > 1) {
+    terminate_abort_ = std::make_unique<detail::TerminateAbort>(
+        rank_, [this](std::string_view message) { abort(message); });
+  }
+  check_devices_agree(devices);
+  if (info.size == 1 || devices[0].is_cpu()) {
+    collectives_ = detail::make_host_collectives(*channel_, watchdog_, devices);
+  } else {
+    collectives_ = detail::make_nccl_collectives(*channel_, watchdog_, devices);
+  }
+}
+
+ProcessGroup::Impl::~Impl() = default;
+
+// Every process learns every process's device count and type, so a mismatch is the same Error on every rank.
+void ProcessGroup::Impl::check_devices_agree(const std::vector<Device>& devices) {
+  const int32_t mine[2] = {static_cast<int32_t>(devices.size()), static_cast<int32_t>(devices[0].type())};
+  std::vector<std::byte> gathered;
+  {
+    detail::Armed armed(watchdog_, "the exchange of the processes' devices");
+    gathered = channel_->all_gather(std::as_bytes(std::span(mine)));
+  }
+  std::vector<int32_t> all(gathered.size() / sizeof(int32_t));
+  std::memcpy(all.data(), gathered.data(), all.size() * sizeof(int32_t));
+  for (int r = 1; r < channel_->size(); ++r) {
+    const int32_t count = all[2 * r], type = all[2 * r + 1];
+    TANDEM_CHECK(count == all[0] && type == all[1], "ProcessGroup::from_environment: rank 0 drives ", all[0], " ",
+                 type_name(all[1]), " device(s) but rank ", r, " drives ", count, " ", type_name(type),
+                 " device(s) (expected every process to drive the same number of devices of one type)");
+  }
+}
+
+void ProcessGroup::Impl::abort(std::string_view message) {
+  if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(message);
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+// ---- ProcessGroup ------------------------------------------------------------------------------------------------
+
+std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(std::vector<Device> devices,
+                                                             ProcessGroupOptions options) {
+  check_group_devices(devices, options, "ProcessGroup::from_environment");
+  return std::make_shared<ProcessGroup>(LaunchInfo::from_environment(), std::move(devices), options);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::single(std::vector<Device> devices, ProcessGroupOptions options) {
+  check_group_devices(devices, options, "ProcessGroup::single");
+  return std::make_shared<ProcessGroup>(LaunchInfo{}, std::move(devices), options);
+}
+
+ProcessGroup::ProcessGroup(LaunchInfo info, std::vector<Device> devices, ProcessGroupOptions options)
+    : info_(std::move(info)), devices_(std::move(devices)), options_(options) {
+  check_group_devices(devices_, options_, "ProcessGroup");
+  impl_ = std::make_unique<Impl>(info_, devices_, options_);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::all_reduce(std::vector<Tensor>& tensors, ReduceOp op) {
+  check_tensors(tensors, devices_, "ProcessGroup::all_reduce");
+  if (tensors[0].numel() == 0) return;
+  NoGradGuard no_grad;
+  impl_->collectives().all_reduce(tensors, op);
+}
+
+GroupWork ProcessGroup::all_reduce_async(std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready,
+                                         ReduceOp op) {
+  constexpr const char* fn = "ProcessGroup::all_reduce_async";
+  check_tensors(tensors, devices_, fn);
+  TANDEM_CHECK(ready.size() == tensors.size(), fn, ": got ", ready.size(), " markers for ", tensors.size(),
+               " tensors");
+  for (size_t i = 0; i < ready.size(); ++i) {
+    TANDEM_CHECK(ready[i].device() == tensors[i].device(), fn, ": marker ", i, " is on ", ready[i].device(),
+                 " but tensor ", i, " is on ", tensors[i].device());
+  }
+  if (tensors[0].numel() == 0) return {};
+  NoGradGuard no_grad;
+  impl_->collectives().start_all_reduce(tensors, ready, op);
+  if (devices_[0].is_cpu()) return {};  // complete already
+  return GroupWork(tensors);
+}
+
+void ProcessGroup::broadcast(std::vector<Tensor>& tensors, int root) {
+  constexpr const char* fn = "ProcessGroup::broadcast";
+  check_tensors(tensors, devices_, fn);
+  TANDEM_CHECK(root >= 0 && root < size(), fn, ": root is ", root, " but expected a rank in [0, ", size(), ")");
+  if (tensors[0].numel() == 0) return;
+  NoGradGuard no_grad;
+  impl_->collectives().broadcast(tensors, root);
+}
+
+std::vector<Tensor> ProcessGroup::all_gather(const std::vector<Tensor>& tensors) {
+  constexpr const char* fn = "ProcessGroup::all_gather";
+  check_tensors(tensors, devices_, fn);
+  TANDEM_CHECK(tensors[0].dim() > 0, fn, ": the tensors are 0-dim but expected at least one dimension to gather "
+               "along");
+  NoGradGuard no_grad;
+  std::vector<Tensor> outputs = outputs_like(tensors, tensors[0].size(0) * static_cast<int64_t>(world_devices()));
+  if (tensors[0].numel() > 0) impl_->collectives().all_gather(tensors, outputs);
+  return outputs;
+}
+
+std::vector<Tensor> ProcessGroup::reduce_scatter(const std::vector<Tensor>& tensors, ReduceOp op) {
+  constexpr const char* fn = "ProcessGroup::reduce_scatter";
+  check_tensors(tensors, devices_, fn);
+  TANDEM_CHECK(tensors[0].dim() > 0, fn, ": the tensors are 0-dim but expected at least one dimension to scatter "
+               "along");
+  const auto world = static_cast<int64_t>(world_devices());
+  TANDEM_CHECK(tensors[0].size(0) % world == 0, fn, ": dim 0 has size ", tensors[0].size(0),
+               " but expected a multiple of world_devices() = ", world);
+  NoGradGuard no_grad;
+  std::vector<Tensor> outputs = outputs_like(tensors, tensors[0].size(0) / world);
+  if (outputs[0].numel() > 0) impl_->collectives().reduce_scatter(tensors, outputs, op);
+  return outputs;
+}
+
+void ProcessGroup::barrier() {
+  impl_->collectives().synchronize();
+  detail::Armed armed(impl_->watchdog(), "barrier");
+  impl_->channel().barrier();
+}
+
+void ProcessGroup::abort(std::string_view why) {
+  impl_->abort("comm: rank " + std::to_string(rank()) + ": " + std::string(why));
+}
+
+}  // namespace tandem::comm

@@ -1,0 +1,57 @@
+#pragma once
+// ProcessGroup::Impl: what stands behind a group: its host channel, its watchdog, the std::terminate handler of a
+// multi-process group, and its device collectives.
+
+#include <atomic>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "device_collectives.h"
+#include "host_channel.h"
+#include "tandem/comm/process_group.h"
+#include "terminate_abort.h"
+#include "watchdog.h"
+
+namespace tandem::comm {
+
+class ProcessGroup::Impl {
+ public:
+  // Claims the process's one live group, starts the channel that `info` names (the watchdog bounding the
+  // rendezvous), completes info.size where the launcher left it to MPI, exchanges every process's devices and
+  // refuses a mismatch (the same Error on every rank), then creates the device collectives. `devices` are
+  // validated.
+  Impl(LaunchInfo& info, const std::vector<Device>& devices, const ProcessGroupOptions& options);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  detail::HostChannel& channel() { return *channel_; }
+  detail::Watchdog& watchdog() { return watchdog_; }
+  detail::DeviceCollectives& collectives() { return *collectives_; }
+  // Ends every process of the job with `message` (one line, naming this rank) on stderr. Safe from any thread, also
+  // before the channel is up (then this process alone ends, and the launcher ends the others).
+  [[noreturn]] void abort(std::string_view message);
+
+ private:
+  // Makes this the process's one live group; released when the Impl goes (also when its constructor throws).
+  class LiveClaim {
+   public:
+    LiveClaim();
+    ~LiveClaim();
+    LiveClaim(const LiveClaim&) = delete;
+    LiveClaim& operator=(const LiveClaim&) = delete;
+  };
+
+  void check_devices_agree(const std::vector<Device>& devices);
+
+  LiveClaim claim_;  // first: released last
+  int rank_;
+  std::unique_ptr<detail::HostChannel> channel_;
+  std::atomic<detail::HostChannel*> abort_channel_{nullptr};  // channel_ once it is up, for the watchdog's thread
+  detail::Watchdog watchdog_;
+  std::unique_ptr<detail::TerminateAbort> terminate_abort_;  // size() > 1 only
+  std::unique_ptr<detail::DeviceCollectives> collectives_;
+};
+
+}  // namespace tandem::comm
