@@ -1,5 +1,7 @@
 #include "tandem/parallel/gradient_reducer.h"
 
+#include <mutex>
+
 #include "device_checks.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -19,7 +21,8 @@ struct GradientReducer::Step {
         replicas_missing(buckets),
         ready(buckets, std::vector<StreamMarker>(replicas)),
         works(buckets),
-        launched(buckets, 0) {}
+        launched(buckets, 0),
+        completed(buckets, 0) {}
 
   // Touched only by the thread running that replica's backward:
   std::vector<std::vector<size_t>> missing;  // [bucket][replica]: gradients of the bucket still to come
@@ -31,6 +34,10 @@ struct GradientReducer::Step {
   // Written by the launching thread, read by finish() once every replica has finished:
   std::vector<comm::AllReduceWork> works;  // [bucket]
   std::vector<char> launched;              // [bucket]
+  // Note [Fixed bucket order] (a collective that spans processes): guarded by `order`.
+  std::mutex order;
+  size_t next_to_launch = 0;    // every bucket before it has been launched
+  std::vector<char> completed;  // [bucket]: complete on every replica
 };
 
 GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buffers, GradientCollective collective)
@@ -82,23 +89,35 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
   }
 }
 
-// Note [Accumulating onto sums]: backward adds to the gradient buffers. When a step begins while they hold sums over
-// the replicas (no zeroing since the last reduction: gradients accumulated over several batches), every replica
-// holds the same sum S, and summing the replicas again would count S once per replica. So the buffers of replicas
-// 1.. are cleared first: replica 0 keeps S, and this step's all-reduce gives S plus the new gradients of every
-// replica, as one device accumulating over the batches would.
+// Note [Accumulating onto sums]: backward adds to the gradient buffers. When gradients accumulate onto buffers that
+// hold reduced values (no zeroing since the last reduction: gradients accumulated over several batches), every
+// buffer holds the same value S, and reducing them all again would count S once per buffer. So before the new
+// gradients arrive, all buffers but those that keep S are cleared, and which keep it depends on the reduction:
+//   - a sum over the replicas of one process: replica 0 keeps S, and the next sum gives S plus every replica's new
+//     gradients, as one device accumulating over the batches would;
+//   - a sum over every replica of P processes: only replica 0 of rank 0 keeps S, every buffer of the other
+//     processes is cleared, and the sum gives S plus the new gradients again;
+//   - an average over P processes (the sum over every replica divided by P): replica 0 of every process keeps S,
+//     so the result is (P * S + the sum of the new gradients) / P = S + their average.
+// GradientCollective::keeps_sum_on_replica0 says whether this process's replica 0 keeps S (true in one process).
+void GradientReducer::prepare_to_accumulate() {
+  TANDEM_CHECK(!open_, kName, "::prepare_to_accumulate: a step is open; finish() or abandon() it first");
+  if (summed_) {
+    NoGradGuard no_grad;
+    for (size_t r = collective_.keeps_sum_on_replica0 ? 1 : 0; r < buffers_.size(); ++r) buffers_[r].zero_();
+  }
+  summed_ = false;
+}
+
 void GradientReducer::begin(size_t active) {
   TANDEM_CHECK(!open_, kName, "::begin: the previous step is still open; finish() or abandon() it first");
   TANDEM_CHECK(active <= size(), kName, "::begin: got ", active, " active replicas but there are ", size());
-  if (summed_) {
-    NoGradGuard no_grad;
-    for (size_t r = 1; r < buffers_.size(); ++r) buffers_[r].zero_();
-  }
-  summed_ = false;
+  prepare_to_accumulate();
   open_ = true;
   // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
-  // summed by finish(), without the per-gradient bookkeeping of an overlapped step.
-  if (size() < 2 || layout_.buckets().size() < 2) return;
+  // summed by finish(), without the per-gradient bookkeeping of an overlapped step. Nor is there anything to
+  // overlap with one replica in one process.
+  if (layout_.buckets().size() < 2 || nothing_to_reduce()) return;
 
   // Replica r's part of every bucket is complete once each of its parameters in the bucket got its gradient; a
   // replica without an input this step has its part complete from the start, with the gradients it holds.
@@ -133,7 +152,21 @@ void GradientReducer::mark_ready(size_t replica, size_t parameter) {
   const size_t bucket = layout_.bucket_of(parameter);
   if (--step->missing[bucket][replica] > 0) return;
   step->ready[bucket][replica] = StreamMarker::record(buffers_[replica].device());
-  if (step->replicas_missing[bucket].fetch_sub(1, std::memory_order_acq_rel) == 1) launch_bucket(*step, bucket);
+  if (step->replicas_missing[bucket].fetch_sub(1, std::memory_order_acq_rel) == 1) bucket_completed(*step, bucket);
+}
+
+// Runs on the thread that completed `bucket` on the last replica.
+void GradientReducer::bucket_completed(Step& step, size_t bucket) {
+  if (!collective_.spans_processes) {
+    launch_bucket(step, bucket);
+    return;
+  }
+  // Note [Fixed bucket order]: launch it once every bucket before it has been, and the completed ones after it.
+  std::lock_guard<std::mutex> lock(step.order);
+  step.completed[bucket] = 1;
+  while (step.next_to_launch < step.completed.size() && step.completed[step.next_to_launch]) {
+    launch_bucket(step, step.next_to_launch++);
+  }
 }
 
 void GradientReducer::launch_bucket(Step& step, size_t bucket) {
@@ -163,6 +196,10 @@ void GradientReducer::finish() {
 void GradientReducer::finish_overlapped_step() {
   for (size_t b = 0; b < bucket_slices_.size(); ++b) {
     if (step_->launched[b]) continue;
+    if (collective_.spans_processes && step_->replicas_missing[b].load(std::memory_order_acquire) == 0) {
+      launch_bucket(*step_, b);  // complete, waiting for an earlier bucket (Note [Fixed bucket order])
+      continue;
+    }
     std::vector<Tensor> slices = bucket_slices_[b];
     collective_.run(slices);
   }
@@ -177,7 +214,7 @@ void GradientReducer::abandon() {
 
 void GradientReducer::reduce() {
   TANDEM_CHECK(!open_, kName, "::reduce: a step is open; finish() sums its gradients");
-  if (summed_ || size() == 1) return;
+  if (summed_ || nothing_to_reduce()) return;
   for (const std::vector<Tensor>& bucket : bucket_slices_) {
     std::vector<Tensor> slices = bucket;
     collective_.run(slices);

@@ -41,7 +41,7 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
     }
     gradient_views_.push_back(std::move(views));
   }
-  reducer_ = std::make_unique<GradientReducer>(std::move(layout), std::move(buffers));
+  reducer_ = std::make_unique<GradientReducer>(std::move(layout), std::move(buffers), std::move(options.collective));
   install_gradient_views(/*zero=*/true);
   for (size_t d = 0; d < replicas_.size(); ++d) reducer_->install_hooks(d, parameters_[d]);
 }
@@ -51,8 +51,8 @@ void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const cha
                " inputs for ", replicas_.size(), " replicas");
   for (size_t i = 0; i < inputs.size(); ++i) {
     TANDEM_CHECK(inputs[i].defined(), kName, "::", caller, ": input ", i, " is undefined");
-    TANDEM_CHECK(inputs[i].device() == devices_[i], kName, "::", caller, ": input ", i, " is on ",
-                 inputs[i].device(), " but replica ", i, " is on ", devices_[i]);
+    TANDEM_CHECK(inputs[i].device() == devices_[i], kName, "::", caller, ": input ", i, " is on ", inputs[i].device(),
+                 " but replica ", i, " is on ", devices_[i]);
   }
 }
 
@@ -73,12 +73,36 @@ void ReplicatedModule::follow_master_modes() {
   modes_generation_ = generation;
 }
 
-std::vector<Tensor> ReplicatedModule::forward_backward(
-    const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss) {
-  check_inputs(inputs, "forward_backward");
-  follow_master_modes();
+void ReplicatedModule::check_no_step_open(const char* caller) const {
+  TANDEM_CHECK(!reducer_->step_open(), kName, "::", caller,
+               ": the step opened by prepare_for_backward() is still open; call reduce_gradients() after the backward");
+}
+
+// The buffers are ready for a backward of replicas 0..active-1: views reinstalled, and either a step open or the
+// sums prepared to be accumulated onto.
+void ReplicatedModule::prepare_buffers(size_t active, bool reduce) {
   if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
-  reducer_->begin(inputs.size());
+  if (reduce) {
+    reducer_->begin(active);
+  } else {
+    reducer_->prepare_to_accumulate();
+  }
+}
+
+void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
+  check_no_step_open("prepare_for_backward");
+  TANDEM_CHECK(active <= replicas_.size(), kName, "::prepare_for_backward: got ", active,
+               " active replicas but there are ", replicas_.size());
+  prepare_buffers(active, reduce);
+}
+
+std::vector<Tensor> ReplicatedModule::forward_backward(
+    const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
+    bool reduce) {
+  check_inputs(inputs, "forward_backward");
+  check_no_step_open("forward_backward");
+  follow_master_modes();
+  prepare_buffers(inputs.size(), reduce);
 
   std::vector<Tensor> losses(inputs.size());
   std::vector<std::function<void()>> tasks;
@@ -93,19 +117,24 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   try {
     run_on_devices(tasks, used);
   } catch (...) {
-    reducer_->abandon();  // the gradients are partial
+    reducer_->abandon();  // the gradients are partial (abandon does nothing without a step)
     throw;
   }
-  reducer_->finish();
+  if (reduce) reducer_->finish();
   return losses;
 }
 
 void ReplicatedModule::reduce_gradients() {
+  if (reducer_->step_open()) {
+    reducer_->finish();
+    return;
+  }
   if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
   reducer_->reduce();
 }
 
 void ReplicatedModule::zero_grad() {
+  check_no_step_open("zero_grad");
   install_gradient_views(/*zero=*/true);
   reducer_->buffers_changed();
 }

@@ -1,9 +1,15 @@
 // parallel::GradientLayout and GradientReducer on their own: where gradients live in the flat buffers, and when each
 // bucket's collective starts (recorded by a collective that calls through to comm's).
 
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
 
 #include "parallel/parallel_test_helpers.h"
+#include "tandem/comm/process_group.h"
 
 namespace tandem::testing {
 namespace {
@@ -325,6 +331,206 @@ TEST(GradientReducer, ConstructionAndHookErrors) {
                "install_hooks: parameter 'a' of replica 0 is on cpu:1 but the replica's buffer is on cpu:0");
   reducer.install_hooks(1, parameters);
   EXPECT_ERROR(reducer.install_hooks(1, parameters), "install_hooks: replica 1 has its hooks already");
+}
+
+// Note [Fixed bucket order]: with a collective that spans processes, a bucket that completes early waits for the
+// buckets before it; completing the next one launches it and every completed one after it; finish() launches the
+// rest in the same order.
+TEST(GradientReducer, SpanningProcessesLaunchesTheBucketsInIndexOrder) {
+  const auto calls = std::make_shared<Calls>();
+  const GradientLayout layout(four_parameters(Device::cpu(0)), kBucketBytes);
+  GradientCollective collective = recording(calls, layout);
+  collective.spans_processes = true;
+  GradientReducer reducer(layout, numbered_buffers({Device::cpu(0), Device::cpu(1)}, 8), collective);
+  reducer.begin(2);
+  for (size_t r = 0; r < 2; ++r) reducer.mark_ready(r, kA);  // bucket 2 complete first
+  for (size_t r = 0; r < 2; ++r) reducer.mark_ready(r, kB);  // then bucket 1
+  EXPECT_EQ(*calls, Calls{}) << "buckets 1 and 2 wait for bucket 0";
+  for (size_t r = 0; r < 2; ++r) reducer.mark_ready(r, kC);
+  reducer.mark_ready(0, kD);
+  EXPECT_EQ(*calls, Calls{});
+  reducer.mark_ready(1, kD);
+  EXPECT_EQ(*calls, (Calls{"start 0", "start 1", "start 2"}));
+  reducer.finish();
+  EXPECT_EQ(calls->size(), 3u);
+  expect_every_buffer_holds(reducer, numbered_sum(2, 8));
+
+  calls->clear();
+  reducer.buffers_changed();
+  reducer.begin(2);
+  for (size_t r = 0; r < 2; ++r) {
+    reducer.mark_ready(r, kA);
+    reducer.mark_ready(r, kC);
+    reducer.mark_ready(r, kD);
+  }
+  reducer.mark_ready(0, kB);  // bucket 1 never completes: bucket 2 waits for finish()
+  EXPECT_EQ(*calls, Calls{"start 0"});
+  reducer.finish();
+  EXPECT_EQ(*calls, (Calls{"start 0", "run 1", "start 2"}));
+}
+
+// The launch order does not depend on which thread completes which bucket when: replicas on their own threads mark
+// their gradients in scrambled orders, and the recorded launches are always buckets 0, 1, 2, ... .
+TEST(GradientReducer, SpanningProcessesKeepsTheOrderWhateverTheThreadsDo) {
+  std::vector<std::pair<std::string, Tensor>> named;  // eight parameters of one float: one bucket each
+  for (int i = 0; i < 8; ++i) named.emplace_back("p" + std::to_string(i), Tensor::zeros({1}, Device::cpu(0)));
+  for (auto& [name, parameter] : named) parameter.set_requires_grad(true);
+  const GradientLayout layout(named, 4);
+  ASSERT_EQ(layout.buckets().size(), 8u);
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+  std::mutex mutex;
+  std::vector<int64_t> launches;  // the start of each launched bucket's slice
+  GradientCollective collective;
+  collective.spans_processes = true;
+  collective.start = [&](std::vector<Tensor>& slices, const std::vector<StreamMarker>& ready) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      launches.push_back(slices.front().storage_offset());
+    }
+    return comm::all_reduce_async(slices, ready);
+  };
+  GradientReducer reducer(layout, numbered_buffers(devices, 8), collective);
+  std::vector<int64_t> expected;
+  for (const GradientLayout::Bucket& bucket : layout.buckets()) expected.push_back(bucket.start);
+
+  for (unsigned trial = 0; trial < 50; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    launches.clear();
+    reducer.buffers_changed();
+    reducer.begin(devices.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < devices.size(); ++r) {
+      threads.emplace_back([&reducer, r, trial] {
+        std::vector<size_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
+        std::shuffle(order.begin(), order.end(), std::mt19937(trial * 7 + static_cast<unsigned>(r)));
+        for (const size_t parameter : order) {
+          reducer.mark_ready(r, parameter);
+          std::this_thread::yield();
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(launches, expected) << "every bucket launched during backward, in index order";
+    reducer.finish();
+    expect_every_buffer_holds(reducer, numbered_sum(3, 8));
+    for (size_t r = 0; r < devices.size(); ++r) {
+      NoGradGuard no_grad;
+      Tensor(reducer.buffers()[r]).copy_(numbered_buffers({devices[r]}, 8).front().mul_(static_cast<float>(r + 1)));
+    }
+  }
+}
+
+// A collective that spans processes runs with a single replica in the process: overlapped with two or more buckets,
+// at the end with one, and in reduce().
+TEST(GradientReducer, SpanningProcessesReducesASingleReplica) {
+  const auto calls = std::make_shared<Calls>();
+  const GradientLayout layout(four_parameters(Device::cpu(0)), kBucketBytes);
+  GradientCollective collective = recording(calls, layout);
+  collective.spans_processes = true;
+  GradientReducer reducer(layout, numbered_buffers({Device::cpu(0)}, 8), collective);
+  reducer.begin(1);
+  reducer.mark_ready(0, kC);
+  reducer.mark_ready(0, kD);
+  EXPECT_EQ(*calls, Calls{"start 0"});
+  reducer.mark_ready(0, kB);
+  reducer.finish();
+  EXPECT_EQ(*calls, (Calls{"start 0", "start 1", "run 2"}));
+  reducer.buffers_changed();
+  reducer.reduce();
+  EXPECT_EQ(calls->size(), 6u);
+
+  const GradientLayout one_bucket(four_parameters(Device::cpu(0)), 1024);
+  calls->clear();
+  GradientCollective single = recording(calls, one_bucket);
+  single.spans_processes = true;
+  GradientReducer whole(one_bucket, numbered_buffers({Device::cpu(0)}, 8), single);
+  whole.begin(1);
+  for (size_t i = 0; i < 4; ++i) whole.mark_ready(0, i);
+  EXPECT_EQ(*calls, Calls{});
+  whole.finish();
+  EXPECT_EQ(*calls, Calls{"run 0"});
+}
+
+// Two processes of one job, simulated in one thread: each process's reducer has its own buffers, and the k-th
+// collective of process A meets the k-th of process B (the same bucket, or the test fails) once B issues it. The
+// reduction is written into both processes' slices then, so A's results appear once B's step has run.
+class TwoProcesses {
+ public:
+  explicit TwoProcesses(comm::ReduceOp op) : op_(op) {}
+
+  GradientCollective collective(size_t process) {
+    GradientCollective collective;
+    collective.spans_processes = true;
+    collective.keeps_sum_on_replica0 = op_ == comm::ReduceOp::Average || process == 0;
+    collective.start = [this, process](std::vector<Tensor>& slices, const std::vector<StreamMarker>&) {
+      meet(process, slices);
+      return comm::AllReduceWork();
+    };
+    collective.run = [this, process](std::vector<Tensor>& slices) { meet(process, slices); };
+    return collective;
+  }
+  size_t collectives(size_t process) const { return issued_[process].size(); }
+
+ private:
+  void meet(size_t process, const std::vector<Tensor>& slices) {
+    issued_[process].push_back(slices);
+    const size_t k = issued_[process].size() - 1;
+    if (issued_[1 - process].size() <= k) return;  // the other process has not issued its k-th collective yet
+    const std::vector<Tensor>& mine = issued_[process][k];
+    const std::vector<Tensor>& theirs = issued_[1 - process][k];
+    ASSERT_EQ(mine.front().storage_offset(), theirs.front().storage_offset()) << "collective " << k;
+    NoGradGuard no_grad;
+    Tensor total = Tensor::zeros(mine.front().shape());
+    for (const auto* side : {&mine, &theirs}) {
+      for (const Tensor& slice : *side) total.add_(slice.to(Device::cpu(0)));
+    }
+    if (op_ == comm::ReduceOp::Average) total.mul_(0.5f);
+    for (const auto* side : {&mine, &theirs}) {
+      for (const Tensor& slice : *side) Tensor(slice).copy_(total.to(slice.device()));
+    }
+  }
+
+  comm::ReduceOp op_;
+  std::vector<std::vector<Tensor>> issued_[2];
+};
+
+// Note [Accumulating onto sums] across processes: a step that accumulates onto reduced buffers counts them once,
+// for a sum (only rank 0's replica 0 keeps them) and for an average (every process's replica 0 keeps them).
+TEST(GradientReducer, AccumulatingOntoReducedGradientsAcrossProcessesCountsThemOnce) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  const GradientLayout layout(four_parameters(Device::cpu(0)), kBucketBytes);
+  for (const comm::ReduceOp op : {comm::ReduceOp::Sum, comm::ReduceOp::Average}) {
+    SCOPED_TRACE(op == comm::ReduceOp::Sum ? "sum" : "average");
+    TwoProcesses job(op);
+    // Process p's replica r holds (2p + r + 1) * (k + 1): over all four replicas, 10 * (k + 1).
+    std::vector<std::unique_ptr<GradientReducer>> reducers;
+    for (size_t p = 0; p < 2; ++p) {
+      std::vector<Tensor> buffers = numbered_buffers(devices, 8);
+      for (Tensor& buffer : buffers) buffer.add_(numbered_buffers({buffer.device()}, 8).front(), 2.0f * p);
+      reducers.push_back(std::make_unique<GradientReducer>(layout, buffers, job.collective(p)));
+    }
+    const double divisor = op == comm::ReduceOp::Sum ? 1.0 : 2.0;
+    for (auto& reducer : reducers) reducer->reduce();
+    std::vector<double> reduced;
+    for (int64_t k = 0; k < 8; ++k) reduced.push_back(10.0 * static_cast<double>(k + 1) / divisor);
+    for (auto& reducer : reducers) expect_every_buffer_holds(*reducer, reduced);
+
+    // A second step: every replica of both processes adds 1 to every gradient.
+    for (auto& reducer : reducers) {
+      reducer->begin(2);
+      for (size_t r = 0; r < 2; ++r) {
+        NoGradGuard no_grad;
+        Tensor(reducer->buffers()[r]).add_(Tensor::ones({8}, devices[r]));
+        for (size_t i = 0; i < 4; ++i) reducer->mark_ready(r, i);
+      }
+      reducer->finish();
+    }
+    EXPECT_EQ(job.collectives(0), 6u);
+    EXPECT_EQ(job.collectives(1), 6u);
+    std::vector<double> accumulated;
+    for (const double value : reduced) accumulated.push_back(value + 4.0 / divisor);  // once, plus the new ones
+    for (auto& reducer : reducers) expect_every_buffer_holds(*reducer, accumulated);
+  }
 }
 
 }  // namespace

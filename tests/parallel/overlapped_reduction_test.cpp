@@ -2,6 +2,8 @@
 // reduction]); on CPU devices the all-reduces are synchronous, so these tests check that the bookkeeping (hooks,
 // buckets completed replica by replica, idle replicas, leftover buckets, accumulation) gives one device's numbers.
 
+#include <atomic>
+
 #include "parallel/parallel_test_helpers.h"
 
 namespace tandem::testing {
@@ -35,12 +37,14 @@ std::vector<Tensor> forward_backward_step(parallel::ReplicatedModule& model, con
 }
 
 // The same step without forward_backward: forward, one backward over every replica's loss, reduce_gradients().
-void manual_step(parallel::ReplicatedModule& model, const Batch& b) {
+// With `prepared`, prepare_for_backward() opens a step between forward and backward.
+void manual_step(parallel::ReplicatedModule& model, const Batch& b, bool prepared = false) {
   const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
   const std::vector<Device> used(model.devices().begin(),
                                  model.devices().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   const std::vector<Tensor> targets = comm::scatter(b.y, used);
   const std::vector<Tensor> outputs = model.forward(inputs);
+  if (prepared) model.prepare_for_backward(outputs.size());
   std::vector<Tensor> losses;
   for (size_t i = 0; i < outputs.size(); ++i) {
     losses.push_back(nn::mse_loss(outputs[i], targets[i]) *
@@ -156,9 +160,8 @@ TEST_P(OverlappedReduction, ABucketWithAParameterWithoutGradientIsSummedAtTheEnd
   auto reference = std::make_shared<WithUnusedParameter>(devices[0]);
   std::vector<Tensor> inputs;
   for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({3, 4}, devices[d], 60 + d));
-  model.forward_backward(inputs, [](size_t i, const Tensor& output) {
-    return sum(output) * static_cast<float>(i + 1);
-  });
+  model.forward_backward(inputs,
+                         [](size_t i, const Tensor& output) { return sum(output) * static_cast<float>(i + 1); });
   for (size_t d = 0; d < devices.size(); ++d)
     (sum(reference->forward(inputs[d].to(devices[0]))) * static_cast<float>(d + 1)).backward();
   std::vector<Tensor> expected = gradients_of(*reference);
@@ -201,6 +204,122 @@ TEST_P(OverlappedReduction, DestroyingTheModuleRemovesTheHooksFromTheMaster) {
   auto reference = make_net(devices[0]);
   sum(reference->forward(x)).backward();
   expect_gradients_close(*net, gradients_of(*reference));
+}
+
+// comm's collectives, counting the buckets started during a step (from the replicas' threads).
+parallel::GradientCollective counting(std::shared_ptr<std::atomic<int>> starts) {
+  parallel::GradientCollective collective;
+  collective.start = [starts](std::vector<Tensor>& slices, const std::vector<StreamMarker>& ready) {
+    ++*starts;
+    return comm::all_reduce_async(slices, ready);
+  };
+  return collective;
+}
+
+// prepare_for_backward() opens a step for the caller's own backward: each bucket starts during backward, as soon as
+// every replica's part of it is final, and reduce_gradients() closes the step with the numbers of one device.
+TEST_P(OverlappedReduction, APreparedBackwardIsSummedWhileItRuns) {
+  const auto devices = this->devices();
+  auto net = make_net(devices[0], 10, 20, 1);
+  auto reference = make_net(devices[0], 10, 20, 1);
+  const auto starts = std::make_shared<std::atomic<int>>(0);
+  parallel::ReplicatedModule model(net, devices, {.bucket_size = 128, .collective = counting(starts)});
+  ASSERT_EQ(model.bucket_count(), 3u);
+  parallel::ReplicatedSGD sgd(model, kOptions);
+  optim::SGD reference_sgd(reference->parameters(), kOptions);
+  for (size_t step = 0; step < kBatchRows.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Batch b = batch(step, devices[0]);
+    model.zero_grad();
+    *starts = 0;
+    manual_step(model, b, /*prepared=*/true);
+    EXPECT_EQ(*starts, 3) << "every bucket started during backward";
+    EXPECT_FALSE(model.step_open());
+    reference_sgd.zero_grad();
+    nn::mse_loss(reference->forward(b.x), b.y).backward();
+    expect_every_replica_has(model, gradients_of(*reference));
+    sgd.step();
+    reference_sgd.step();
+  }
+  expect_parameters_close(*net, *reference);
+}
+
+TEST_P(OverlappedReduction, AStepLeftOpenRefusesTheNextUntilReduceGradientsClosesIt) {
+  const auto devices = this->devices();
+  parallel::ReplicatedModule model(make_net(devices[0]), devices, {.bucket_size = 40});
+  EXPECT_ERROR(model.prepare_for_backward(devices.size() + 1),
+               "parallel::ReplicatedModule::prepare_for_backward: got " + std::to_string(devices.size() + 1) +
+                   " active replicas but there are " + std::to_string(devices.size()));
+  model.prepare_for_backward(devices.size());
+  EXPECT_TRUE(model.step_open());
+  const std::string open =
+      ": the step opened by prepare_for_backward() is still open; call reduce_gradients() after "
+      "the backward";
+  EXPECT_ERROR(model.prepare_for_backward(1), "parallel::ReplicatedModule::prepare_for_backward" + open);
+  EXPECT_ERROR(model.zero_grad(), "parallel::ReplicatedModule::zero_grad" + open);
+  std::vector<Tensor> inputs;
+  for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({2, 4}, devices[d], 90 + d));
+  const auto loss = [](size_t, const Tensor& output) { return sum(output); };
+  EXPECT_ERROR(model.forward_backward(inputs, loss), "parallel::ReplicatedModule::forward_backward" + open);
+  model.reduce_gradients();  // no backward came: sums what the buffers hold (zeros)
+  EXPECT_FALSE(model.step_open());
+
+  model.zero_grad();
+  model.forward_backward(inputs, loss);
+  auto reference = make_net(devices[0]);
+  for (size_t d = 0; d < devices.size(); ++d) sum(reference->forward(inputs[d].to(devices[0]))).backward();
+  expect_every_replica_has(model, gradients_of(*reference));
+}
+
+// Gradient accumulation: backward passes without reduction (forward_backward(..., false), prepare_for_backward(n,
+// false)) start no collective; the next reduction sums them all, and sums held before count once.
+TEST_P(OverlappedReduction, BackwardWithoutReductionAccumulatesUntilTheNextSum) {
+  const auto devices = this->devices();
+  auto reference = make_net(devices[0], 10, 20, 1);
+  const auto starts = std::make_shared<std::atomic<int>>(0);
+  parallel::ReplicatedModule model(make_net(devices[0], 10, 20, 1), devices,
+                                   {.bucket_size = 100, .collective = counting(starts)});
+  model.zero_grad();
+  forward_backward_step(model, batch(0, devices[0]));  // sums
+  const int summed = *starts;
+  const auto accumulate = [&](const Batch& b) {
+    const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
+    const std::vector<Device> used(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
+    const std::vector<Tensor> targets = comm::scatter(b.y, used);
+    model.forward_backward(
+        inputs,
+        [&](size_t i, const Tensor& output) {
+          return nn::mse_loss(output, targets[i]) *
+                 (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0)));
+        },
+        /*reduce=*/false);
+  };
+  accumulate(batch(1, devices[0]));
+  accumulate(batch(2, devices[0]));
+  EXPECT_EQ(*starts, summed) << "no collective while accumulating";
+  EXPECT_FALSE(model.step_open());
+  model.reduce_gradients();
+  for (size_t step = 0; step < 3; ++step) {
+    const Batch b = batch(step, devices[0]);
+    nn::mse_loss(reference->forward(b.x), b.y).backward();
+  }
+  expect_every_replica_has(model, gradients_of(*reference));
+
+  // The same with the caller's backward: prepare_for_backward(n, false) opens no step.
+  const Batch b = batch(3, devices[0]);
+  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
+  const std::vector<Tensor> outputs = model.forward(inputs);
+  model.prepare_for_backward(outputs.size(), /*reduce=*/false);
+  EXPECT_FALSE(model.step_open());
+  std::vector<Tensor> losses;
+  const std::vector<Tensor> targets = comm::scatter(b.y, devices);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    losses.push_back(nn::mse_loss(outputs[i], targets[i]) *
+                     (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0))));
+  autograd::backward(losses);
+  model.reduce_gradients();
+  nn::mse_loss(reference->forward(b.x), b.y).backward();
+  expect_every_replica_has(model, gradients_of(*reference));
 }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(OverlappedReduction);

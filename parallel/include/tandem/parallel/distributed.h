@@ -16,7 +16,9 @@
 //
 // A group of one process is ReplicatedModule exactly. With several processes every bucket's collective spans every
 // device of every process, and the buckets are launched in one fixed order on every process (NCCL and MPI need the
-// same order of collectives everywhere; Note [Fixed bucket order] in gradient_reducer.h).
+// same order of collectives everywhere; Note [Fixed bucket order] in gradient_reducer.h). So every process calls
+// forward / forward_backward and reduce_gradients the same number of times, in the same order and no_sync() state,
+// also in a step in which it has no rows.
 
 #include <cstddef>
 #include <functional>
@@ -65,6 +67,7 @@ class DistributedDataParallel {
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
   // Forward, loss and backward of every local replica at once, with the reduction over the processes, as
   // ReplicatedModule::forward_backward. Outside no_sync() every replica's gradients hold the reduction afterwards.
+  // Fewer inputs than local devices, down to none, as forward(). Errors: as ReplicatedModule::forward_backward.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss);
   // Closes the step opened by forward() (joining its collectives: no host synchronization) or, without one,

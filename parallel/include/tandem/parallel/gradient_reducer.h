@@ -21,9 +21,23 @@
 // completed (parameters that got no gradient) with comm::all_reduce, and joins every bucket's all-reduce into the
 // compute streams: device-side waits only, no host synchronization in the step. The hooks run on several worker
 // threads at once; the per-step counters are atomic where threads share them, and comm launches one collective at
-// a time. The buckets may start in a different order from one step to the next, but each is one collective over all
-// devices, so every rank sees the same sequence. Outside a step, mark_ready only notes that the buffers hold fresh
-// local gradients, so that reduce() sums them.
+// a time. Within one process the buckets start in the order in which they become complete, which may differ from
+// one step to the next: each is one collective over all of the process's devices, so every device sees the same
+// sequence. A collective that spans processes needs one order on every process (Note [Fixed bucket order]). Outside
+// a step, mark_ready only notes that the buffers hold fresh local gradients, so that reduce() sums them.
+//
+// Note [Fixed bucket order]: NCCL and MPI require every rank to issue its collectives in the same order, and which
+// bucket completes first can differ between processes (and between the threads of one process). So when the
+// collective spans processes (GradientCollective::spans_processes), the buckets are launched in one fixed order on
+// every process: by ascending index, bucket 0 first, which is the order in which backward normally completes them
+// (GradientLayout forms bucket 0 from the last parameters). A bucket that completes early waits until every bucket
+// before it has been launched: the thread that completes the next bucket in that order launches it and then every
+// consecutive bucket that has completed meanwhile. The cursor (the next bucket to launch) and the completion flags
+// are guarded by a mutex, held while launching, so the launches themselves happen one after another in that order.
+// finish() launches the buckets that are left in the same order: those complete by then are started, the others
+// (a parameter without gradient) summed with what the buffers hold. reduce() runs the buckets in index order too.
+// A collective that spans processes runs even when this process has a single replica, and a step overlaps
+// whenever there are two or more buckets.
 //
 // Finishing with buckets incomplete is not an error (PyTorch's reducer refuses it unless told to look for unused
 // parameters): their parameters got no gradient this step, and the gradients the buffers hold are summed.
@@ -42,15 +56,24 @@
 
 namespace tandem::parallel {
 
-// How a GradientReducer sums one bucket: `slices` holds the bucket's slice of every buffer (one per replica, in
-// replica order) and becomes their elementwise sum in place. The defaults are comm's in-process collectives; a
-// process-group collective may take their place, with the same contracts.
+// How a GradientReducer reduces one bucket: `slices` holds the bucket's slice of every buffer (one per replica, in
+// replica order) and becomes their reduction in place. The defaults are comm's in-process collectives, which sum
+// over the replicas; a process-group collective may take their place, with the same contracts, reducing over every
+// replica of every process.
 struct GradientCollective {
-  // Starts the sum after ready[r] on each slice's device (as comm::all_reduce_async); the work joins it.
+  // Starts the reduction after ready[r] on each slice's device (as comm::all_reduce_async); the work joins it.
   std::function<comm::AllReduceWork(std::vector<Tensor>& slices, const std::vector<StreamMarker>& ready)> start =
       comm::all_reduce_async;
-  // The sum, ordered after all work issued on the slices' devices (as comm::all_reduce).
+  // The reduction, ordered after all work issued on the slices' devices (as comm::all_reduce).
   std::function<void(std::vector<Tensor>& slices)> run = comm::all_reduce;
+  // The collective spans processes: it runs even with a single replica, and the buckets are launched in one fixed
+  // order (Note [Fixed bucket order]).
+  bool spans_processes = false;
+  // When a step accumulates onto buffers that hold reduced values, whether this process's replica 0 keeps them (the
+  // buffers of every other replica are cleared) or every buffer of this process is cleared (Note [Accumulating onto
+  // sums] in gradient_reducer.cpp). In one process: true. Across processes: a sum keeps them on rank 0 only, an
+  // average over the processes on every process.
+  bool keeps_sum_on_replica0 = true;
 };
 
 class GradientReducer {
@@ -73,9 +96,9 @@ class GradientReducer {
   void install_hooks(size_t replica, const std::vector<Tensor>& parameters);
 
   // Opens a step in which replicas 0..active-1 run backward; the others take part with the gradients they hold.
-  // When the buffers hold sums, those count once (Note [Accumulating onto sums] in gradient_reducer.cpp). With two
-  // or more replicas and buckets the buckets are summed as they become complete; otherwise finish() sums them all.
-  // Errors: a step already open (finish() or abandon() it first); active > size().
+  // When the buffers hold sums, those count once (prepare_to_accumulate()). With two or more buckets, and two or
+  // more replicas or a collective that spans processes, the buckets are summed as they become complete; otherwise
+  // finish() sums them all. Errors: a step already open (finish() or abandon() it first); active > size().
   void begin(size_t active);
   // Replica `replica`'s gradient of `parameter` is final in its buffer (called by the hooks, on the thread running
   // that replica's backward; calls for different replicas may run at once). In an overlapped step it starts the
@@ -91,9 +114,17 @@ class GradientReducer {
   // buffers hold partial results. Does nothing when no step is open.
   void abandon();
 
+  // Before gradients accumulate outside a step (a backward whose gradients stay local until a later reduction, as in
+  // gradient accumulation): when the buffers hold sums, clears the buffers that Note [Accumulating onto sums] (in
+  // gradient_reducer.cpp) clears, so that the next reduction counts the sums once. Afterwards the buffers hold local
+  // gradients (holds_sums() is false). begin() does the same. Errors: a step open.
+  void prepare_to_accumulate();
+
   // Sums every bucket now, unless the buffers hold sums already (after finish(), or reduce() with no gradient
-  // marked ready and no buffers_changed() since). Errors: a step open.
+  // marked ready and no buffers_changed() since) or there is nothing to sum (one replica, in one process).
+  // Errors: a step open.
   void reduce();
+  bool step_open() const { return open_; }
   bool holds_sums() const { return summed_; }
   // The buffers were written outside a step (zeroed, or gradients copied in): they hold local gradients now.
   void buffers_changed() { summed_ = false; }
@@ -101,6 +132,8 @@ class GradientReducer {
  private:
   struct Step;  // the state of an overlapped step (gradient_reducer.cpp)
 
+  bool nothing_to_reduce() const { return size() == 1 && !collective_.spans_processes; }
+  void bucket_completed(Step& step, size_t bucket);
   void launch_bucket(Step& step, size_t bucket);
   void finish_overlapped_step();
 

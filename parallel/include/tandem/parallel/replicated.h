@@ -33,6 +33,9 @@ namespace tandem::parallel {
 
 struct ReplicatedOptions {
   size_t bucket_size = 25 * 1024 * 1024;  // bytes per gradient bucket; each bucket is one all-reduce
+  // How each bucket is summed: comm's in-process collectives by default; DistributedDataParallel passes its process
+  // group's, which reduce over every replica of every process.
+  GradientCollective collective = {};
 };
 
 class ReplicatedModule {
@@ -46,7 +49,7 @@ class ReplicatedModule {
   // (train(), eval(), per submodule) onto the other replicas when any flag changed (Note [Following the master's
   // modes] in nn/module.h).
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
-  // on devices[0]; a module without parameters or not clonable; bucket_size 0.
+  // on devices[0]; a module without parameters or not clonable; bucket_size 0; a collective function missing.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
   ReplicatedModule(const ReplicatedModule&) = delete;
   ReplicatedModule& operator=(const ReplicatedModule&) = delete;
@@ -72,15 +75,34 @@ class ReplicatedModule {
   // accumulate across calls without zero_grad() as on one device: when the buffers already hold sums, those count
   // once (Note [Accumulating onto sums] in gradient_reducer.cpp). Same input rules and errors as forward(); also an
   // error: a parameter that receives two gradients in one call (found after the second one is accumulated:
-  // zero_grad() before going on).
+  // zero_grad() before going on); a step still open (prepare_for_backward()).
+  // With `reduce` false nothing is summed (gradient accumulation): each replica's gradients accumulate in its own
+  // buffer, and a later reduction sums everything accumulated; sums already held count once there too.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
-                                       const std::function<Tensor(size_t replica, const Tensor& output)>& loss);
+                                       const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
+                                       bool reduce = true);
+
+  // Prepares the buffers for a backward that the caller runs over the outputs of forward() (loss.backward()).
+  // With `reduce` it opens a step: each bucket is summed as soon as it is final on every replica, while backward goes
+  // on (Note [Overlapped gradient reduction] in gradient_reducer.h), and reduce_gradients() closes it. Replicas
+  // 0..active-1 run backward (active: the number of inputs forward() got, 0 when this process has no rows), the
+  // others take part with the gradients they hold. Order: forward(), prepare_for_backward(), one backward over
+  // the replicas' losses (at most one gradient per parameter and replica), reduce_gradients(); a step left open
+  // (no reduce_gradients() after the backward, or an exception in it) must be closed by reduce_gradients() before
+  // the next prepare_for_backward(), forward_backward() or zero_grad(), which refuse to run otherwise. With `reduce`
+  // false no step is opened: the backward's gradients stay in each replica's buffer until a later reduction
+  // (gradient accumulation). Either way, gradients already summed count once in the next sum (Note [Accumulating
+  // onto sums] in gradient_reducer.cpp). Errors: a step open; active > size().
+  void prepare_for_backward(size_t active, bool reduce = true);
+  bool step_open() const { return reducer_->step_open(); }
 
   // Sums the replicas' gradients: afterwards every replica's .grad holds the sum over replicas (one all_reduce per
-  // bucket). Does nothing when they are sums already (after forward_backward, or after reduce_gradients() with no
-  // backward since).
+  // bucket). Closes the step that prepare_for_backward() opened (summing the buckets that are left and joining the
+  // collectives started during backward). Does nothing when they are sums already (after forward_backward, or after
+  // reduce_gradients() with no backward since).
   void reduce_gradients();
   // Zeroes every gradient buffer in place (and reinstalls the gradient views where something replaced them).
+  // Errors: a step open (prepare_for_backward()).
   void zero_grad();
   // Copies the master's parameter values into every other replica (after changing the master outside of the
   // replicated optimizer, e.g. loading a checkpoint into module()).
@@ -93,6 +115,8 @@ class ReplicatedModule {
  private:
   bool install_gradient_views(bool zero);
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
+  void check_no_step_open(const char* caller) const;
+  void prepare_buffers(size_t active, bool reduce);
   void follow_master_modes();
 
   std::vector<Device> devices_;
