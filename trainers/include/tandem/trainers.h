@@ -6,6 +6,7 @@
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/datasets.h"
+#include "tandem/trainers/distributed_sampler.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/models.h"
