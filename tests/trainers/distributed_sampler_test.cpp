@@ -70,8 +70,7 @@ void expect_same_rows_as_one_process(const Layout& layout) {
         rows += n;
       }
       ASSERT_EQ(part.features.size(0), rows);
-      const std::vector<Tensor> chunks =
-          rows == 0 ? std::vector<Tensor>{} : part.features.split(part.device_rows, 0);
+      const std::vector<Tensor> chunks = rows == 0 ? std::vector<Tensor>{} : part.features.split(part.device_rows, 0);
       for (const std::vector<float>& chunk : rows_of(chunks)) {
         ASSERT_LT(next_chunk, expected.size());
         EXPECT_EQ(chunk, expected[next_chunk]);
