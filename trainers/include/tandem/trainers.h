@@ -10,6 +10,7 @@
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/models.h"
+#include "tandem/trainers/process_devices.h"
 #include "tandem/trainers/standardize.h"
 #include "tandem/trainers/train_step.h"
 #include "tandem/trainers/trainer.h"
