@@ -45,7 +45,6 @@ TrainerOptions validated(TrainerOptions options) {
   if (options.devices.empty()) options.devices = default_devices();
   for (const Device& device : options.devices) check_device_available(device, "Trainer");
   check_distinct(options.devices, "Trainer");
-  if (!options.group) options.group = comm::ProcessGroup::single(options.devices);
   return options;
 }
 
@@ -60,6 +59,7 @@ std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, Device dev
 // the gradients are summed over every device of every process, as one process sums its replicas' gradients.
 std::unique_ptr<parallel::DistributedDataParallel> distributed(std::shared_ptr<nn::Module> model,
                                                                const TrainerOptions& options) {
+  if (!options.group) return nullptr;
   return std::make_unique<parallel::DistributedDataParallel>(
       std::move(model), options.group, parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum});
 }
@@ -78,8 +78,9 @@ constexpr int64_t kPredictBatch = 65536;
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
     : options_(validated(std::move(options))),
       model_(placed(std::move(model), options_.devices.front())),
-      model_parallel_(distributed(model_, options_)),
-      optimizer_(optimizer_for(model_parallel_->replicated(), options_)),
+      distributed_(distributed(model_, options_)),
+      replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
+      optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -101,7 +102,8 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
                test.num_features(), " features but the training set has ", train.num_features());
 
   DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed,
-                    DistributedSampler(*options_.group));
+                    options_.group ? DistributedSampler(*options_.group)
+                                   : DistributedSampler(1, static_cast<int64_t>(options_.devices.size()), 0));
   loader.set_shuffle_state(shuffle_state_);
   notify([&](Callback& callback) { callback.on_fit_begin(*this); });
   while (epoch_ < options_.epochs) {
@@ -177,7 +179,9 @@ double Trainer::train_epoch(DataLoader& loader) {
   report.num_batches = loader.num_batches();
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
     const Batch batch = loader.batch(b);
-    const Tensor loss = train_step(*model_parallel_, *optimizer_, batch, options_.loss.function);
+    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
+                                     : train_step(*replicas_, *optimizer_, batch.features, batch.targets,
+                                                  options_.loss.function);
     report.loss = global_loss(loss) * to_original;  // the same on every process: all stop at once on a NaN
     if (!std::isfinite(report.loss)) {
       TANDEM_FAIL("Trainer::fit: the loss is ", report.loss, " at epoch ", report.epoch, ", step ", b + 1, " of ",
@@ -194,8 +198,8 @@ double Trainer::train_epoch(DataLoader& loader) {
 }
 
 double Trainer::global_loss(const Tensor& local) const {
+  if (!options_.group || options_.group->size() == 1) return static_cast<double>(local.item());
   comm::ProcessGroup& group = *options_.group;
-  if (group.size() == 1) return static_cast<double>(local.item());
   // One element per local device: this process's loss on the first, zeros elsewhere; the Sum adds the processes'.
   std::vector<Tensor> parts;
   for (const Device& device : group.devices()) {
@@ -207,7 +211,7 @@ double Trainer::global_loss(const Tensor& local) const {
 
 template <class Event>
 void Trainer::notify(const Event& event) const {
-  if (options_.group->rank() != 0) return;
+  if (!primary()) return;
   for (const auto& callback : callbacks_) event(*callback);
 }
 
@@ -264,7 +268,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   checkpoint.shuffle_state = shuffle_state_;
   checkpoint.standardizer = *standardizer_;
   checkpoint.setup = setup();
-  if (options_.group->rank() == 0) trainers::save_checkpoint(checkpoint, path);
+  if (primary()) trainers::save_checkpoint(checkpoint, path);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }
 
@@ -334,7 +338,11 @@ void Trainer::load_checkpoint(const std::string& path) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
   }
-  model_parallel_->sync_parameters();  // rank 0's values, to every process and replica
+  if (distributed_) {
+    distributed_->sync_parameters();  // rank 0's values, to every process and replica
+  } else {
+    replicas_->sync_parameters();
+  }
   optimizer_->set_state(buffers);
   epoch_ = checkpoint.epoch;
   step_ = checkpoint.step;

@@ -67,8 +67,9 @@ struct CustomOptimizer {
 
 struct TrainerOptions {
   std::vector<Device> devices;     // where the step runs; empty: default_devices(). The model lives on devices[0].
-  // The processes that train together, each on group->devices() (then `devices` must be empty or the same list).
-  // Null: a group of this process alone on `devices` (comm::ProcessGroup::single), which is the single-process run.
+  // The processes that train together, each on group->devices() (then `devices` must be empty or the same list),
+  // through parallel::DistributedDataParallel. Null: this process alone on `devices` (parallel::ReplicatedModule,
+  // no group needed), which is what a group of one process computes too.
   std::shared_ptr<comm::ProcessGroup> group;
   // The defaults fit the diabetes net (standardized data) to test R^2 0.546..0.549 over seeds 0..7 (OLS: 0.5502).
   int64_t epochs = 100;            // the last epoch of fit() (counting epochs done before a resume)
@@ -88,14 +89,14 @@ struct TrainerOptions {
 class Trainer {
  public:
   // Moves the model to options.devices[0], replicates it onto the other devices (replicas kept for every step, see
-  // parallel::ReplicatedModule) within a parallel::DistributedDataParallel over the group (rank 0's parameters reach
-  // every process) and builds the optimizer. Collective under a group of several processes: every process constructs
+  // parallel::ReplicatedModule; with a group, within a parallel::DistributedDataParallel, which gives every process
+  // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process constructs
   // its Trainer with a model of the same structure and the same options. Throws Error for bad options (epochs < 1,
   // batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without parameters,
   // a loss or custom optimizer without a name or a function, units_power < 0).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
-  // Callbacks run on rank 0 of the group only (on every Trainer without a group), so progress, metrics files and
+  // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
   // checkpoints come from one process; what they see (losses, metrics, counters) is the same on every process.
   void add_callback(std::shared_ptr<Callback> callback);
 
@@ -129,8 +130,9 @@ class Trainer {
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
   const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
-  const TrainerOptions& options() const { return options_; }  // with devices and group filled in
-  const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }
+  const TrainerOptions& options() const { return options_; }  // with the devices filled in
+  const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }  // null without one
+  bool primary() const { return !options_.group || options_.group->rank() == 0; }  // rank 0: runs the callbacks
   int64_t epoch() const { return epoch_; }  // epochs completed
   int64_t step() const { return step_; }    // optimizer steps completed
   const std::optional<Standardizer>& standardizer() const { return standardizer_; }
@@ -146,7 +148,9 @@ class Trainer {
 
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
-  std::unique_ptr<parallel::DistributedDataParallel> model_parallel_;  // held by pointer: optimizer_ refers to it
+  // One of the two holds the replicas, held by pointer: optimizer_ refers to them.
+  std::unique_ptr<parallel::DistributedDataParallel> distributed_;  // with a group
+  std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
