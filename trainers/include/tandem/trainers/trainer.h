@@ -90,10 +90,10 @@ class Trainer {
  public:
   // Moves the model to options.devices[0], replicates it onto the other devices (replicas kept for every step, see
   // parallel::ReplicatedModule; with a group, within a parallel::DistributedDataParallel, which gives every process
-  // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process constructs
-  // its Trainer with a model of the same structure and the same options. Throws Error for bad options (epochs < 1,
-  // batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without parameters,
-  // a loss or custom optimizer without a name or a function, units_power < 0).
+  // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process
+  // constructs its Trainer with a model of the same structure and the same options. Throws Error for bad options
+  // (epochs < 1, batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without
+  // parameters, a loss or custom optimizer without a name or a function, units_power < 0).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
   // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
@@ -102,8 +102,9 @@ class Trainer {
 
   // Trains from the current epoch (0, or the checkpoint's) up to options.epochs and evaluates. `test` may be
   // empty (no rows). Collective under a group: every process calls it with the same data sets (each evaluates the
-  // whole test set itself, so every process reports the same metrics). Throws Error when the loss becomes NaN or infinite (naming the epoch and step) before any
-  // callback sees that epoch, so the last checkpoint written stays the last good one.
+  // whole test set itself, so every process reports the same metrics). Throws Error when the loss becomes NaN or
+  // infinite (naming the epoch and step; the global loss, so on every process at once) before any callback sees that
+  // epoch, so the last checkpoint written stays the last good one.
   FitResult fit(const Dataset& train, const Dataset& test = {});
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint).
@@ -116,11 +117,11 @@ class Trainer {
   // nothing.
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
-  // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or nothing: the file's metadata,
-  // every parameter and optimizer state tensor (names, shapes, finite values) and the setup are checked before
-  // anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size, shuffle seed, epochs,
-  // options.setup) is refused with the list of differences, except for the facts in options.resume_may_change; the
-  // training data is compared at the start of fit().
+  // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
+  // nothing: the file's metadata, every parameter and optimizer state tensor (names, shapes, finite values) and the
+  // setup are checked before anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size,
+  // shuffle seed, epochs, options.setup) is refused with the list of differences, except for the facts in
+  // options.resume_may_change; the training data is compared at the start of fit().
   void load_checkpoint(const std::string& path);
   // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
   // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
