@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -35,6 +36,7 @@ std::string text(double value) {
 constexpr int64_t kMaxEpochs = 1'000'000'000;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 31;
 constexpr int64_t kMaxHidden = int64_t{1} << 24;
+constexpr int64_t kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 // A decimal integer in [min, max]: no sign unless min < 0, no hex, no exponent, no clamping.
 template <typename Integer>
@@ -111,6 +113,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string checkpoint_every = "1";
   std::string allow_change;
   std::string devices = "all";
+  std::string timeout = std::to_string(
+      std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
   std::string missing = "error";
   std::string activation = "none";
 
@@ -127,6 +131,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--devices", devices,
                  "This process's devices: cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all (under a launcher: this "
                  "process's share of the machine's GPUs)")
+      ->capture_default_str();
+  app.add_option("--timeout", timeout,
+                 "Under a launcher: seconds a collective may take before the whole job ends with an error")
       ->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")->capture_default_str();
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
@@ -163,6 +170,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.csv.missing = missing == "error" ? trainers::MissingValues::Error : trainers::MissingValues::DropRow;
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
+    flags.timeout_seconds = parse_integer<int64_t>("--timeout", timeout, 1, kMaxTimeoutSeconds);
     flags.launch = comm::LaunchInfo::from_environment();
     flags.devices = parse_value("--devices", [&] { return trainers::process_devices(devices, flags.launch); });
     check_output("--checkpoint", flags.checkpoint);

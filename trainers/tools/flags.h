@@ -21,6 +21,7 @@ struct Flags {
   trainers::CsvOptions csv;           // the missing-value policy
   comm::LaunchInfo launch;       // how this process was started (a launcher, or none)
   std::vector<Device> devices;  // this process's devices (trainers::process_devices)
+  int64_t timeout_seconds = 0;  // a collective of the group not done by then ends the job
   int64_t epochs = 0;
   int64_t batch_size = 0;
   double lr = 0.0;

@@ -4,6 +4,7 @@
 // its own devices as one comm::ProcessGroup; rank 0 alone prints and writes files, and an error on any process ends
 // every process of the job with status 1 (ProcessGroup::abort) and the message.
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -166,7 +167,8 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
 // other processes may be waiting in a collective for this one, so an error here, after the group exists, ends every
 // process of the job (status 1, the message on stderr naming this rank) instead of leaving them to the timeout.
 int run(const Flags& flags) {
-  const std::shared_ptr<comm::ProcessGroup> group = comm::ProcessGroup::from_environment(flags.devices);
+  const std::shared_ptr<comm::ProcessGroup> group = comm::ProcessGroup::from_environment(
+      flags.devices, {.timeout = std::chrono::seconds(flags.timeout_seconds)});
   if (group->size() == 1) return train(flags, group);  // errors are reported by main as without a launcher
   try {
     return train(flags, group);
