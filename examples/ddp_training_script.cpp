@@ -2,12 +2,13 @@
 // launch runs it on its own devices, as one comm::ProcessGroup, with DistributedDataParallel and a
 // DistributedSampler; the result equals one process on all the devices. Started alone it is a group of one process.
 //
-//   build/bin/ddp_training_script                                  # alone, on every GPU (else cpu:0, cpu:1)
-//   mpirun -np 2 build/bin/ddp_training_script cpu:0               # 2 processes x cpu:0 (as root: docs/distributed.md)
-//   mpirun -np 2 build/bin/ddp_training_script all                 # on 2 GPUs: each process takes one
+//   build/bin/ddp_training_script                              # alone, on every GPU (else cpu:0, cpu:1)
+//   mpirun -np 2 build/bin/ddp_training_script --devices cpu:0   # 2 processes x cpu:0 (as root: docs/distributed.md)
+//   mpirun -np 2 build/bin/ddp_training_script                   # on 2 GPUs: each process takes one
 #include <tandem/tandem.h>
 
 #include <iostream>
+#include <string>
 
 #include "tandem/comm/process_group.h"
 #include "tandem/parallel/distributed.h"
@@ -41,8 +42,12 @@ trainers::Dataset make_data() {
 }
 
 int main(int argc, char** argv) try {
+  if (argc != 1 && !(argc == 3 && std::string(argv[1]) == "--devices")) {
+    std::cerr << "usage: ddp_training_script [--devices LIST] (this process's devices, default all)\n";
+    return 2;
+  }
   const comm::LaunchInfo launch = comm::LaunchInfo::from_environment();
-  const std::vector<Device> devices = trainers::process_devices(argc > 1 ? argv[1] : "all", launch);
+  const std::vector<Device> devices = trainers::process_devices(argc == 3 ? argv[2] : "all", launch);
   const std::shared_ptr<comm::ProcessGroup> group = comm::ProcessGroup::from_environment(devices);
   try {
     manual_seed(0);  // the same data and initial model everywhere (DDP broadcasts rank 0's parameters anyway)
