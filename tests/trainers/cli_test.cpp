@@ -105,6 +105,7 @@ TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
       {"--epochs 99999999999999999999", "--epochs must be an integer in [1, 1000000000], got \"99999999999999999999\""},
       {"--epochs 0x10", "--epochs must be an integer in [1, 1000000000], got \"0x10\""},
       {"--epochs 1e3", "--epochs must be an integer"},
+      {"--timeout 0", "--timeout must be an integer in [1, 604800], got \"0\""},
       {"--batch-size 0", "--batch-size must be an integer in [1, 2147483648], got \"0\""},
       {"--batch-size 9223372036854775807", "--batch-size must be an integer in [1, 2147483648]"},
       {"--lr 0", "--lr must be a positive number"},

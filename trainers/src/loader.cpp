@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "tandem/core/error.h"
 #include "tandem/core/splitmix64.h"
@@ -24,8 +25,9 @@ uint64_t ShuffleRng::below(uint64_t bound) {
   return value % bound;
 }
 
-DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed)
-    : data_(data), batch_size_(batch_size), shuffle_(shuffle), rng_(seed), order_(data.rows()) {
+DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed,
+                       DistributedSampler sampler)
+    : data_(data), batch_size_(batch_size), shuffle_(shuffle), sampler_(sampler), rng_(seed), order_(data.rows()) {
   TANDEM_CHECK(batch_size >= 1, "DataLoader: batch_size is ", batch_size, " but expected at least 1");
   TANDEM_CHECK(data.rows() >= 1, "DataLoader: the data set has no rows");
   std::iota(order_.begin(), order_.end(), 0);
@@ -42,8 +44,10 @@ void DataLoader::begin_epoch() {
 Batch DataLoader::batch(int64_t index) const {
   TANDEM_CHECK(index >= 0 && index < num_batches(), "DataLoader::batch: index ", index, " but an epoch has ",
                num_batches(), " batches");
-  const int64_t start = index * batch_size_;
-  const int64_t rows = std::min(batch_size_, data_.rows() - start);
+  const int64_t global_rows = std::min(batch_size_, data_.rows() - index * batch_size_);
+  Shard shard = sampler_.shard(global_rows);
+  const int64_t start = index * batch_size_ + shard.begin;
+  const int64_t rows = shard.rows();
   const int64_t width = data_.num_features();
   std::vector<float> x(rows * width);
   std::vector<float> y(rows);
@@ -52,7 +56,8 @@ Batch DataLoader::batch(int64_t index) const {
     for (int64_t c = 0; c < width; ++c) x[r * width + c] = static_cast<float>(data_.feature(source, c));
     y[r] = static_cast<float>(data_.targets[source]);
   }
-  return Batch{Tensor::from_vector(x, {rows, width}), Tensor::from_vector(y, {rows, 1})};
+  return Batch{Tensor::from_vector(x, {rows, width}), Tensor::from_vector(y, {rows, 1}), std::move(shard.device_rows),
+               global_rows};
 }
 
 }  // namespace tandem::trainers

@@ -18,9 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point begin) {
-  return std::chrono::duration<double>(Clock::now() - begin).count();
-}
+double seconds_since(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
 
 TrainerOptions validated(TrainerOptions options) {
   TANDEM_CHECK(options.epochs >= 1, "Trainer: epochs is ", options.epochs, " but expected at least 1");
@@ -38,6 +36,12 @@ TrainerOptions validated(TrainerOptions options) {
                  "optimizer needs a name and a factory but got ",
                  options.optimizer->name.empty() ? "no name" : "no factory");
   }
+  if (options.group) {
+    TANDEM_CHECK(options.devices.empty() || options.devices == options.group->devices(), "Trainer: devices ",
+                 to_string(options.devices), " but the group's are ", to_string(options.group->devices()),
+                 "; expected no devices or the group's");
+    options.devices = options.group->devices();
+  }
   if (options.devices.empty()) options.devices = default_devices();
   for (const Device& device : options.devices) check_device_available(device, "Trainer");
   check_distinct(options.devices, "Trainer");
@@ -49,6 +53,15 @@ std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, Device dev
   TANDEM_CHECK(!model->parameters().empty(), "Trainer: the model ", model->name(), " has no parameters");
   model->to(device);
   return model;
+}
+
+// Note [Summed, not averaged]: each replica's loss carries its chunk's share of the global batch (train_step.h), so
+// the gradients are summed over every device of every process, as one process sums its replicas' gradients.
+std::unique_ptr<parallel::DistributedDataParallel> distributed(std::shared_ptr<nn::Module> model,
+                                                               const TrainerOptions& options) {
+  if (!options.group) return nullptr;
+  return std::make_unique<parallel::DistributedDataParallel>(
+      std::move(model), options.group, parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum});
 }
 
 std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::ReplicatedModule& model,
@@ -65,8 +78,9 @@ constexpr int64_t kPredictBatch = 65536;
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
     : options_(validated(std::move(options))),
       model_(placed(std::move(model), options_.devices.front())),
-      replicas_(std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
-      optimizer_(optimizer_for(*replicas_, options_)),
+      distributed_(distributed(model_, options_)),
+      replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
+      optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -79,18 +93,19 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   const Clock::time_point begin = Clock::now();
   TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
-  TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ",
-               options_.epochs, "; epochs counts all epochs (those before a resume too), so expected at least ",
-               epoch_);
+  TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
+               "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
   check_same_training_data(train);
   if (!standardizer_) standardizer_ = Standardizer::fit(train, options_.standardize_target);
   const Dataset standardized = standardizer_->apply(train);
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
 
-  DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed);
+  DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed,
+                    options_.group ? DistributedSampler(*options_.group)
+                                   : DistributedSampler(1, static_cast<int64_t>(options_.devices.size()), 0));
   loader.set_shuffle_state(shuffle_state_);
-  for (const auto& callback : callbacks_) callback->on_fit_begin(*this);
+  notify([&](Callback& callback) { callback.on_fit_begin(*this); });
   while (epoch_ < options_.epochs) {
     const Clock::time_point epoch_begin = Clock::now();
     EpochReport report;
@@ -103,7 +118,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
     report.step = step_;
     if (test.rows() > 0) report.test = evaluate(test);
     report.seconds = seconds_since(epoch_begin);
-    for (const auto& callback : callbacks_) callback->on_epoch_end(*this, report);
+    notify([&](Callback& callback) { callback.on_epoch_end(*this, report); });
   }
 
   FitResult result;
@@ -112,7 +127,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   result.epochs = epoch_;
   result.steps = step_;
   result.seconds = seconds_since(begin);
-  for (const auto& callback : callbacks_) callback->on_fit_end(*this, result);
+  notify([&](Callback& callback) { callback.on_fit_end(*this, result); });
   return result;
 }
 
@@ -163,29 +178,48 @@ double Trainer::train_epoch(DataLoader& loader) {
   report.epochs = options_.epochs;
   report.num_batches = loader.num_batches();
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
-    Batch batch = loader.batch(b);
-    Tensor loss = train_step(*replicas_, *optimizer_, batch.features, batch.targets, options_.loss.function);
-    report.loss = static_cast<double>(loss.item()) * to_original;
+    const Batch batch = loader.batch(b);
+    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
+                                     : train_step(*replicas_, *optimizer_, batch.features, batch.targets,
+                                                  options_.loss.function);
+    report.loss = global_loss(loss) * to_original;  // the same on every process: all stop at once on a NaN
     if (!std::isfinite(report.loss)) {
       TANDEM_FAIL("Trainer::fit: the loss is ", report.loss, " at epoch ", report.epoch, ", step ", b + 1, " of ",
                   report.num_batches, " (step ", step_ + 1, " overall); ", stopped_note());
     }
     ++step_;
-    const int64_t batch_rows = batch.targets.size(0);
-    loss_sum += report.loss * static_cast<double>(batch_rows);
-    rows += batch_rows;
+    loss_sum += report.loss * static_cast<double>(batch.global_rows);
+    rows += batch.global_rows;
     report.batch = b + 1;
     report.step = step_;
-    for (const auto& callback : callbacks_) callback->on_step_end(*this, report);
+    notify([&](Callback& callback) { callback.on_step_end(*this, report); });
   }
   return loss_sum / static_cast<double>(rows);
+}
+
+double Trainer::global_loss(const Tensor& local) const {
+  if (!options_.group || options_.group->size() == 1) return static_cast<double>(local.item());
+  comm::ProcessGroup& group = *options_.group;
+  // One element per local device: this process's loss on the first, zeros elsewhere; the Sum adds the processes'.
+  std::vector<Tensor> parts;
+  for (const Device& device : group.devices()) {
+    parts.push_back(parts.empty() ? local.reshape({1}).contiguous() : Tensor::zeros({1}, device));
+  }
+  group.all_reduce(parts, comm::ReduceOp::Sum);
+  return static_cast<double>(parts.front().item());
+}
+
+template <class Event>
+void Trainer::notify(const Event& event) const {
+  if (!primary()) return;
+  for (const auto& callback : callbacks_) event(*callback);
 }
 
 void Trainer::check_parameters_finite() const {
   NoGradGuard no_grad;
   for (const auto& [name, parameter] : model_->named_parameters()) {
-    TANDEM_CHECK(std::isfinite(sum(parameter).item()), "Trainer::fit: parameter ", name,
-                 " is not finite after epoch ", epoch_, " (step ", step_, "); ", stopped_note());
+    TANDEM_CHECK(std::isfinite(sum(parameter).item()), "Trainer::fit: parameter ", name, " is not finite after epoch ",
+                 epoch_, " (step ", step_, "); ", stopped_note());
   }
 }
 
@@ -234,7 +268,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   checkpoint.shuffle_state = shuffle_state_;
   checkpoint.standardizer = *standardizer_;
   checkpoint.setup = setup();
-  trainers::save_checkpoint(checkpoint, path);
+  if (primary()) trainers::save_checkpoint(checkpoint, path);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }
 
@@ -276,12 +310,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   // Note [All-or-nothing resume]: everything that can be wrong with the file is checked before the first write to
   // the model, the optimizer or the counters, so a refused checkpoint leaves the Trainer exactly as it was.
   Checkpoint checkpoint = trainers::load_checkpoint(path);
-  const std::vector<std::string> differences =
-      setup_differences(checkpoint.setup, setup(), [&] {
-        std::set<std::string> ignored = options_.resume_may_change;
-        ignored.insert("train_data");  // compared when fit() sees the data
-        return ignored;
-      }());
+  const std::vector<std::string> differences = setup_differences(checkpoint.setup, setup(), [&] {
+    std::set<std::string> ignored = options_.resume_may_change;
+    ignored.insert("train_data");  // compared when fit() sees the data
+    return ignored;
+  }());
   if (!differences.empty()) {
     std::string list;
     for (const std::string& difference : differences) list += (list.empty() ? "" : "; ") + difference;
@@ -305,7 +338,11 @@ void Trainer::load_checkpoint(const std::string& path) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
   }
-  replicas_->sync_parameters();
+  if (distributed_) {
+    distributed_->sync_parameters();  // rank 0's values, to every process and replica
+  } else {
+    replicas_->sync_parameters();
+  }
   optimizer_->set_state(buffers);
   epoch_ = checkpoint.epoch;
   step_ = checkpoint.step;

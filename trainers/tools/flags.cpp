@@ -2,14 +2,16 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <chrono>
 #include <cmath>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/trainers/process_devices.h"
 #include "tandem/trainers/trainer.h"
 
 namespace tandem::train_tool {
@@ -34,6 +36,7 @@ std::string text(double value) {
 constexpr int64_t kMaxEpochs = 1'000'000'000;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 31;
 constexpr int64_t kMaxHidden = int64_t{1} << 24;
+constexpr int64_t kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 // A decimal integer in [min, max]: no sign unless min < 0, no hex, no exponent, no clamping.
 template <typename Integer>
@@ -50,8 +53,7 @@ Integer parse_integer(const char* flag, const std::string& text, Integer min, In
 
 void validate(const Flags& flags) {
   check(flags.lr > 0.0 && std::isfinite(flags.lr), "--lr must be a positive number, got " + text(flags.lr));
-  check(flags.momentum >= 0.0 && flags.momentum < 1.0,
-        "--momentum must lie in [0, 1), got " + text(flags.momentum));
+  check(flags.momentum >= 0.0 && flags.momentum < 1.0, "--momentum must lie in [0, 1), got " + text(flags.momentum));
   check(flags.test_fraction >= 0.0 && flags.test_fraction < 1.0,
         "--test-fraction must lie in [0, 1), got " + text(flags.test_fraction));
   check(flags.checkpoint_every <= flags.epochs, "--checkpoint-every must be at most --epochs (" +
@@ -111,23 +113,30 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string checkpoint_every = "1";
   std::string allow_change;
   std::string devices = "all";
+  std::string timeout = std::to_string(
+      std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
   std::string missing = "error";
   std::string activation = "none";
 
-  CLI::App app("Trains a small regression net with data-parallel SGD. With no flags: Linear(10,20) -> Linear(20,1) "
-               "on the built-in diabetes data, on every GPU (else on virtual CPU devices cpu:0 and cpu:1).",
-               "tandem-train");
+  CLI::App app(
+      "Trains a small regression net with data-parallel SGD. With no flags: Linear(10,20) -> Linear(20,1) "
+      "on the built-in diabetes data, on every GPU (else on virtual CPU devices cpu:0 and cpu:1).",
+      "tandem-train");
   app.add_option("--data", flags.data, "CSV file: a header line, then numeric rows (default: built-in diabetes)")
       ->check(CLI::ExistingFile);
   app.add_option("--missing", missing,
                  "Cells that are empty or NA, N/A, NaN, nan, null, NULL, None, ?: error (name the cell) or drop-row")
       ->capture_default_str();
   app.add_option("--target", flags.target, "Target column name (default: the last column)");
-  app.add_option("--devices", devices, "cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all")->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")
+  app.add_option("--devices", devices,
+                 "This process's devices: cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all (under a launcher: this "
+                 "process's share of the machine's GPUs)")
       ->capture_default_str();
-  app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")
+  app.add_option("--timeout", timeout,
+                 "Under a launcher: seconds a collective may take before the whole job ends with an error")
       ->capture_default_str();
+  app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")->capture_default_str();
+  app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
   app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--hidden", hidden, "Width of the hidden layer")->capture_default_str();
@@ -139,11 +148,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every N epochs (and after the last)")
       ->capture_default_str()
       ->needs(checkpoint);
-  CLI::Option* resume =
-      app.add_option("--resume", flags.resume, "Continue from this checkpoint (of the same setup)")
-          ->check(CLI::ExistingFile);
-  app.add_option("--allow-change", allow_change,
-                 "Let the resumed run change these (comma-separated): lr, epochs")
+  CLI::Option* resume = app.add_option("--resume", flags.resume, "Continue from this checkpoint (of the same setup)")
+                            ->check(CLI::ExistingFile);
+  app.add_option("--allow-change", allow_change, "Let the resumed run change these (comma-separated): lr, epochs")
       ->needs(resume);
   app.add_option("--metrics", flags.metrics,
                  "One JSON line per epoch (a resumed run keeps the lines up to its checkpoint)");
@@ -163,7 +170,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.csv.missing = missing == "error" ? trainers::MissingValues::Error : trainers::MissingValues::DropRow;
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
-    flags.devices = parse_value("--devices", [&] { return parse_devices(devices); });
+    flags.timeout_seconds = parse_integer<int64_t>("--timeout", timeout, 1, kMaxTimeoutSeconds);
+    flags.launch = comm::LaunchInfo::from_environment();
+    flags.devices = parse_value("--devices", [&] { return trainers::process_devices(devices, flags.launch); });
     check_output("--checkpoint", flags.checkpoint);
     check_output("--metrics", flags.metrics);
     check_output("--summary-json", flags.summary_json);

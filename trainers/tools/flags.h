@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/process_group.h"
 #include "tandem/core/device.h"
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/models.h"
@@ -18,7 +19,9 @@ struct Flags {
   std::optional<std::string> data;    // none: the built-in diabetes data
   std::optional<std::string> target;  // none: the last column
   trainers::CsvOptions csv;           // the missing-value policy
-  std::vector<Device> devices;
+  comm::LaunchInfo launch;       // how this process was started (a launcher, or none)
+  std::vector<Device> devices;  // this process's devices (trainers::process_devices)
+  int64_t timeout_seconds = 0;  // a collective of the group not done by then ends the job
   int64_t epochs = 0;
   int64_t batch_size = 0;
   double lr = 0.0;

@@ -1,18 +1,23 @@
 #pragma once
 // DataLoader: batches of a Dataset as float32 tensors, in a seeded shuffled order per epoch; the last batch of an
-// epoch holds the remaining rows when the batch size does not divide the number of rows.
+// epoch holds the remaining rows when the batch size does not divide the number of rows. With a DistributedSampler
+// (distributed_sampler.h) each batch holds only this process's rows of the global batch, and says how many of them
+// go to each of its devices.
 
 #include <cstdint>
 #include <vector>
 
 #include "tandem/core/tensor.h"
 #include "tandem/trainers/dataset.h"
+#include "tandem/trainers/distributed_sampler.h"
 
 namespace tandem::trainers {
 
 struct Batch {
-  Tensor features;  // [rows, num_features] on cpu:0
-  Tensor targets;   // [rows, 1] on cpu:0
+  Tensor features;                   // [rows, num_features] on cpu:0: this process's rows (all of them: no sampler)
+  Tensor targets;                    // [rows, 1] on cpu:0
+  std::vector<int64_t> device_rows;  // the sampler's Shard::device_rows: rows per device, a prefix of the devices
+  int64_t global_rows = 0;           // rows of the global batch, over every process
 };
 
 // A small deterministic generator (SplitMix64) whose whole state is one integer, so it is easy to checkpoint.
@@ -29,16 +34,20 @@ class ShuffleRng {
 
 class DataLoader {
  public:
-  // Keeps a reference to `data`, which must outlive the loader. batch_size >= 1; data must have rows.
-  DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed);
+  // Keeps a reference to `data`, which must outlive the loader. batch_size >= 1 (global: over every process of the
+  // sampler); data must have rows. Every process of a group builds its loader with the same data, batch size and
+  // seed, so all draw the same order; the sampler picks each process's rows of every batch.
+  DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler = {});
 
   // Starts the next epoch: with shuffling, draws a new permutation (advancing the shuffle state).
   void begin_epoch();
   int64_t num_batches() const { return data_.rows() / batch_size_ + (data_.rows() % batch_size_ != 0); }
-  // Batch `index` of the current epoch, 0 <= index < num_batches().
+  // This process's rows of batch `index` of the current epoch, 0 <= index < num_batches() (the same count on every
+  // process: each takes part in every step, with no rows when the batch has none left for it).
   Batch batch(int64_t index) const;
   const std::vector<int64_t>& order() const { return order_; }
   int64_t batch_size() const { return batch_size_; }
+  const DistributedSampler& sampler() const { return sampler_; }
 
   // The shuffle state before the next begin_epoch(); restoring it makes the following epochs repeat exactly.
   uint64_t shuffle_state() const { return rng_.state(); }
@@ -48,6 +57,7 @@ class DataLoader {
   const Dataset& data_;
   int64_t batch_size_;
   bool shuffle_;
+  DistributedSampler sampler_;
   ShuffleRng rng_;
   std::vector<int64_t> order_;
 };

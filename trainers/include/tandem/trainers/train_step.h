@@ -1,11 +1,14 @@
 #pragma once
-// One data-parallel training step on replicas kept alive across steps.
+// One data-parallel training step on replicas kept alive across steps: within one process (ReplicatedModule), or as
+// one process of a group (DistributedDataParallel).
 
 #include <functional>
 
 #include "tandem/core/tensor.h"
 #include "tandem/nn/loss.h"
+#include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/trainers/loader.h"
 
 namespace tandem::trainers {
 
@@ -26,5 +29,19 @@ using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& ta
 // Errors: features and targets with different numbers of rows; a loss that is not one element (naming its shape).
 Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const Tensor& features,
                   const Tensor& targets, const LossFunction& loss = nn::mse_loss);
+
+// The same step as one process of a group: `batch` is this process's shard of a global batch (a DataLoader with a
+// DistributedSampler for model.group()); chunk i, batch.device_rows[i] rows, goes to the group's device i, and its
+// loss is weighted by its share of the GLOBAL batch, loss_i = loss(output_i, targets_i) * n_i / batch.global_rows.
+// The model reduces with ReduceOp::Sum, so every device of every process ends with the gradient of the global
+// batch's mean loss: the step equals one process's step over every device of the group (Note [Sharding per global
+// batch] in distributed_sampler.h). A process without rows in this batch still takes part (zero gradients).
+// Returns this process's part of the global batch's mean loss, sum_i loss_i over its replicas (a scalar on the
+// group's first device; zero without rows): the sum over the processes is the global batch's mean loss.
+// Errors: a model that does not reduce with ReduceOp::Sum; device_rows that do not add up to the batch's rows, hold
+// more entries than the group has devices, or an entry below 1; a global_rows below the batch's rows; the loss
+// errors above.
+Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,
+                  const Batch& batch, const LossFunction& loss = nn::mse_loss);
 
 }  // namespace tandem::trainers

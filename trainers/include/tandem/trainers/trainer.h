@@ -14,6 +14,12 @@
 // load_checkpoint) holds the model, the optimizer's state (SGD's momentum buffers), the counters, the global
 // generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
 // uninterrupted one would have.
+//
+// Under a process group (TrainerOptions::group, docs/distributed.md) every process of the group runs the same code:
+// each trains on its shard of every global batch (DistributedSampler) with parallel::DistributedDataParallel, and the
+// result equals one process's run on every device of the group (the same steps, within float rounding). Every
+// process computes the same global losses and metrics; rank 0 alone runs the callbacks (progress, metrics files,
+// checkpoints) and writes checkpoints.
 
 #include <cstdint>
 #include <memory>
@@ -22,10 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/process_group.h"
 #include "tandem/core/device.h"
 #include "tandem/nn/module.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
+#include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/trainers/callbacks.h"
 #include "tandem/trainers/dataset.h"
@@ -59,9 +67,13 @@ struct CustomOptimizer {
 
 struct TrainerOptions {
   std::vector<Device> devices;     // where the step runs; empty: default_devices(). The model lives on devices[0].
+  // The processes that train together, each on group->devices() (then `devices` must be empty or the same list),
+  // through parallel::DistributedDataParallel. Null: this process alone on `devices` (parallel::ReplicatedModule,
+  // no group needed), which is what a group of one process computes too.
+  std::shared_ptr<comm::ProcessGroup> group;
   // The defaults fit the diabetes net (standardized data) to test R^2 0.546..0.549 over seeds 0..7 (OLS: 0.5502).
   int64_t epochs = 100;            // the last epoch of fit() (counting epochs done before a resume)
-  int64_t batch_size = 64;         // global: split over the devices
+  int64_t batch_size = 64;         // global: split over every device of every process of the group
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
   Loss loss = Loss::mse();                             // what fit() minimizes
@@ -77,16 +89,22 @@ struct TrainerOptions {
 class Trainer {
  public:
   // Moves the model to options.devices[0], replicates it onto the other devices (replicas kept for every step, see
-  // parallel::ReplicatedModule) and builds the optimizer. Throws Error for bad options (epochs < 1, batch_size < 1,
-  // duplicate or unavailable devices, a model without parameters, a loss or custom optimizer without a name or a
-  // function, units_power < 0).
+  // parallel::ReplicatedModule; with a group, within a parallel::DistributedDataParallel, which gives every process
+  // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process
+  // constructs its Trainer with a model of the same structure and the same options. Throws Error for bad options
+  // (epochs < 1, batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without
+  // parameters, a loss or custom optimizer without a name or a function, units_power < 0).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
+  // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
+  // checkpoints come from one process; what they see (losses, metrics, counters) is the same on every process.
   void add_callback(std::shared_ptr<Callback> callback);
 
   // Trains from the current epoch (0, or the checkpoint's) up to options.epochs and evaluates. `test` may be
-  // empty (no rows). Throws Error when the loss becomes NaN or infinite (naming the epoch and step) before any
-  // callback sees that epoch, so the last checkpoint written stays the last good one.
+  // empty (no rows). Collective under a group: every process calls it with the same data sets (each evaluates the
+  // whole test set itself, so every process reports the same metrics). Throws Error when the loss becomes NaN or
+  // infinite (naming the epoch and step; the global loss, so on every process at once) before any callback sees that
+  // epoch, so the last checkpoint written stays the last good one.
   FitResult fit(const Dataset& train, const Dataset& test = {});
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint).
@@ -95,12 +113,15 @@ class Trainer {
   std::vector<double> predict(const Dataset& data) const;
   RegressionMetrics evaluate(const Dataset& data) const;
 
+  // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
+  // nothing.
   void save_checkpoint(const std::string& path) const;
-  // Restores a checkpoint written by save_checkpoint; fit() then continues. All or nothing: the file's metadata,
-  // every parameter and optimizer state tensor (names, shapes, finite values) and the setup are checked before
-  // anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size, shuffle seed, epochs,
-  // options.setup) is refused with the list of differences, except for the facts in options.resume_may_change; the
-  // training data is compared at the start of fit().
+  // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
+  // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
+  // nothing: the file's metadata, every parameter and optimizer state tensor (names, shapes, finite values) and the
+  // setup are checked before anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size,
+  // shuffle seed, epochs, options.setup) is refused with the list of differences, except for the facts in
+  // options.resume_may_change; the training data is compared at the start of fit().
   void load_checkpoint(const std::string& path);
   // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
   // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
@@ -110,20 +131,27 @@ class Trainer {
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
   const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
-  const TrainerOptions& options() const { return options_; }
+  const TrainerOptions& options() const { return options_; }  // with the devices filled in
+  const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }  // null without one
+  bool primary() const { return !options_.group || options_.group->rank() == 0; }  // rank 0: runs the callbacks
   int64_t epoch() const { return epoch_; }  // epochs completed
   int64_t step() const { return step_; }    // optimizer steps completed
   const std::optional<Standardizer>& standardizer() const { return standardizer_; }
 
  private:
   double train_epoch(DataLoader& loader);
+  double global_loss(const Tensor& local) const;  // the sum over the group's processes of a one-element tensor
+  template <class Event>
+  void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
   void check_same_training_data(const Dataset& train);
   void check_parameters_finite() const;
   std::string stopped_note() const;  // how a stopped fit left its checkpoints
 
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
-  std::unique_ptr<parallel::ReplicatedModule> replicas_;  // held by pointer: optimizer_ refers to it
+  // One of the two holds the replicas, held by pointer: optimizer_ refers to them.
+  std::unique_ptr<parallel::DistributedDataParallel> distributed_;  // with a group
+  std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
