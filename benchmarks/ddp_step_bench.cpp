@@ -102,11 +102,11 @@ struct Options {
   std::string jsonl;
 };
 
-int parse_count(std::string_view flag, std::string_view text) {
+int parse_count(std::string_view flag, std::string_view text, int most) {
   int value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  TANDEM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 1, "ddp_step_bench: ", flag, " is ",
-               excerpt(text), " but expected a positive integer");
+  TANDEM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 1 && value <= most,
+               "ddp_step_bench: ", flag, " is ", excerpt(text), " but expected an integer from 1 to ", most);
   return value;
 }
 
@@ -137,23 +137,24 @@ Options parse(int argc, char** argv) {
       options.allreduce = true;
       continue;
     }
-    TANDEM_CHECK(i + 1 < argc, "ddp_step_bench: ", excerpt(flag), " without a value; ", kUsage);
+    TANDEM_CHECK(i + 1 < argc, "ddp_step_bench: ", excerpt(flag), " is last but expected a value after it");
     const std::string_view value = argv[++i];
     if (flag == "--workloads") {
       options.workloads = split_list(value);
       for (const std::string& key : options.workloads) find_workload(key);
     } else if (flag == "--devices-per-process") {
-      options.devices_per_process = parse_count(flag, value);
+      options.devices_per_process = parse_count(flag, value, Device::kMaxCpuDevices);
     } else if (flag == "--device-type") {
       TANDEM_CHECK(value == "cuda" || value == "cpu", "ddp_step_bench: --device-type is ", excerpt(value),
                    " but expected cuda or cpu");
       options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
     } else if (flag == "--steps") {
-      options.steps = parse_count(flag, value);
+      options.steps = parse_count(flag, value, 1'000'000);
     } else if (flag == "--jsonl") {
       options.jsonl = value;
     } else {
-      TANDEM_FAIL("ddp_step_bench: unknown flag ", excerpt(flag), "; ", kUsage);
+      TANDEM_FAIL("ddp_step_bench: got flag ", excerpt(flag), " but expected one of --workloads, ",
+                  "--devices-per-process, --device-type, --steps, --allreduce, --jsonl (see --help)");
     }
   }
   return options;
