@@ -2,17 +2,15 @@
 """Prints the multi-process data-parallel comparison of one benchmarks/ddp_suite.sh run as markdown.
 
 Reads the JSON lines of ddp_step_bench (tandem) and torch_ddp_bench.py (PyTorch) written in the same run, and the
-output of the raw NCCL all-reduce benchmark, and prints:
+markdown table of nccl_mpi_allreduce (ProcessGroup::all_reduce beside raw NCCL), and prints:
   1. workload | tandem DDP ms | PyTorch DDP ms | ratio   (ratio = tandem / PyTorch: below 1, tandem is faster),
      one row per workload and process layout; PyTorch's DDP has no process driving two GPUs, so those rows have
      tandem's figure alone;
-  2. size | tandem all_reduce us | raw NCCL us | tandem - raw us, for ProcessGroup::all_reduce against the raw
-     benchmark; raw figures are read from its JSON lines {"bytes": N, "median_us": X} (or "us": X), and its output
-     is printed as it is when it has none;
-  3. the targets, each met or missed.
+  2. the all-reduce table as nccl_mpi_allreduce wrote it;
+  3. the targets, each met, missed or not measured.
 Nothing is typed in: a figure missing from the files (a run that failed) shows as "missing".
 
-Usage: python3 benchmarks/ddp_compare.py --tandem FILE... --torch FILE [--raw-allreduce FILE] [--markdown PATH]
+Usage: python3 benchmarks/ddp_compare.py --tandem FILE... --torch FILE [--allreduce FILE] [--markdown PATH]
 """
 import argparse
 import json
@@ -22,7 +20,7 @@ WORKLOAD_TITLES = {"seed": "seed net, batch 4096", "wide": "wide MLP fp32, batch
                    "wide-tf32": "wide MLP TF32, batch 8192"}
 # workload: the step that tandem's DDP (2 processes x 1 GPU) should reach, in milliseconds
 STEP_TARGETS_MS = {"seed": 0.25, "wide": 30.5, "wide-tf32": 5.9}
-ALL_REDUCE_TARGET_BYTES = 4096
+ALL_REDUCE_TARGET_SIZE = "4 KB"
 ALL_REDUCE_TARGET_US = 1.5  # tandem's all_reduce at 4 KB within this much of raw NCCL
 
 
@@ -52,10 +50,6 @@ def layout(record):
 def layout_label(processes, per_process):
     return (f"{processes} process{'es' if processes != 1 else ''} x {per_process} "
             f"GPU{'s' if per_process != 1 else ''}")
-
-
-def size_label(nbytes):
-    return f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
 
 
 def cell(value, digits):
@@ -89,28 +83,29 @@ def step_table(tandem, torch):
     return lines, measured
 
 
-def raw_all_reduce_us(raw):
-    figures = {}
-    for record in raw:
-        nbytes = record.get("bytes")
-        us = record.get("median_us", record.get("us"))
-        if isinstance(nbytes, int) and isinstance(us, (int, float)):
-            figures[nbytes] = us
-    return figures
+def read_text(path):
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as text:
+        return text.read()
 
 
-def all_reduce_table(tandem, raw_figures):
-    ours = {r["bytes"]: r["median_us"] for r in tandem if r.get("collective") == "all_reduce" and "median_us" in r}
-    lines = ["| all_reduce size | tandem ProcessGroup us | raw NCCL us | tandem - raw us |", "|---|---|---|---|"]
-    for nbytes in sorted(set(ours) | set(raw_figures)):
-        mine, raw = ours.get(nbytes), raw_figures.get(nbytes)
-        difference = f"{mine - raw:+.1f}" if mine is not None and raw is not None else "-"
-        raw_cell = "-" if raw is None else f"{raw:.1f}"  # the raw output is printed below when it has no JSON
-        lines.append(f"| {size_label(nbytes)} | {cell(mine, 1)} | {raw_cell} | {difference} |")
-    return lines, ours
+def all_reduce_at(table, size):
+    """(tandem us, raw NCCL us) in the row of `size` of nccl_mpi_allreduce's markdown table, by its column names."""
+    columns = None
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "raw NCCL us" in cells and "tandem us" in cells:
+            columns = cells
+        elif columns and len(cells) == len(columns) and cells[0] == size:
+            try:
+                return float(cells[columns.index("tandem us")]), float(cells[columns.index("raw NCCL us")])
+            except ValueError:
+                return None, None
+    return None, None
 
 
-def target_lines(measured, ours_all_reduce, raw_figures):
+def target_lines(measured, all_reduce_table):
     lines = []
     for workload in WORKLOAD_TITLES:
         target = STEP_TARGETS_MS[workload]
@@ -118,10 +113,9 @@ def target_lines(measured, ours_all_reduce, raw_figures):
         verdict = "not measured" if value is None else ("met" if value <= target else "missed")
         shown = "missing" if value is None else f"{cell(value, step_digits(value))} ms"
         lines.append(f"- {WORKLOAD_TITLES[workload]}, 2 processes x 1 GPU: {shown} (target <= {target} ms): {verdict}")
-    mine, raw = ours_all_reduce.get(ALL_REDUCE_TARGET_BYTES), raw_figures.get(ALL_REDUCE_TARGET_BYTES)
+    mine, raw = all_reduce_at(all_reduce_table, ALL_REDUCE_TARGET_SIZE)
     if mine is None or raw is None:
-        lines.append(f"- all_reduce 4 KB: not compared (tandem {cell(mine, 1)} us, raw NCCL {cell(raw, 1)} us; a "
-                     "raw figure is read from a JSON line of the raw benchmark)")
+        lines.append("- all_reduce 4 KB: not measured (no 4 KB row in nccl_mpi_allreduce's table)")
     else:
         verdict = "met" if mine - raw <= ALL_REDUCE_TARGET_US else "missed"
         lines.append(f"- all_reduce 4 KB: tandem {mine:.1f} us, raw NCCL {raw:.1f} us, {mine - raw:+.1f} us "
@@ -133,25 +127,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tandem", nargs="+", default=[], help="ddp_step_bench JSON lines files")
     parser.add_argument("--torch", default="", help="torch_ddp_bench.py JSON lines file")
-    parser.add_argument("--raw-allreduce", default="", help="the raw NCCL all-reduce benchmark's output")
+    parser.add_argument("--allreduce", default="", help="nccl_mpi_allreduce's markdown table")
     parser.add_argument("--markdown", default="", help="also write the tables to this file")
     args = parser.parse_args()
 
     tandem = [record for path in args.tandem for record in read_json_lines(path)]
     torch = read_json_lines(args.torch)
-    raw = read_json_lines(args.raw_allreduce)
-    raw_figures = raw_all_reduce_us(raw)
+    all_reduce_table = read_text(args.allreduce).strip()
 
     versions = sorted({r["torch"] for r in torch if "torch" in r})
     steps, measured = step_table(tandem, torch)
-    reduces, ours_all_reduce = all_reduce_table(tandem, raw_figures)
     text = ["Milliseconds per training step, median, rank 0 (PyTorch " + (", ".join(versions) or "not measured") +
             ", same run); ratio = tandem / PyTorch", "", *steps, "",
-            "All-reduce of one float32 buffer per GPU, 2 processes x 1 GPU, microseconds per call", "", *reduces, "",
-            "Targets:", *target_lines(measured, ours_all_reduce, raw_figures)]
-    if not raw_figures and args.raw_allreduce and os.path.exists(args.raw_allreduce):
-        with open(args.raw_allreduce, encoding="utf-8", errors="replace") as output:
-            text += ["", "Raw NCCL all-reduce benchmark output:", "", "```", output.read().rstrip(), "```"]
+            all_reduce_table or "All-reduce against raw NCCL: not measured (nccl_mpi_allreduce wrote no table)", "",
+            "Targets:", *target_lines(measured, all_reduce_table)]
     report = "\n".join(text) + "\n"
     print(report, end="")
     if args.markdown:

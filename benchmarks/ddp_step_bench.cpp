@@ -13,19 +13,17 @@
 //   mpirun -np 2 --bind-to none build/bin/ddp_step_bench                      # 2 processes x 1 GPU
 //   build/bin/ddp_step_bench --devices-per-process 2                          # 1 process driving cuda:0, cuda:1
 //   TANDEM_ALLOW_TF32=1 mpirun -np 2 --bind-to none -x TANDEM_ALLOW_TF32 build/bin/ddp_step_bench   # wide-tf32
-//   mpirun -np 2 --bind-to none build/bin/ddp_step_bench --allreduce          # ProcessGroup::all_reduce alone
 //
 // Method (the same in torch_ddp_bench.py): every rank builds the model from seed 0 and holds its share of the
 // global batch already on its devices; after the warm-up steps, each timed step starts with every local device
 // synchronized and a group barrier (so the ranks start together) and ends when every local device is synchronized
 // again; the host wall clock between is the step's time, and rank 0 reports the median. Whether cuBLAS may use TF32
 // is read once per process (Note [TF32] in core/src/cuda/gemm.cpp), so the TF32 workload runs in its own launch and
-// the workload list must agree with the environment. --allreduce times ProcessGroup::all_reduce (sum) of one
-// float32 tensor per device at 4 KB, 1 MB, 64 MB and 256 MB: 10 back-to-back calls between synchronizations and
-// a barrier, per call, median of 15 samples.
+// the workload list must agree with the environment. (ProcessGroup::all_reduce alone, beside raw NCCL: the
+// nccl_mpi_allreduce benchmark.)
 //
 //   ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
-//                  [--steps N] [--allreduce] [--jsonl PATH]
+//                  [--steps N] [--jsonl PATH]
 
 #include <tandem/comm/process_group.h>
 #include <tandem/parallel/distributed.h>
@@ -97,8 +95,7 @@ struct Options {
   std::vector<std::string> workloads;  // empty: those the environment's TF32 setting allows
   int devices_per_process = 1;
   DeviceType device_type = DeviceType::CUDA;
-  int steps = 0;  // 0: each workload's own count (and 15 all_reduce samples)
-  bool allreduce = false;
+  int steps = 0;  // 0: each workload's own count
   std::string jsonl;
 };
 
@@ -123,7 +120,7 @@ std::vector<std::string> split_list(std::string_view text) {
 
 constexpr const char* kUsage =
     "usage: ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] "
-    "[--device-type cuda|cpu] [--steps N] [--allreduce] [--jsonl PATH]\n";
+    "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]\n";
 
 Options parse(int argc, char** argv) {
   Options options;
@@ -132,10 +129,6 @@ Options parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
       std::exit(0);
-    }
-    if (flag == "--allreduce") {
-      options.allreduce = true;
-      continue;
     }
     TANDEM_CHECK(i + 1 < argc, "ddp_step_bench: ", excerpt(flag), " is last but expected a value after it");
     const std::string_view value = argv[++i];
@@ -154,7 +147,7 @@ Options parse(int argc, char** argv) {
       options.jsonl = value;
     } else {
       TANDEM_FAIL("ddp_step_bench: got flag ", excerpt(flag), " but expected one of --workloads, ",
-                  "--devices-per-process, --device-type, --steps, --allreduce, --jsonl (see --help)");
+                  "--devices-per-process, --device-type, --steps, --jsonl (see --help)");
     }
   }
   return options;
@@ -210,14 +203,6 @@ double timed_ms(comm::ProcessGroup& group, const std::function<void()>& body) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
 }
 
-std::string json_prefix(const comm::ProcessGroup& group) {
-  std::ostringstream line;
-  line << "{\"framework\": \"tandem\", \"processes\": " << group.size()
-       << ", \"devices_per_process\": " << group.devices().size() << ", \"device_type\": \""
-       << (group.devices().front().is_cuda() ? "cuda" : "cpu") << "\"";
-  return line.str();
-}
-
 // One JSON line: rank 0's median step of `workload`.
 std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int steps) {
   const std::vector<Device>& devices = group->devices();
@@ -253,40 +238,16 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   for (int i = 0; i < steps; ++i) times.push_back(timed_ms(*group, step));
 
   std::ostringstream line;
-  line << json_prefix(*group) << ", \"workload\": \"" << workload.key << "\", \"title\": \"" << workload.title
-       << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
+  line << "{\"framework\": \"tandem\", \"processes\": " << group->size()
+       << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
+       << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
+       << workload.title << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
        << ", \"steps\": " << steps << ", \"median_ms\": " << median(times) << "}";
   return line.str();
 }
 
-// JSON lines: rank 0's median time of one ProcessGroup::all_reduce at each size.
-std::vector<std::string> time_all_reduce(comm::ProcessGroup& group, int samples) {
-  constexpr int kIterations = 10;
-  constexpr int kWarmup = 5;
-  std::vector<std::string> lines;
-  for (const int64_t bytes : {int64_t{4} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{256} << 20}) {
-    std::vector<Tensor> tensors;  // zeros stay zeros under a sum, however often it runs
-    for (const Device& device : group.devices()) tensors.push_back(Tensor::zeros({bytes / 4}, device));
-    for (int i = 0; i < kWarmup; ++i) group.all_reduce(tensors);
-    std::vector<double> per_call_us;
-    for (int sample = 0; sample < samples; ++sample) {
-      const double ms = timed_ms(group, [&] {
-        for (int i = 0; i < kIterations; ++i) group.all_reduce(tensors);
-      });
-      per_call_us.push_back(ms * 1e3 / kIterations);
-    }
-    std::ostringstream line;
-    line << json_prefix(group) << ", \"collective\": \"all_reduce\", \"bytes\": " << bytes
-         << ", \"iterations\": " << kIterations << ", \"samples\": " << samples
-         << ", \"median_us\": " << median(per_call_us) << "}";
-    lines.push_back(line.str());
-  }
-  return lines;
-}
-
 std::vector<std::string> measure(const Options& options, const std::vector<Workload>& chosen,
                                  const std::shared_ptr<comm::ProcessGroup>& group) {
-  if (options.allreduce) return time_all_reduce(*group, options.steps > 0 ? options.steps : 15);
   std::vector<std::string> lines;
   for (const Workload& workload : chosen) {
     lines.push_back(time_workload(workload, group, options.steps > 0 ? options.steps : workload.steps));

@@ -3,9 +3,10 @@
 # docs/benchmarks.md). Builds nothing: it needs $TANDEM_BUILD_DIR (default build-gpu) built with CUDA and MPI
 # (benchmarks/gpu_suite.sh build), mpirun, and python3 with torch. It runs
 #   - build-gpu/bin/ddp_step_bench under mpirun -np 2 (one GPU per process), then in one process driving both GPUs,
-#     each in plain FP32 and again with TANDEM_ALLOW_TF32=1, and its ProcessGroup::all_reduce timing under mpirun;
+#     each in plain FP32 and again with TANDEM_ALLOW_TF32=1;
 #   - benchmarks/torch_ddp_bench.py under torchrun --nproc_per_node 2;
-#   - build-gpu/bin/nccl_mpi_allreduce (raw NCCL, MPI bootstrap) under mpirun -np 2, when it was built;
+#   - build-gpu/bin/nccl_mpi_allreduce (ProcessGroup::all_reduce beside raw NCCL with MPI bootstrap) under
+#     mpirun -np 2, when it was built;
 # keeps every log and JSON lines file under OUTDIR, and prints the comparison (benchmarks/ddp_compare.py), also
 # written to OUTDIR/ddp_table.md. Exit status 1 when any run failed (the table then shows it as missing).
 #
@@ -15,9 +16,9 @@ cd "$(dirname "$0")/.." || exit 1
 out="${1:-out/ddp}"
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 mkdir -p "$out" || exit 1
-runs=(tandem_2x1 tandem_2x1_tf32 tandem_1x2 tandem_1x2_tf32 tandem_allreduce raw_allreduce torch)
+runs=(tandem_2x1 tandem_2x1_tf32 tandem_1x2 tandem_1x2_tf32 allreduce torch)
 for name in "${runs[@]}"; do rm -f "$out/$name.log" "$out/$name.jsonl"; done
-rm -f "$out/commands.log" "$out/ddp_table.md"
+rm -f "$out/commands.log" "$out/allreduce.md" "$out/ddp_table.md"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 
 # --bind-to none: each process runs worker threads (one per device) beside its main thread; binding a process to
@@ -25,7 +26,7 @@ export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 mpirun=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE)
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
 bench="$build/bin/ddp_step_bench"
-raw="$build/bin/nccl_mpi_allreduce"
+all_reduce="$build/bin/nccl_mpi_allreduce"
 status=0
 
 # run LOG COMMAND...: runs the command (10 minutes at most), its output in OUTDIR/LOG; a failure is reported and
@@ -49,21 +50,20 @@ if [ -x "$bench" ]; then
     --jsonl "$out/tandem_2x1_tf32.jsonl"
   run tandem_1x2.log "$bench" --devices-per-process 2 --jsonl "$out/tandem_1x2.jsonl"
   run tandem_1x2_tf32.log env TANDEM_ALLOW_TF32=1 "$bench" --devices-per-process 2 --jsonl "$out/tandem_1x2_tf32.jsonl"
-  run tandem_allreduce.log "${mpirun[@]}" "$bench" --allreduce --jsonl "$out/tandem_allreduce.jsonl"
 else
   echo "ddp_suite: $bench is missing: build tandem with CUDA and MPI first (benchmarks/gpu_suite.sh build)" >&2
   status=1
 fi
 
-if [ -x "$raw" ]; then
-  run raw_allreduce.log "${mpirun[@]}" "$raw"
+if [ -x "$all_reduce" ]; then
+  run allreduce.log "${mpirun[@]}" "$all_reduce" --markdown "$out/allreduce.md"
 else
-  echo "ddp_suite: $raw was not built; the all-reduce table has tandem's figures alone" >&2
+  echo "ddp_suite: $all_reduce was not built; the all-reduce comparison is left out" >&2
 fi
 
 run torch.log env PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
   benchmarks/torch_ddp_bench.py --jsonl "$out/torch.jsonl"
 
 python3 benchmarks/ddp_compare.py --tandem "$out"/tandem_*.jsonl --torch "$out/torch.jsonl" \
-  --raw-allreduce "$out/raw_allreduce.log" --markdown "$out/ddp_table.md" || status=1
+  --allreduce "$out/allreduce.md" --markdown "$out/ddp_table.md" || status=1
 exit $status
