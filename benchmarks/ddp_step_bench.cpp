@@ -281,7 +281,7 @@ int run(const Options& options) {
     lines = measure(options, chosen, group);
   } catch (const std::exception& error) {
     // The other ranks may be waiting in a collective this rank will never join: end the whole job now.
-    group->abort(std::string("ddp_step_bench stopped: ") + error.what());
+    group->abort(error.what());
   }
   if (group->rank() != 0) return 0;
   std::string text;
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
   } catch (const std::exception& error) {
-    std::cerr << "ddp_step_bench: " << error.what() << "\n";
+    std::cerr << error.what() << "\n";  // this program's messages name it; the library's name their function
     return 1;
   }
 }
