@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
 # every log under $OUT (default: out/). Stages to run are arguments (default: all):
-#   build  tests  examples  comm_bench  step_bench  torch  libtorch
+#   build  tests  examples  comm_bench  step_bench  torch  libtorch  ddp
 # Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch libtorch)
+[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch libtorch ddp)
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -53,6 +53,8 @@ run_stage() {
         cmake --build build-libtorch >>"$out/libtorch.log" 2>&1 &&
         timeout 300 build-libtorch/libtorch_step >>"$out/libtorch.log" 2>&1
       tail -20 "$out/libtorch.log" ;;
+    ddp)  # multi-process DDP against PyTorch's DDP under torchrun, and all_reduce against raw NCCL
+      TANDEM_BUILD_DIR="$build" benchmarks/ddp_suite.sh "$out/ddp" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
 }

@@ -1,0 +1,303 @@
+// ddp_step_bench: times one step of multi-process data-parallel training, parallel::DistributedDataParallel over a
+// comm::ProcessGroup (forward, MSE, backward with the buckets all-reduced over every process while backward goes
+// on, SGD with momentum 0.9), and prints the median step of rank 0 as JSON lines. benchmarks/torch_ddp_bench.py
+// runs the same workloads under PyTorch's DistributedDataParallel; benchmarks/ddp_suite.sh runs both and prints
+// the comparison.
+//
+//   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
+//   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 (TANDEM_ALLOW_TF32 unset)
+//   wide-tf32   the same with TF32 tensor-op GEMMs                                     (TANDEM_ALLOW_TF32=1)
+//
+// Launch (process p drives devices p*N .. p*N+N-1 of its machine, N = --devices-per-process, counted by the local
+// rank):
+//   mpirun -np 2 --bind-to none build/bin/ddp_step_bench                      # 2 processes x 1 GPU
+//   build/bin/ddp_step_bench --devices-per-process 2                          # 1 process driving cuda:0, cuda:1
+//   TANDEM_ALLOW_TF32=1 mpirun -np 2 --bind-to none -x TANDEM_ALLOW_TF32 build/bin/ddp_step_bench   # wide-tf32
+//
+// Method (the same in torch_ddp_bench.py): every rank builds the model from seed 0 and holds its share of the
+// global batch already on its devices; after the warm-up steps, each timed step starts with every local device
+// synchronized and a group barrier (so the ranks start together) and ends when every local device is synchronized
+// again; the host wall clock between is the step's time, and rank 0 reports the median. Whether cuBLAS may use TF32
+// is read once per process (Note [TF32] in core/src/cuda/gemm.cpp), so the TF32 workload runs in its own launch and
+// the workload list must agree with the environment. (ProcessGroup::all_reduce alone, beside raw NCCL: the
+// nccl_mpi_allreduce benchmark.)
+//
+//   ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
+//                  [--steps N] [--jsonl PATH]
+
+#include <tandem/comm/process_group.h>
+#include <tandem/parallel/distributed.h>
+#include <tandem/tandem.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using namespace tandem;
+
+struct Workload {
+  std::string key;    // as --workloads names it
+  std::string title;  // as the tables name it
+  int64_t global_batch;
+  int64_t inputs;
+  int64_t outputs;
+  int warmup;
+  int steps;
+  bool tf32;
+  std::function<std::shared_ptr<nn::Module>()> make;
+};
+
+std::shared_ptr<nn::Module> wide_mlp() {
+  auto net = std::make_shared<nn::Sequential>();
+  for (int layer = 0; layer < 4; ++layer) {
+    if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Linear>(4096, 4096));
+  }
+  return net;
+}
+
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> all = {
+      {"seed", "seed net, batch 4096", 4096, 10, 1, 50, 500, false, [] { return trainers::make_mlp(10, 20); }},
+      {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, wide_mlp},
+      {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, wide_mlp},
+  };
+  return all;
+}
+
+const Workload& find_workload(std::string_view key) {
+  for (const Workload& workload : workloads())
+    if (workload.key == key) return workload;
+  TANDEM_FAIL("ddp_step_bench: --workloads names ", excerpt(key), " but expected seed, wide or wide-tf32");
+}
+
+bool tf32_allowed() {
+  const char* allow = std::getenv("TANDEM_ALLOW_TF32");
+  return allow != nullptr && std::string_view(allow) == "1";
+}
+
+struct Options {
+  std::vector<std::string> workloads;  // empty: those the environment's TF32 setting allows
+  int devices_per_process = 1;
+  DeviceType device_type = DeviceType::CUDA;
+  int steps = 0;  // 0: each workload's own count
+  std::string jsonl;
+};
+
+int parse_count(std::string_view flag, std::string_view text, int most) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  TANDEM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 1 && value <= most,
+               "ddp_step_bench: ", flag, " is ", excerpt(text), " but expected an integer from 1 to ", most);
+  return value;
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    items.emplace_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return items;
+}
+
+constexpr const char* kUsage =
+    "usage: ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] "
+    "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]\n";
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    TANDEM_CHECK(i + 1 < argc, "ddp_step_bench: ", excerpt(flag), " is last but expected a value after it");
+    const std::string_view value = argv[++i];
+    if (flag == "--workloads") {
+      options.workloads = split_list(value);
+      for (const std::string& key : options.workloads) find_workload(key);
+    } else if (flag == "--devices-per-process") {
+      options.devices_per_process = parse_count(flag, value, Device::kMaxCpuDevices);
+    } else if (flag == "--device-type") {
+      TANDEM_CHECK(value == "cuda" || value == "cpu", "ddp_step_bench: --device-type is ", excerpt(value),
+                   " but expected cuda or cpu");
+      options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+    } else if (flag == "--steps") {
+      options.steps = parse_count(flag, value, 1'000'000);
+    } else if (flag == "--jsonl") {
+      options.jsonl = value;
+    } else {
+      TANDEM_FAIL("ddp_step_bench: got flag ", excerpt(flag), " but expected one of --workloads, ",
+                  "--devices-per-process, --device-type, --steps, --jsonl (see --help)");
+    }
+  }
+  return options;
+}
+
+// The workloads to run: those named, each checked against this process's TF32 setting, or by default every one
+// that the setting allows.
+std::vector<Workload> chosen_workloads(const Options& options) {
+  const bool tf32 = options.device_type == DeviceType::CUDA && tf32_allowed();
+  std::vector<Workload> chosen;
+  if (options.workloads.empty()) {
+    for (const Workload& workload : workloads())
+      if (workload.tf32 == tf32) chosen.push_back(workload);
+    return chosen;
+  }
+  for (const std::string& key : options.workloads) {
+    const Workload& workload = find_workload(key);
+    TANDEM_CHECK(workload.tf32 == tf32, "ddp_step_bench: workload ", key, " needs TANDEM_ALLOW_TF32 ",
+                 workload.tf32 ? "=1 and CUDA devices" : "unset", " but this process runs with it ",
+                 tf32 ? "=1" : "unset", " (cuBLAS reads it once per process: launch each setting separately)");
+    chosen.push_back(workload);
+  }
+  return chosen;
+}
+
+// Blocks until every local device has finished its work.
+void synchronize(const std::vector<Device>& devices) {
+#if TANDEM_WITH_CUDA
+  for (const Device& device : devices) {
+    if (!device.is_cuda()) continue;
+    cudaError_t status = cudaSetDevice(device.index());
+    if (status == cudaSuccess) status = cudaDeviceSynchronize();
+    TANDEM_CHECK(status == cudaSuccess, "ddp_step_bench: synchronizing ", device,
+                 " failed: ", cudaGetErrorString(status));
+  }
+#else
+  (void)devices;  // CPU work is finished when its call returns
+#endif
+}
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+// Milliseconds of `body` run between synchronized devices, after a barrier of the group.
+double timed_ms(comm::ProcessGroup& group, const std::function<void()>& body) {
+  synchronize(group.devices());
+  group.barrier();
+  const auto begin = std::chrono::steady_clock::now();
+  body();
+  synchronize(group.devices());
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// One JSON line: rank 0's median step of `workload`.
+std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int steps) {
+  const std::vector<Device>& devices = group->devices();
+  const auto shards = static_cast<int64_t>(group->world_devices());
+  TANDEM_CHECK(workload.global_batch % shards == 0, "ddp_step_bench: global batch ", workload.global_batch, " of ",
+               workload.key, " over ", shards, " devices but expected a batch that splits evenly");
+  const int64_t rows = workload.global_batch / shards;
+
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model = workload.make();
+  model->to(devices.front());
+  parallel::DistributedDataParallel ddp(model, group);
+  parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
+  std::vector<Tensor> inputs, targets;
+  for (const Device& device : devices) {
+    inputs.push_back(Tensor::randn({rows, workload.inputs}, device));
+    targets.push_back(Tensor::randn({rows, workload.outputs}, device));
+  }
+  // Each local replica's loss is weighted by its share of the process's rows, so the sum over the local replicas
+  // is the mean over the process's rows; the group's average over processes then gives the global batch's mean.
+  const float share = 1.0f / static_cast<float>(devices.size());
+  const auto step = [&] {
+    sgd.zero_grad();
+    ddp.forward_backward(inputs, [&](size_t replica, const Tensor& output) {
+      const Tensor loss = nn::mse_loss(output, targets[replica]);
+      return devices.size() == 1 ? loss : loss * share;
+    });
+    sgd.step();
+  };
+
+  for (int i = 0; i < workload.warmup; ++i) step();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) times.push_back(timed_ms(*group, step));
+
+  std::ostringstream line;
+  line << "{\"framework\": \"tandem\", \"processes\": " << group->size()
+       << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
+       << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
+       << workload.title << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
+       << ", \"steps\": " << steps << ", \"median_ms\": " << median(times) << "}";
+  return line.str();
+}
+
+std::vector<std::string> measure(const Options& options, const std::vector<Workload>& chosen,
+                                 const std::shared_ptr<comm::ProcessGroup>& group) {
+  std::vector<std::string> lines;
+  for (const Workload& workload : chosen) {
+    lines.push_back(time_workload(workload, group, options.steps > 0 ? options.steps : workload.steps));
+    if (group->rank() == 0) std::cerr << "ddp_step_bench: measured " << workload.title << "\n";
+  }
+  return lines;
+}
+
+int run(const Options& options) {
+  const std::vector<Workload> chosen = chosen_workloads(options);
+  const comm::LaunchInfo launch = comm::LaunchInfo::from_environment();
+  const int per_process = options.devices_per_process;
+  if (options.device_type == DeviceType::CUDA) {
+    const int visible = cuda_device_count();
+    if (visible == 0) {
+      if (launch.rank == 0) std::cout << "ddp_step_bench: no GPU visible; nothing to measure\n";
+      return 0;
+    }
+    TANDEM_CHECK(launch.local_size * per_process <= visible, "ddp_step_bench: ", launch.local_size,
+                 " processes on this machine x ", per_process, " devices each need ", launch.local_size * per_process,
+                 " GPUs but expected at most the ", visible, " visible");
+  }
+  std::vector<Device> devices;
+  for (int i = 0; i < per_process; ++i) devices.emplace_back(options.device_type, launch.local_rank * per_process + i);
+  if (!options.jsonl.empty()) check_writable(options.jsonl, "--jsonl");  // every rank fails alike, before meeting
+
+  const std::shared_ptr<comm::ProcessGroup> group =
+      comm::ProcessGroup::from_environment(devices, {.timeout = std::chrono::minutes(2)});
+  std::vector<std::string> lines;
+  try {
+    lines = measure(options, chosen, group);
+  } catch (const std::exception& error) {
+    // The other ranks may be waiting in a collective this rank will never join: end the whole job now.
+    group->abort(error.what());
+  }
+  if (group->rank() != 0) return 0;
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  std::cout << text;
+  if (!options.jsonl.empty()) write_file_atomically(options.jsonl, text, "--jsonl");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::cerr << error.what() << "\n";  // this program's messages name it; the library's name their function
+    return 1;
+  }
+}

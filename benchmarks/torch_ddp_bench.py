@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The PyTorch side of ddp_step_bench: one training step under torch.nn.parallel.DistributedDataParallel.
+
+One process per GPU (cuda:<LOCAL_RANK>), NCCL backend, DDP tuned as its documentation advises
+(gradient_as_bucket_view=True, static_graph=True), SGD with momentum 0.9, MSE, for the workloads of ddp_step_bench:
+  seed        Linear(10, 20) -> Linear(20, 1), global batch 4096
+  wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 GEMMs
+  wide-tf32   the same with torch.backends.cuda.matmul.allow_tf32 = True
+Method (as ddp_step_bench): every rank builds the model from seed 0 and holds its share of the global batch already
+on its GPU; after the warm-up steps, each timed step starts with the GPU synchronized and a barrier (so the ranks
+start together) and ends when the GPU is synchronized again; the host wall clock between is the step's time, and
+rank 0 reports the median, one JSON line per workload (on stdout, and into --jsonl PATH).
+
+Usage: torchrun --standalone --nproc_per_node 2 benchmarks/torch_ddp_bench.py [--workloads seed,wide,wide-tf32]
+                [--steps N] [--jsonl PATH]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+# name: (title, global batch, inputs, outputs, warm-up steps, timed steps, TF32)
+WORKLOADS = {
+    "seed": ("seed net, batch 4096", 4096, 10, 1, 50, 500, False),
+    "wide": ("wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, False),
+    "wide-tf32": ("wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, True),
+}
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of " + ", ".join(WORKLOADS))
+    parser.add_argument("--steps", type=int, default=0, help="timed steps of every workload (default: its own)")
+    parser.add_argument("--jsonl", default="", help="also write rank 0's JSON lines to this file")
+    args = parser.parse_args()
+    args.workloads = args.workloads.split(",")
+    for name in args.workloads:
+        if name not in WORKLOADS:
+            parser.error(f"--workloads names {name!r} but expected one of {', '.join(WORKLOADS)}")
+    if args.steps < 0:
+        parser.error(f"--steps is {args.steps} but expected a positive number (or 0 for each workload's own)")
+    return args
+
+
+def make_model(torch, name):
+    nn = torch.nn
+    if name == "seed":
+        return nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 1))
+    layers = []
+    for layer in range(4):
+        if layer > 0:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(4096, 4096))
+    return nn.Sequential(*layers)
+
+
+def time_workload(torch, dist, name, steps_override, device, world_size):
+    title, global_batch, inputs, outputs, warmup, steps, tf32 = WORKLOADS[name]
+    if global_batch % world_size != 0:
+        raise SystemExit(f"torch_ddp_bench: global batch {global_batch} of {name} over {world_size} processes "
+                         "but expected a batch that splits evenly")
+    steps = steps_override or steps
+    rows = global_batch // world_size
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(make_model(torch, name).to(device), device_ids=[device.index],
+                                                      gradient_as_bucket_view=True, static_graph=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(rows, inputs, device=device)
+    y = torch.randn(rows, outputs, device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize(device)
+        dist.barrier(device_ids=[device.index])
+        begin = time.perf_counter()
+        step()
+        torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - begin) * 1e3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return {"framework": "pytorch", "torch": torch.__version__, "processes": world_size, "devices_per_process": 1,
+            "device_type": "cuda", "workload": name, "title": title, "global_batch": global_batch,
+            "warmup": warmup, "steps": steps, "median_ms": statistics.median(times)}
+
+
+def main():
+    args = parse_arguments()
+    if "LOCAL_RANK" not in os.environ:
+        sys.exit("torch_ddp_bench: LOCAL_RANK is not set; launch it with torchrun --nproc_per_node N")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        print("torch_ddp_bench: torch is not installed; nothing to measure")
+        return 0
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    visible = torch.cuda.device_count()
+    if visible == 0:
+        print("torch_ddp_bench: no GPU visible; nothing to measure")
+        return 0
+    if local_world_size > visible:
+        sys.exit(f"torch_ddp_bench: {local_world_size} processes on this machine but expected at most the "
+                 f"{visible} GPUs visible")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    lines = []
+    for name in args.workloads:
+        result = time_workload(torch, dist, name, args.steps, device, world_size)
+        if rank == 0:
+            lines.append(json.dumps(result))
+            print(lines[-1], flush=True)
+    dist.destroy_process_group()
+    if rank == 0 and args.jsonl:
+        with open(args.jsonl, "w", encoding="utf-8") as output:
+            output.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
