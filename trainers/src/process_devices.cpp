@@ -5,7 +5,8 @@
 namespace tandem::trainers {
 
 std::vector<Device> process_devices(std::string_view text, const comm::LaunchInfo& launch, int gpu_count) {
-  if (text != "all" || gpu_count == 0) return parse_devices(text);
+  if (text != "all") return parse_devices(text);
+  if (gpu_count == 0) return {Device::cpu(0), Device::cpu(1)};  // default_devices() of a machine without GPUs
   TANDEM_CHECK(gpu_count >= launch.local_size, "process_devices: 'all' for ", launch.local_size,
                " processes on this machine but it has ", gpu_count,
                " GPUs; expected at least one GPU per process (or name each process's devices)");
