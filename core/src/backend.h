@@ -15,6 +15,7 @@ namespace tandem::backend {
 enum class BinaryOp { Add, Sub, Mul };
 enum class UnaryOp { Relu, Tanh };
 
+using tandem::AdamUpdate;
 using tandem::SgdUpdate;
 
 class Backend {
@@ -54,6 +55,16 @@ class Backend {
   // One fused SGD update over a contiguous parameter, its gradient and (when momentum != 0) its momentum buffer.
   virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                           const SgdUpdate& update) = 0;
+  // One fused Adam/AdamW update (fused.h) over a contiguous parameter, its gradient and its moments (and, when
+  // update.amsgrad, the running maximum of exp_avg_sq); param and the moments are updated in place.
+  virtual void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                           const Tensor& max_exp_avg_sq, const AdamUpdate& update) = 0;
+  // out (one element, contiguous) = (sum |x|^ord)^(1/ord), or max |x| when ord is +infinity; 0 when x is empty.
+  // x contiguous, ord > 0.
+  virtual void vector_norm(const Tensor& x, double ord, const Tensor& out) = 0;
+  // x *= min(max_norm / (*norm + 1e-6), 1) in float32, with norm a one-element tensor read on the device (NaN
+  // propagates). Both contiguous.
+  virtual void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) = 0;
   // Host transfers of contiguous tensors; to_host returns once the values are on the host.
   virtual void to_host(const Tensor& src, void* host) = 0;
   virtual void from_host(const void* host, const Tensor& dst) = 0;

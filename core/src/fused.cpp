@@ -1,27 +1,86 @@
 #include "tandem/core/fused.h"
 
+#include <cmath>
+
 #include "backend.h"
 #include "raw_ops.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
+namespace {
+
+// Checks that an optimizer's buffer matches its parameter: defined, on its device, of its shape, contiguous.
+void check_buffer(const char* caller, const Tensor& param, const Tensor& buffer, const char* name) {
+  raw::check_defined(caller, buffer, name);
+  raw::check_same_device(caller, param, buffer);
+  TANDEM_CHECK(buffer.shape() == param.shape() && buffer.is_contiguous(), caller, ": ", name, " has shape ",
+               to_string(buffer.shape()), " but expected ", to_string(param.shape()), " (contiguous)");
+}
+
+void check_param_and_grad(const char* caller, const Tensor& param, const Tensor& grad) {
+  raw::check_defined(caller, param, "param");
+  raw::check_defined(caller, grad, "grad");
+  raw::check_same_device(caller, param, grad);
+  TANDEM_CHECK(param.shape() == grad.shape(), caller, ": param has shape ", to_string(param.shape()),
+               " but grad has shape ", to_string(grad.shape()));
+  TANDEM_CHECK(param.is_contiguous() && grad.is_contiguous(), caller, ": param and grad must be contiguous");
+}
+
+// One tensor's norm into `out`, a one-element contiguous tensor on its device.
+void norm_into(const Tensor& x, double ord, const Tensor& out) {
+  backend::for_device(x.device()).vector_norm(raw::contiguous(x), ord, out);
+}
+
+}  // namespace
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update) {
-  raw::check_defined("sgd_update", param, "param");
-  raw::check_defined("sgd_update", grad, "grad");
-  raw::check_same_device("sgd_update", param, grad);
-  TANDEM_CHECK(param.shape() == grad.shape(), "sgd_update: param has shape ", to_string(param.shape()),
-               " but grad has shape ", to_string(grad.shape()));
-  TANDEM_CHECK(param.is_contiguous() && grad.is_contiguous(), "sgd_update: param and grad must be contiguous");
-  if (update.momentum != 0.0f) {
-    raw::check_defined("sgd_update", momentum_buffer, "momentum_buffer");
-    raw::check_same_device("sgd_update", param, momentum_buffer);
-    TANDEM_CHECK(momentum_buffer.shape() == param.shape() && momentum_buffer.is_contiguous(),
-                 "sgd_update: momentum_buffer has shape ", to_string(momentum_buffer.shape()), " but expected ",
-                 to_string(param.shape()), " (contiguous)");
-  }
+  check_param_and_grad("sgd_update", param, grad);
+  if (update.momentum != 0.0f) check_buffer("sgd_update", param, momentum_buffer, "momentum_buffer");
   if (param.numel() == 0) return;
   backend::for_device(param.device()).sgd_update(param, grad, momentum_buffer, update);
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamUpdate& update) {
+  check_param_and_grad("adam_update", param, grad);
+  check_buffer("adam_update", param, exp_avg, "exp_avg");
+  check_buffer("adam_update", param, exp_avg_sq, "exp_avg_sq");
+  if (update.amsgrad) check_buffer("adam_update", param, max_exp_avg_sq, "max_exp_avg_sq");
+  if (param.numel() == 0) return;
+  backend::for_device(param.device()).adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update);
+}
+
+Tensor total_norm(const std::vector<Tensor>& tensors, double ord) {
+  TANDEM_CHECK(!tensors.empty(), "total_norm: got no tensors");
+  TANDEM_CHECK(ord > 0.0, "total_norm: ord must be > 0 (or infinity), got ", ord);
+  for (size_t i = 0; i < tensors.size(); ++i) raw::check_defined("total_norm", tensors[i], "a tensor");
+  const Device device = tensors.front().device();
+  Tensor norms = Tensor::empty({static_cast<int64_t>(tensors.size())}, device);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor slot = norms.narrow(0, static_cast<int64_t>(i), 1);
+    if (tensors[i].device() == device) {
+      norm_into(tensors[i], ord, slot);
+    } else {
+      Tensor local = Tensor::empty({1}, tensors[i].device());
+      norm_into(tensors[i], ord, local);
+      raw::copy(local, slot);
+    }
+  }
+  Tensor total = Tensor::empty({}, device);
+  norm_into(norms, ord, total);
+  return total;
+}
+
+void clip_by_norm_(const Tensor& x, const Tensor& norm, float max_norm) {
+  raw::check_defined("clip_by_norm_", x, "x");
+  raw::check_defined("clip_by_norm_", norm, "norm");
+  raw::check_same_device("clip_by_norm_", x, norm);
+  TANDEM_CHECK(norm.numel() == 1, "clip_by_norm_: norm has shape ", to_string(norm.shape()),
+               " but expected one element");
+  if (x.numel() == 0) return;
+  Tensor target = raw::contiguous(x);
+  backend::for_device(x.device()).clip_by_norm(target, raw::contiguous(norm), max_norm);
+  if (!target.is_same(x)) raw::copy(target, x);
 }
 
 }  // namespace tandem

@@ -1,11 +1,26 @@
 #include "tandem/optim/optimizer.h"
 
+#include <algorithm>
+
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
 
 namespace tandem::optim {
+namespace {
 
-Optimizer::Optimizer(std::vector<Tensor> parameters, const char* who) : parameters_(std::move(parameters)) {
+constexpr const char* kLegacySlot = "state";
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> parameters, const char* who)
+    : Optimizer(std::vector<std::vector<Tensor>>{std::move(parameters)}, who) {}
+
+Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const char* who) : who_(who) {
+  for (std::vector<Tensor>& group : groups) {
+    for (Tensor& parameter : group) parameters_.push_back(std::move(parameter));
+    group_ends_.push_back(parameters_.size());
+  }
   TANDEM_CHECK(!parameters_.empty(), who, ": got an empty parameter list");
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = parameters_[i];
@@ -18,5 +33,114 @@ Optimizer::Optimizer(std::vector<Tensor> parameters, const char* who) : paramete
 }
 
 void Optimizer::zero_grad(bool set_to_none) { autograd::zero_grad(parameters_, set_to_none); }
+
+void Optimizer::check_group(size_t group, const char* caller) const {
+  TANDEM_CHECK(group < group_ends_.size(), who_, "::", caller, ": group ", group, " but there are ",
+               group_ends_.size(), " parameter groups");
+}
+
+size_t Optimizer::param_group_begin(size_t group) const {
+  check_group(group, "param_group_begin");
+  return group == 0 ? 0 : group_ends_[group - 1];
+}
+
+size_t Optimizer::param_group_end(size_t group) const {
+  check_group(group, "param_group_end");
+  return group_ends_[group];
+}
+
+size_t Optimizer::param_group_of(size_t parameter) const {
+  TANDEM_CHECK(parameter < parameters_.size(), who_, "::param_group_of: parameter ", parameter, " but there are ",
+               parameters_.size());
+  return static_cast<size_t>(std::upper_bound(group_ends_.begin(), group_ends_.end(), parameter) -
+                             group_ends_.begin());
+}
+
+double Optimizer::lr(size_t group) const {
+  check_group(group, "lr");
+  return group_lr(group);
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  check_group(group, "set_lr");
+  TANDEM_CHECK(lr >= 0.0, who_, "::set_lr: lr must be >= 0, got ", lr);
+  set_group_lr(group, lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t group = 0; group < param_group_count(); ++group) set_lr(group, lr);
+}
+
+const std::vector<double>& Optimizer::initial_lrs() {
+  if (initial_lrs_.empty()) {
+    for (size_t group = 0; group < param_group_count(); ++group) initial_lrs_.push_back(lr(group));
+  }
+  return initial_lrs_;
+}
+
+double Optimizer::group_lr(size_t) const { TANDEM_FAIL(who_, " has no learning rate"); }
+
+void Optimizer::set_group_lr(size_t, double) { TANDEM_FAIL(who_, " has no learning rate"); }
+
+std::vector<Tensor> Optimizer::state() const {
+  TANDEM_FAIL(who_, "::state: its state has more than one tensor per parameter; use state_dict()");
+}
+
+void Optimizer::set_state(const std::vector<Tensor>&) {
+  TANDEM_FAIL(who_, "::set_state: its state has more than one tensor per parameter; use load_state_dict()");
+}
+
+OptimizerState Optimizer::state_dict() const { return single_slot_state(state(), kLegacySlot); }
+
+void Optimizer::load_state_dict(const OptimizerState& state) { set_state(single_slot_tensors(state, kLegacySlot)); }
+
+OptimizerState Optimizer::single_slot_state(const std::vector<Tensor>& tensors, const char* slot) const {
+  OptimizerState state{.kind = who_, .version = 1, .parameters = {}};
+  for (const Tensor& tensor : tensors) {
+    ParameterState& entry = state.parameters.emplace_back();
+    if (tensor.defined()) entry.tensors.emplace_back(slot, tensor);
+  }
+  return state;
+}
+
+std::vector<Tensor> Optimizer::single_slot_tensors(const OptimizerState& state, const char* slot) const {
+  check_state_kind(state, 1);
+  std::vector<Tensor> tensors(parameters_.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    for (const auto& [name, tensor] : state.parameters[i].tensors) {
+      TANDEM_CHECK(name == slot && !tensors[i].defined(), who_, "::load_state_dict: parameter ", i,
+                   " has the slot \"", excerpt(name), "\" but expected at most one \"", slot, "\"");
+      check_state_tensor(i, name, tensor);
+      tensors[i] = tensor;
+    }
+  }
+  return tensors;
+}
+
+void Optimizer::check_state_kind(const OptimizerState& state, int64_t version) const {
+  TANDEM_CHECK(state.kind == who_ && state.version == version, who_, "::load_state_dict: got the state of \"",
+               excerpt(state.kind), "\" version ", state.version, " but expected \"", who_, "\" version ", version);
+  TANDEM_CHECK(state.parameters.size() == parameters_.size(), who_, "::load_state_dict: got the state of ",
+               state.parameters.size(), " parameters for ", parameters_.size());
+  for (size_t i = 0; i < state.parameters.size(); ++i) {
+    TANDEM_CHECK(state.parameters[i].step >= 0, who_, "::load_state_dict: parameter ", i, " has step ",
+                 state.parameters[i].step, " but expected a count >= 0");
+  }
+}
+
+void Optimizer::check_state_tensor(size_t parameter, const std::string& slot, const Tensor& tensor) const {
+  TANDEM_CHECK(tensor.defined(), who_, "::load_state_dict: ", excerpt(slot), " of parameter ", parameter,
+               " is undefined");
+  TANDEM_CHECK(tensor.shape() == parameters_[parameter].shape(), who_, "::load_state_dict: ", excerpt(slot),
+               " of parameter ", parameter, " has shape ", to_string(tensor.shape()), " but the parameter has shape ",
+               to_string(parameters_[parameter].shape()));
+}
+
+Tensor Optimizer::copy_for(size_t parameter, const Tensor& value) const {
+  NoGradGuard no_grad;
+  Tensor copy = Tensor::empty(parameters_[parameter].shape(), parameters_[parameter].device());
+  copy.copy_(value);
+  return copy;
+}
 
 }  // namespace tandem::optim

@@ -8,6 +8,8 @@
 namespace tandem::optim {
 namespace {
 
+constexpr const char* kMomentumSlot = "momentum_buffer";
+
 void check_options(const SGDOptions& options) {
   TANDEM_CHECK(options.lr >= 0.0, "optim::SGD: lr must be >= 0, got ", options.lr);
   TANDEM_CHECK(options.momentum >= 0.0, "optim::SGD: momentum must be >= 0, got ", options.momentum);
@@ -20,31 +22,36 @@ void check_options(const SGDOptions& options) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> parameters, SGDOptions options)
-    : Optimizer(std::move(parameters), "optim::SGD"), momentum_buffers_(this->parameters().size()), options_(options) {
-  check_options(options_);
+    : SGD(std::vector<ParamGroup<SGDOptions>>{{.parameters = std::move(parameters), .options = {}}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup<SGDOptions>> groups, SGDOptions defaults)
+    : Optimizer(parameters_of(groups), "optim::SGD"),
+      momentum_buffers_(parameters().size()),
+      groups_(options_of(groups, defaults)) {
+  for (const SGDOptions& options : groups_) check_options(options);
 }
 
-void SGD::set_lr(double lr) {
-  TANDEM_CHECK(lr >= 0.0, "optim::SGD::set_lr: lr must be >= 0, got ", lr);
-  options_.lr = lr;
+const SGDOptions& SGD::options(size_t group) const {
+  check_group(group, "options");
+  return groups_[group];
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
-  SgdUpdate update;
-  update.lr = static_cast<float>(options_.lr);
-  update.momentum = static_cast<float>(options_.momentum);
-  update.dampening = static_cast<float>(options_.dampening);
-  update.weight_decay = static_cast<float>(options_.weight_decay);
-  update.nesterov = options_.nesterov;
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& parameter = parameters()[i];
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
+    const SGDOptions& options = groups_[param_group_of(i)];
     Tensor& buffer = momentum_buffers_[i];
-    update.first_step = !buffer.defined();
+    const SgdUpdate update{.lr = static_cast<float>(options.lr),
+                           .momentum = static_cast<float>(options.momentum),
+                           .dampening = static_cast<float>(options.dampening),
+                           .weight_decay = static_cast<float>(options.weight_decay),
+                           .nesterov = options.nesterov,
+                           .first_step = !buffer.defined()};
     // The first step writes buf = d, so the new buffer needs no initial values.
-    if (options_.momentum != 0.0 && update.first_step) buffer = Tensor::empty(parameter.shape(), parameter.device());
+    if (options.momentum != 0.0 && update.first_step) buffer = Tensor::empty(parameter.shape(), parameter.device());
     sgd_update(parameter, grad.contiguous(), buffer, update);
   }
 }
@@ -58,16 +65,15 @@ void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
                  " has shape ", to_string(buffers[i].shape()), " but parameter ", i, " has shape ",
                  to_string(parameters()[i].shape()));
   }
-  NoGradGuard no_grad;
   for (size_t i = 0; i < buffers.size(); ++i) {
-    if (!buffers[i].defined()) {
-      momentum_buffers_[i] = Tensor();
-      continue;
-    }
-    Tensor buffer = Tensor::empty(parameters()[i].shape(), parameters()[i].device());
-    buffer.copy_(buffers[i]);
-    momentum_buffers_[i] = buffer;
+    momentum_buffers_[i] = buffers[i].defined() ? copy_for(i, buffers[i]) : Tensor();
   }
+}
+
+OptimizerState SGD::state_dict() const { return single_slot_state(momentum_buffers_, kMomentumSlot); }
+
+void SGD::load_state_dict(const OptimizerState& state) {
+  set_momentum_buffers(single_slot_tensors(state, kMomentumSlot));
 }
 
 }  // namespace tandem::optim

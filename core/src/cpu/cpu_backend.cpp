@@ -220,6 +220,59 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                   const Tensor& max_exp_avg_sq, const AdamUpdate& u) override {
+    float* p = param.mutable_data();
+    const float* g = grad.data();
+    float* m = exp_avg.mutable_data();
+    float* v = exp_avg_sq.mutable_data();
+    float* v_max = u.amsgrad ? max_exp_avg_sq.mutable_data() : nullptr;
+    const bool small_weight = std::abs(u.one_minus_beta1) < 0.5f;  // torch.lerp's choice of form
+    const int64_t n = param.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const float scaled = p[i] * u.param_scale;
+      float d = g[i];
+      if (u.weight_decay != 0.0f) d += u.weight_decay * scaled;
+      m[i] = small_weight ? m[i] + u.one_minus_beta1 * (d - m[i]) : d - (d - m[i]) * (1.0f - u.one_minus_beta1);
+      v[i] = v[i] * u.beta2 + u.one_minus_beta2 * d * d;
+      float second = v[i];
+      if (v_max != nullptr) {
+        if (second > v_max[i] || std::isnan(second)) v_max[i] = second;  // NaN in either stays NaN
+        second = v_max[i];
+      }
+      const float denom = std::sqrt(second) / u.bias_correction2_sqrt + u.eps;
+      p[i] = scaled + (-u.step_size * m[i]) / denom;
+    }
+  }
+
+  void vector_norm(const Tensor& x, double ord, const Tensor& out) override {
+    const float* px = x.data();
+    const int64_t n = x.numel();
+    double result = 0.0;
+    if (std::isinf(ord)) {
+      for (int64_t i = 0; i < n && !std::isnan(result); ++i) {
+        const double magnitude = std::abs(px[i]);
+        result = std::isnan(magnitude) ? magnitude : std::max(result, magnitude);  // NaN wins, as in torch.amax
+      }
+    } else if (ord == 2.0) {
+      for (int64_t i = 0; i < n; ++i) result += static_cast<double>(px[i]) * px[i];
+      result = std::sqrt(result);
+    } else if (ord == 1.0) {
+      for (int64_t i = 0; i < n; ++i) result += std::abs(static_cast<double>(px[i]));
+    } else {
+      for (int64_t i = 0; i < n; ++i) result += std::pow(std::abs(static_cast<double>(px[i])), ord);
+      result = std::pow(result, 1.0 / ord);
+    }
+    out.mutable_data()[0] = static_cast<float>(result);
+  }
+
+  void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) override {
+    // As PyTorch evaluates max_norm / (norm + 1e-6): the reciprocal times max_norm, then clamped to at most 1.
+    float factor = (1.0f / (norm.data()[0] + 1e-6f)) * max_norm;
+    if (factor > 1.0f) factor = 1.0f;  // NaN stays NaN
+    mutable_array_of(x) *= factor;
+  }
+
   void to_host(const Tensor& src, void* host) override {
     if (src.numel() > 0) std::memcpy(host, src.data(), static_cast<size_t>(src.numel()) * sizeof(float));
   }

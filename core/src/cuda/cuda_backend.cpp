@@ -153,6 +153,29 @@ class CudaBackend final : public backend::Backend {
                         param.numel(), update, on.stream);
   }
 
+  void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                   const Tensor& max_exp_avg_sq, const backend::AdamUpdate& update) override {
+    if (param.numel() == 0) return;
+    // adam_update (fused.cpp) checks the buffers before it calls the backend.
+    TANDEM_INTERNAL_ASSERT(!update.amsgrad || max_exp_avg_sq.defined(),
+                           "adam_update: amsgrad without a max_exp_avg_sq buffer");
+    OnDevice on(param);
+    kernels::adam_update(param.mutable_data(), grad.data(), exp_avg.mutable_data(), exp_avg_sq.mutable_data(),
+                         update.amsgrad ? max_exp_avg_sq.mutable_data() : nullptr, param.numel(), update, on.stream);
+  }
+
+  void vector_norm(const Tensor& x, double ord, const Tensor& out) override {
+    OnDevice on(out);
+    Scratch scratch(on.device, kernels::reduce_scratch_floats(x.numel()));
+    kernels::vector_norm(x.data(), x.numel(), ord, out.mutable_data(), scratch.data(), on.stream);
+  }
+
+  void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) override {
+    if (x.numel() == 0) return;
+    OnDevice on(x);
+    kernels::clip_by_norm(x.mutable_data(), x.numel(), norm.data(), max_norm, on.stream);
+  }
+
   // Note [Host transfers]: both directions are enqueued on the compute stream, so they are ordered after the
   // producers of the device memory and before its later users, and both wait for that stream before returning:
   // to_host because the caller reads the values, from_host because cudaMemcpyAsync may still be reading a pageable

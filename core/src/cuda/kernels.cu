@@ -1,9 +1,10 @@
 // The CUDA backend's own kernels: elementwise work (contiguous, row-broadcast and general strided forms),
-// reductions, the MSE loss and the fused SGD update. See kernels.h for the contracts.
+// reductions and norms, the MSE loss and the fused SGD and Adam updates. See kernels.h for the contracts.
 
 #include "cuda/kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -193,24 +194,38 @@ void launch_elementwise(const Strided& s, float* out, const float* a, const floa
 
 // ---- reductions ---------------------------------------------------------------------------------------------
 
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+// How partial results combine; 0 is the identity of both (maxima are taken over magnitudes only).
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxKeepingNan {
+  __device__ float operator()(float a, float b) const { return a > b || isnan(a) ? a : b; }
+};
+
+template <typename Combine>
+__device__ float warp_reduce(float v, Combine combine) {
+  for (int offset = 16; offset > 0; offset /= 2) v = combine(v, __shfl_down_sync(0xffffffffu, v, offset));
   return v;  // in lane 0
 }
 
-// Sum of v over the block (blockDim.x a multiple of 32); the result is valid in thread 0. Every thread of the
+__device__ float warp_sum(float v) { return warp_reduce(v, Add{}); }
+
+// v combined over the block (blockDim.x a multiple of 32); the result is valid in thread 0. Every thread of the
 // block must call it.
-__device__ float block_sum(float v) {
-  __shared__ float warp_sums[32];
+template <typename Combine>
+__device__ float block_reduce(float v, Combine combine) {
+  __shared__ float warp_results[32];
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  __syncthreads();  // a previous call may still be reading warp_sums
-  if (lane == 0) warp_sums[warp] = v;
+  v = warp_reduce(v, combine);
+  __syncthreads();  // a previous call may still be reading warp_results
+  if (lane == 0) warp_results[warp] = v;
   __syncthreads();
-  if (warp == 0) v = warp_sum(lane < static_cast<int>(blockDim.x / 32) ? warp_sums[lane] : 0.0f);
+  if (warp == 0) v = warp_reduce(lane < static_cast<int>(blockDim.x / 32) ? warp_results[lane] : 0.0f, combine);
   return v;
 }
+
+__device__ float block_sum(float v) { return block_reduce(v, Add{}); }
 
 struct LoadValue {
   const float* x;
@@ -224,14 +239,43 @@ struct LoadSquaredDifference {
     return d * d;
   }
 };
+struct LoadSquare {
+  const float* x;
+  __device__ float operator()(int64_t i) const { return x[i] * x[i]; }
+};
+struct LoadMagnitude {
+  const float* x;
+  __device__ float operator()(int64_t i) const { return fabsf(x[i]); }
+};
+struct LoadMagnitudePower {
+  const float* x;
+  float ord;
+  __device__ float operator()(int64_t i) const { return powf(fabsf(x[i]), ord); }
+};
 
-// dst[blockIdx.x] = scale * (sum of load(i) over the indices this block visits)
-template <typename Load>
-__global__ void block_sums_kernel(int64_t n, Load load, float scale, float* dst) {
+// What the last pass writes.
+struct Keep {
+  __device__ float operator()(float v) const { return v; }
+};
+struct Scale {
+  float scale;
+  __device__ float operator()(float v) const { return scale * v; }
+};
+struct SquareRoot {
+  __device__ float operator()(float v) const { return sqrtf(v); }
+};
+struct Root {
+  float inverse_ord;
+  __device__ float operator()(float v) const { return powf(v, inverse_ord); }
+};
+
+// dst[blockIdx.x] = finish(load(i) combined over the indices this block visits)
+template <typename Load, typename Combine, typename Finish>
+__global__ void block_reduce_kernel(int64_t n, Load load, Combine combine, Finish finish, float* dst) {
   float v = 0.0f;
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) v += load(i);
-  v = block_sum(v);
-  if (threadIdx.x == 0) dst[blockIdx.x] = scale * v;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) v = combine(v, load(i));
+  v = block_reduce(v, combine);
+  if (threadIdx.x == 0) dst[blockIdx.x] = finish(v);
 }
 
 int reduce_blocks(int64_t n) {
@@ -240,20 +284,26 @@ int reduce_blocks(int64_t n) {
 }
 
 // See Note [Deterministic reductions].
-template <typename Load>
-void launch_sum(int64_t n, Load load, float scale, float* out, float* scratch, cudaStream_t stream) {
+template <typename Load, typename Combine, typename Finish>
+void launch_reduce(int64_t n, Load load, Combine combine, Finish finish, float* out, float* scratch,
+                   cudaStream_t stream) {
   const int blocks = reduce_blocks(n);
   if (blocks == 1) {
-    block_sums_kernel<<<1, kThreads, 0, stream>>>(n, load, scale, out);
+    block_reduce_kernel<<<1, kThreads, 0, stream>>>(n, load, combine, finish, out);
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
   }
   TANDEM_INTERNAL_ASSERT(scratch != nullptr, "cuda kernels: a reduction over ", n,
                          " elements needs a scratch buffer of reduce_scratch_floats(n) floats");
-  block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, load, 1.0f, scratch);
+  block_reduce_kernel<<<blocks, kThreads, 0, stream>>>(n, load, combine, Keep{}, scratch);
   TANDEM_CUDA_CHECK_LAUNCH();
-  block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, LoadValue{scratch}, scale, out);
+  block_reduce_kernel<<<1, kThreads, 0, stream>>>(blocks, LoadValue{scratch}, combine, finish, out);
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Load>
+void launch_sum(int64_t n, Load load, float scale, float* out, float* scratch, cudaStream_t stream) {
+  launch_reduce(n, load, Add{}, Scale{scale}, out, scratch, stream);
 }
 
 // inner == 1, short rows: one warp per row.
@@ -318,6 +368,41 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
   }
 }
 
+// See Note [Rounding like the CPU]; the operations and their order are those of fused.h's AdamUpdate.
+__global__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                            float* max_exp_avg_sq, AdamUpdate u) {
+  const bool small_weight = fabsf(u.one_minus_beta1) < 0.5f;  // torch.lerp's choice of form
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float scaled = __fmul_rn(param[i], u.param_scale);
+    float d = grad[i];
+    if (u.weight_decay != 0.0f) d = __fadd_rn(d, __fmul_rn(u.weight_decay, scaled));
+    const float m = exp_avg[i];
+    const float new_m = small_weight ? __fadd_rn(m, __fmul_rn(u.one_minus_beta1, __fsub_rn(d, m)))
+                                     : __fsub_rn(d, __fmul_rn(__fsub_rn(d, m), __fsub_rn(1.0f, u.one_minus_beta1)));
+    exp_avg[i] = new_m;
+    float second = __fadd_rn(__fmul_rn(exp_avg_sq[i], u.beta2), __fmul_rn(__fmul_rn(u.one_minus_beta2, d), d));
+    exp_avg_sq[i] = second;
+    if (max_exp_avg_sq != nullptr) {
+      const float previous = max_exp_avg_sq[i];
+      if (!(second > previous || isnan(second))) second = previous;  // NaN in either stays NaN
+      max_exp_avg_sq[i] = second;
+    }
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(second), u.bias_correction2_sqrt), u.eps);
+    param[i] = __fadd_rn(scaled, __fdiv_rn(__fmul_rn(-u.step_size, new_m), denom));
+  }
+}
+
+struct ClipByNormOp {  // the norm stays in device memory: no host round trip
+  const float* norm;
+  float max_norm;
+  __device__ float operator()(float x, float) const {
+    // As the CPU backend (and PyTorch) evaluate max_norm / (norm + 1e-6), then clamp it to at most 1.
+    float factor = __fmul_rn(__fdiv_rn(1.0f, __fadd_rn(*norm, 1e-6f)), max_norm);
+    if (factor > 1.0f) factor = 1.0f;  // NaN stays NaN
+    return __fmul_rn(x, factor);
+  }
+};
+
 }  // namespace
 
 // ---- launchers ----------------------------------------------------------------------------------------------
@@ -379,6 +464,18 @@ void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
+                 const AdamUpdate& update, cudaStream_t stream) {
+  if (n == 0) return;
+  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq,
+                                                      update.amsgrad ? max_exp_avg_sq : nullptr, update);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream) {
+  launch_contiguous<1>(n, x, x, nullptr, ClipByNormOp{norm, max_norm}, stream);
+}
+
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {
   if (outer == 0 || inner == 0) return;
   if (inner == 1) {
@@ -412,6 +509,19 @@ void mse_forward(const float* input, const float* target, int64_t n, float* out,
                  cudaStream_t stream) {
   const float inverse_n = n > 0 ? static_cast<float>(1.0 / n) : std::numeric_limits<float>::quiet_NaN();
   launch_sum(n, LoadSquaredDifference{input, target}, inverse_n, out, scratch, stream);
+}
+
+void vector_norm(const float* x, int64_t n, double ord, float* out, float* scratch, cudaStream_t stream) {
+  if (std::isinf(ord)) {
+    launch_reduce(n, LoadMagnitude{x}, MaxKeepingNan{}, Keep{}, out, scratch, stream);
+  } else if (ord == 2.0) {
+    launch_reduce(n, LoadSquare{x}, Add{}, SquareRoot{}, out, scratch, stream);
+  } else if (ord == 1.0) {
+    launch_reduce(n, LoadMagnitude{x}, Add{}, Keep{}, out, scratch, stream);
+  } else {
+    launch_reduce(n, LoadMagnitudePower{x, static_cast<float>(ord)}, Add{}, Root{static_cast<float>(1.0 / ord)}, out,
+                  scratch, stream);
+  }
 }
 
 }  // namespace tandem::cuda::kernels

@@ -43,13 +43,19 @@ void mse_backward(const float* grad, const float* input, const float* target, fl
 // One step of torch.optim.SGD's rule (fused.h); momentum_buffer is read and written only when momentum != 0.
 void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
                 cudaStream_t stream);
+// One step of torch.optim.Adam's / AdamW's rule (fused.h); max_exp_avg_sq is read and written only when
+// update.amsgrad.
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
+                 const AdamUpdate& update, cudaStream_t stream);
+// x[i] *= min(max_norm / (*norm + 1e-6), 1), with norm in device memory (clip_grad_norm_'s scaling).
+void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream);
 
 // Reductions. x is contiguous [outer, reduce, inner]; out is contiguous [outer, inner].
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
 
-// Note [Deterministic reductions]: sum_all and mse_forward reduce in two passes, per-block partial sums into a
-// scratch buffer and one block over the partials, in a fixed order, so that equal inputs give bitwise equal
-// results on every run (no atomics). The caller provides the scratch: reduce_scratch_floats(n) floats on the
+// Note [Deterministic reductions]: sum_all, mse_forward and vector_norm reduce in two passes, per-block partial
+// results (sums, or maxima) into a scratch buffer and one block over the partials, in a fixed order, so that equal
+// inputs give bitwise equal results on every run (no atomics). The caller provides the scratch: reduce_scratch_floats(n) floats on the
 // device, or none when that is 0 (small inputs take a single pass).
 int64_t reduce_scratch_floats(int64_t n);
 // *out = scale * sum(x[0..n))
@@ -57,5 +63,8 @@ void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch,
 // *out = mean((input - target)^2) over n elements (NaN when n == 0, like the mean of nothing)
 void mse_forward(const float* input, const float* target, int64_t n, float* out, float* scratch,
                  cudaStream_t stream);
+// *out = (sum |x|^ord)^(1/ord) over n elements, or max |x| when ord is +infinity (NaN when any element is NaN);
+// 0 when n == 0. Scratch as for sum_all.
+void vector_norm(const float* x, int64_t n, double ord, float* out, float* scratch, cudaStream_t stream);
 
 }  // namespace tandem::cuda::kernels

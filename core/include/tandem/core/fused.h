@@ -1,5 +1,8 @@
 #pragma once
-// Fused, non-differentiable in-place updates used by optimizers (one kernel per parameter, no host sync).
+// Fused, non-differentiable kernels of the optimizers and of gradient clipping: in-place updates (one kernel per
+// parameter) and norms, computed on the tensors' device without waiting for it.
+
+#include <vector>
 
 #include "tandem/core/tensor.h"
 
@@ -21,5 +24,44 @@ struct SgdUpdate {
 
 // param, grad and (when momentum != 0) momentum_buffer: contiguous, equal shapes, one device. Never recorded.
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update);
+
+// torch.optim.Adam's and AdamW's rule for one parameter at its step t, in float32 with every operation in the order
+// PyTorch's single-tensor implementation takes (so CPU and CUDA agree bitwise):
+//   param = param * param_scale                                   (AdamW's decoupled decay, 1 - lr * weight_decay)
+//   g = grad + weight_decay * param                               (Adam's L2 term; skipped when 0)
+//   exp_avg = lerp(exp_avg, g, one_minus_beta1)                   (torch.lerp's two forms, by |weight| < 0.5)
+//   exp_avg_sq = exp_avg_sq * beta2 + one_minus_beta2 * g * g
+//   max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq)          (amsgrad only; it then stands for exp_avg_sq below)
+//   param = param + (-step_size * exp_avg) / (sqrt(exp_avg_sq) / bias_correction2_sqrt + eps)
+// The factors that depend on the step are formed by the caller in double: step_size = lr / (1 - beta1^t) and
+// bias_correction2_sqrt = sqrt(1 - beta2^t).
+struct AdamUpdate {
+  float param_scale = 1.0f;
+  float weight_decay = 0.0f;
+  float one_minus_beta1 = 0.1f;
+  float beta2 = 0.999f;
+  float one_minus_beta2 = 0.001f;
+  float eps = 1e-8f;
+  float step_size = 1e-3f;
+  float bias_correction2_sqrt = 1.0f;
+  bool amsgrad = false;
+};
+
+// param, grad, exp_avg, exp_avg_sq and (when amsgrad) max_exp_avg_sq: contiguous, equal shapes, one device; the
+// last three are updated in place. Never recorded.
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamUpdate& update);
+
+// The `ord`-norm of all the tensors' elements taken together, computed as torch.nn.utils.clip_grad_norm_ does: the
+// norm of the vector of each tensor's norm, where a tensor's norm is (sum |x|^ord)^(1/ord), or max |x| for
+// ord = +infinity (NaN elements make it NaN). The result has shape {} and lives on tensors[0]'s device; tensors may
+// live on several devices (their norms are copied there). Nothing waits for a device. Never recorded.
+// Errors: no tensors, an undefined one, ord not > 0 (NaN included).
+Tensor total_norm(const std::vector<Tensor>& tensors, double ord);
+
+// x *= min(max_norm / (norm + 1e-6), 1), where norm is a one-element tensor on x's device that is read there (no
+// host round trip): clip_grad_norm_'s scaling of one gradient, all in float32 (a NaN norm makes x NaN, as in
+// PyTorch). Any strides. Never recorded. Errors: undefined tensors, norm not one element or on another device.
+void clip_by_norm_(const Tensor& x, const Tensor& norm, float max_norm);
 
 }  // namespace tandem

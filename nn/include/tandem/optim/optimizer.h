@@ -1,13 +1,26 @@
 #pragma once
 // optim::Optimizer: what every optimizer over a list of parameters offers, so that code above nn (the replicated
-// training path, the Trainer) can drive any of them: an update step, zeroing the gradients, and the state a
-// checkpoint keeps.
+// training path, the Trainer, LR schedulers) can drive any of them: an update step, zeroing the gradients, parameter
+// groups with their learning rates, and the state a checkpoint keeps.
 
+#include <cstddef>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/optim/optimizer_state.h"
 
 namespace tandem::optim {
+
+// A parameter group, as torch.optim's: parameters that share their options. Options given here replace the
+// optimizer's defaults entirely (as LibTorch's OptimizerParamGroup); without them the group takes the defaults.
+//   optim::AdamW adamw({{.parameters = weights}, {.parameters = biases, .options = no_decay}}, defaults);
+template <typename Options>
+struct ParamGroup {
+  std::vector<Tensor> parameters;
+  std::optional<Options> options;
+};
 
 class Optimizer {
  public:
@@ -19,22 +32,88 @@ class Optimizer {
   virtual void step() = 0;
   // As nn::Module::zero_grad.
   void zero_grad(bool set_to_none = true);
+  // Every group's parameters, group after group.
   const std::vector<Tensor>& parameters() const { return parameters_; }
 
-  // The optimizer's state, for checkpoints: at most one tensor per parameter (of the parameter's shape), in
-  // parameters() order, undefined where there is none.
-  virtual std::vector<Tensor> state() const = 0;
+  // ---- parameter groups and learning rates ----
+  size_t param_group_count() const { return group_ends_.size(); }
+  // The index in parameters() of group `group`'s first parameter, and one past its last. Errors: no such group.
+  size_t param_group_begin(size_t group) const;
+  size_t param_group_end(size_t group) const;
+  // The group of parameters()[parameter]. Errors: no such parameter.
+  size_t param_group_of(size_t parameter) const;
+  // A group's learning rate. Errors: no such group; an optimizer without learning rates.
+  double lr(size_t group) const;
+  // Sets one group's learning rate, or every group's. Errors: no such group; lr < 0 (or NaN); an optimizer without
+  // learning rates.
+  void set_lr(size_t group, double lr);
+  void set_lr(double lr);
+  // The learning rates LR schedules start from, one per group (PyTorch's "initial_lr"): the groups' learning rates
+  // when this is first called, which the first scheduler built over this optimizer does.
+  const std::vector<double>& initial_lrs();
+
+  // ---- state, for checkpoints ----
+  // The optimizer's state by parameter and name (see optimizer_state.h). The default, for optimizers that only
+  // implement state(): kind = the optimizer's name, version 1, one slot "state" where state() has a tensor.
+  virtual OptimizerState state_dict() const;
+  // Restores state_dict()'s state (values copied onto the parameters' devices, never aliased). Everything is checked
+  // before anything is written. Errors: another kind or version, another parameter count, unknown or missing slots,
+  // shapes other than the parameter's. The default accepts what the default state_dict() writes.
+  virtual void load_state_dict(const OptimizerState& state);
+  // The one-tensor-per-parameter form of the state that checkpoints keep today: at most one tensor per parameter
+  // (of the parameter's shape), in parameters() order, undefined where there is none. Errors: an optimizer whose
+  // state does not fit that form (optim::Adam: use state_dict()).
+  virtual std::vector<Tensor> state() const;
   // Restores state(): one entry per parameter, undefined or of the parameter's shape (any device: values are
-  // copied onto the parameter's device, never aliased). Errors: another count or shape.
-  virtual void set_state(const std::vector<Tensor>& state) = 0;
+  // copied onto the parameter's device, never aliased). Errors: another count or shape; as state().
+  virtual void set_state(const std::vector<Tensor>& state);
 
  protected:
   // Requires defined leaf tensors, no duplicates, not empty; errors start with `who` ("optim::SGD").
   Optimizer(std::vector<Tensor> parameters, const char* who);
+  // The same over groups (which may be empty, as long as some group is not).
+  Optimizer(std::vector<std::vector<Tensor>> groups, const char* who);
   Optimizer(Optimizer&&) = default;
+  const char* who() const { return who_; }
+
+  // For load_state_dict, with errors that start with "<who>::load_state_dict: ": throws unless `state` is of this
+  // optimizer's kind (its who) and `version` and holds one entry per parameter, with no negative step ...
+  void check_state_kind(const OptimizerState& state, int64_t version) const;
+  // ... and unless `tensor`, slot `slot` of parameter `parameter`, is defined with that parameter's shape.
+  void check_state_tensor(size_t parameter, const std::string& slot, const Tensor& tensor) const;
+  // A copy of `value` on parameters()[parameter]'s device (never an alias of it), for restoring state.
+  Tensor copy_for(size_t parameter, const Tensor& value) const;
+  // For optimizers with at most one tensor per parameter (SGD, and the default state_dict): that state under the
+  // name `slot` (kind who(), version 1, steps 0), and back, checked as check_state_kind and check_state_tensor say
+  // (steps are ignored), undefined where a parameter has no tensor.
+  OptimizerState single_slot_state(const std::vector<Tensor>& tensors, const char* slot) const;
+  std::vector<Tensor> single_slot_tensors(const OptimizerState& state, const char* slot) const;
+  // Throws "<who>::<caller>: group <group> but there are <n> parameter groups" unless the group exists.
+  void check_group(size_t group, const char* caller) const;
 
  private:
+  // A group's learning rate; the base versions throw (an optimizer without learning rates). `group` is checked.
+  virtual double group_lr(size_t group) const;
+  virtual void set_group_lr(size_t group, double lr);
+
+  const char* who_;
   std::vector<Tensor> parameters_;
+  std::vector<size_t> group_ends_;  // one past each group's last parameter
+  std::vector<double> initial_lrs_;
 };
+
+// The groups' parameters and resolved options, for the constructors of optimizers with parameter groups.
+template <typename Options>
+std::vector<std::vector<Tensor>> parameters_of(const std::vector<ParamGroup<Options>>& groups) {
+  std::vector<std::vector<Tensor>> parameters;
+  for (const ParamGroup<Options>& group : groups) parameters.push_back(group.parameters);
+  return parameters;
+}
+template <typename Options>
+std::vector<Options> options_of(const std::vector<ParamGroup<Options>>& groups, const Options& defaults) {
+  std::vector<Options> options;
+  for (const ParamGroup<Options>& group : groups) options.push_back(group.options.value_or(defaults));
+  return options;
+}
 
 }  // namespace tandem::optim

@@ -6,7 +6,9 @@
 //   d = nesterov ? d + momentum * buf : buf                                         (when momentum != 0)
 //   param -= lr * d
 // Each parameter is updated by one fused in-place kernel (tandem::sgd_update); step() never waits for the device.
+// Parameter groups and set_lr as in optim::Optimizer.
 
+#include <initializer_list>
 #include <vector>
 
 #include "tandem/core/tensor.h"
@@ -27,12 +29,17 @@ class SGD : public Optimizer {
   // parameters: defined leaf tensors, no duplicates, not empty. Options are validated: lr >= 0, momentum >= 0,
   // weight_decay >= 0, and nesterov needs momentum > 0 and dampening == 0.
   SGD(std::vector<Tensor> parameters, SGDOptions options);
+  // Parameter groups (see ParamGroup), each with its own options or `defaults`; every group's options validated.
+  SGD(std::vector<ParamGroup<SGDOptions>> groups, SGDOptions defaults);
+  // The same for a braced list of groups (which also makes SGD({}, options) mean no groups, unambiguously).
+  SGD(std::initializer_list<ParamGroup<SGDOptions>> groups, SGDOptions defaults)
+      : SGD(std::vector<ParamGroup<SGDOptions>>(groups), defaults) {}
 
   // Updates every parameter that has a gradient; parameters without one are skipped (their momentum is kept).
   void step() override;
 
-  const SGDOptions& options() const { return options_; }
-  void set_lr(double lr);  // lr >= 0 (for schedules)
+  // Group `group`'s options, with the lr set_lr last set. Errors: no such group.
+  const SGDOptions& options(size_t group = 0) const;
 
   // Optimizer state, for checkpoints: one momentum buffer per parameter, undefined where none exists yet (momentum
   // 0, or the parameter never had a gradient). These are the live buffers: step() updates them in place.
@@ -43,10 +50,17 @@ class SGD : public Optimizer {
   // The checkpoint state of an Optimizer: the momentum buffers.
   std::vector<Tensor> state() const override { return momentum_buffers(); }
   void set_state(const std::vector<Tensor>& state) override { set_momentum_buffers(state); }
+  // The same by name: kind "optim::SGD", version 1, a slot "momentum_buffer" where a buffer exists, steps 0 (SGD
+  // does not count them; load_state_dict ignores them).
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
 
  private:
+  double group_lr(size_t group) const override { return groups_[group].lr; }
+  void set_group_lr(size_t group, double lr) override { groups_[group].lr = lr; }
+
   std::vector<Tensor> momentum_buffers_;
-  SGDOptions options_;
+  std::vector<SGDOptions> groups_;
 };
 
 }  // namespace tandem::optim

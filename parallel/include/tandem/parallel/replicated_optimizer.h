@@ -5,6 +5,7 @@
 //
 //   parallel::ReplicatedModule model(net, devices);
 //   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});              // the usual case
+//   parallel::ReplicatedAdamW adamw(model, {.lr = 1e-3, .weight_decay = 0.01});     // Adam and AdamW likewise
 //   parallel::ReplicatedOptimizer custom(model, [](std::vector<Tensor> parameters) {  // any optim::Optimizer
 //     return std::make_unique<MyOptimizer>(std::move(parameters));
 //   });
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/optim/adam.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
 #include "tandem/parallel/replicated.h"
@@ -45,6 +47,11 @@ class ReplicatedOptimizer {
   // Checkpoint state: the master's optimizer's state(); setting it sets every replica's (values copied).
   std::vector<Tensor> state() const { return optimizers_.front()->state(); }
   void set_state(const std::vector<Tensor>& state);
+  // The same by name (optim::Optimizer::state_dict), for optimizers whose state state() cannot hold (Adam).
+  optim::OptimizerState state_dict() const { return optimizers_.front()->state_dict(); }
+  void load_state_dict(const optim::OptimizerState& state) {
+    for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->load_state_dict(state);
+  }
 
  protected:
   ReplicatedOptimizer(ReplicatedModule& model, const Factory& make, const char* name);  // errors start with `name`
@@ -71,5 +78,26 @@ class ReplicatedSGD : public ReplicatedOptimizer {
   std::vector<Tensor> momentum_buffers() const { return state(); }
   void set_momentum_buffers(const std::vector<Tensor>& buffers) { set_state(buffers); }
 };
+
+// One optim::Adam (AdamW) per replica with the same options. An LR schedule drives each replica's optimizer: one
+// scheduler per optimizer(d), stepped together, or set_lr with the schedule's lr_at.
+template <bool kDecoupledWeightDecay>
+class ReplicatedAdamFamily : public ReplicatedOptimizer {
+ public:
+  using Options = optim::AdamFamilyOptions<kDecoupledWeightDecay>;
+  ReplicatedAdamFamily(ReplicatedModule& model, Options options)
+      : ReplicatedOptimizer(
+            model,
+            [options](std::vector<Tensor> parameters) {
+              return std::make_unique<optim::AdamFamily<kDecoupledWeightDecay>>(std::move(parameters), options);
+            },
+            kDecoupledWeightDecay ? "parallel::ReplicatedAdamW" : "parallel::ReplicatedAdam") {}
+
+  void set_lr(double lr) {  // on every replica
+    for (size_t d = 0; d < size(); ++d) optimizer(d).set_lr(lr);
+  }
+};
+using ReplicatedAdam = ReplicatedAdamFamily<false>;
+using ReplicatedAdamW = ReplicatedAdamFamily<true>;
 
 }  // namespace tandem::parallel

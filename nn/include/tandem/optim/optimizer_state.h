@@ -1,0 +1,48 @@
+#pragma once
+// optim::OptimizerState: what an optimizer has accumulated (step counts, moment buffers), by parameter and by name,
+// as Optimizer::state_dict() returns it and load_state_dict() takes it back; and its safetensors form, on its own
+// (save/load_optimizer_state) or inside a larger tensor file such as a checkpoint (write/read_optimizer_state).
+//
+// The file form: each tensor named "optimizer.<parameter index>.<slot>" (e.g. "optimizer.3.exp_avg") and, under
+// the metadata key "tandem.optimizer", a JSON object
+//   {"format": "tandem-optimizer-state", "kind": "optim::Adam", "version": 1, "steps": [12, 12, 0]}
+// with one step count per parameter. Step counts are integers in the metadata rather than float32 tensors, so
+// they stay exact however long a run is.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/tensor.h"
+#include "tandem/nn/serialize.h"
+
+namespace tandem::optim {
+
+struct ParameterState {
+  int64_t step = 0;  // updates applied to the parameter; 0 for optimizers that do not count them
+  // Named buffers of the parameter's shape ("exp_avg", "momentum_buffer", ...); none before its first update.
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+struct OptimizerState {
+  std::string kind;                        // the optimizer that wrote it, as its errors name it: "optim::Adam"
+  int64_t version = 1;                     // of that optimizer's layout: load_state_dict refuses other versions
+  std::vector<ParameterState> parameters;  // one per parameter, in Optimizer::parameters() order
+};
+
+// Adds `state` to `file` as described at the top. Errors: a negative step, an undefined tensor, an empty or
+// repeated slot name, or a file that already holds an optimizer state.
+void write_optimizer_state(const OptimizerState& state, TensorFile& file);
+// Takes the optimizer state out of `file` (removes its tensors and metadata entry) and returns it, tensors on the
+// CPU. Treats the file as hostile: the metadata must be exactly the object above (at most 1,000,000 parameters,
+// kind at most 200 characters, integers in range), every "optimizer." tensor name must be
+// "optimizer.<index>.<slot>" with a canonical decimal index below the parameter count. Errors start with `source`.
+// Whether the state fits an optimizer is for its load_state_dict to check.
+OptimizerState read_optimizer_state(TensorFile& file, const std::string& source);
+
+// A file holding one optimizer state and nothing else (written atomically, see serialize.h).
+void save_optimizer_state(const OptimizerState& state, const std::string& path);
+OptimizerState load_optimizer_state(const std::string& path);
+
+}  // namespace tandem::optim
