@@ -12,21 +12,22 @@
 // stream; tandem: the device's compute stream, which each call joins); time per call = elapsed / K. The median over
 // the samples is reported (each rank times its own GPU; rank 0's figures are printed). With --iterations 1 each call
 // is timed alone, so the host's cost of issuing it counts in full; with more, it counts only where it exceeds the
-// GPU's time per call.
+// GPU's time per call. Beside it, the host time per call: the host clock around the same K calls (issuing them,
+// without waiting for the GPU), divided by K, median over the samples.
 
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
 #include <tandem/tandem.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <nccl.h>
 
 #include "tandem/comm/process_group.h"
 #include "tandem/core/cuda/context.h"
@@ -76,20 +77,34 @@ void check(int mpi_status, const char* what) {
   if (mpi_status != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
 }
 
-// Median over the samples of the time per call in microseconds (see the method at the top of the file).
-double time_us(const std::function<void()>& call, cudaStream_t stream, const Options& options) {
+struct Timing {
+  double device_us;  // per call, CUDA events
+  double host_us;    // per call, the host's time to issue it
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Medians over the samples of the time per call in microseconds (see the method at the top of the file).
+Timing time_us(const std::function<void()>& call, cudaStream_t stream, const Options& options) {
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < options.warmup; ++i) call();
   std::vector<double> per_call;
+  std::vector<double> host_per_call;
   for (int s = 0; s < options.samples; ++s) {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     check(cudaEventRecord(start, stream), "cudaEventRecord");
+    const auto host_start = std::chrono::steady_clock::now();
     for (int i = 0; i < options.iterations; ++i) call();
+    const std::chrono::duration<double, std::micro> host = std::chrono::steady_clock::now() - host_start;
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    host_per_call.push_back(host.count() / options.iterations);
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0.0f;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -97,8 +112,7 @@ double time_us(const std::function<void()>& call, cudaStream_t stream, const Opt
   }
   check(cudaEventDestroy(start), "cudaEventDestroy");
   check(cudaEventDestroy(stop), "cudaEventDestroy");
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
+  return {median(per_call), median(host_per_call)};
 }
 
 // The raw side: one NCCL communicator over the processes' GPUs, bootstrapped through MPI, and a stream of its own.
@@ -132,8 +146,8 @@ class RawNccl {
 
 struct Row {
   size_t bytes;
-  double raw_us;
-  double tandem_us;
+  Timing raw;
+  Timing tandem;
 };
 
 std::string size_label(size_t bytes) {
@@ -149,12 +163,16 @@ std::string markdown_table(const std::vector<Row>& rows, int processes, const Op
   os << "all_reduce (sum, float32, in place) across " << processes << " processes, one " << properties.name
      << " each, NCCL " << nccl_version << ": raw ncclAllReduce (MPI_Bcast bootstrap) vs tandem ProcessGroup::"
      << "all_reduce. Time per call: CUDA events around " << options.iterations << " back-to-back calls, median of "
-     << options.samples << " samples after " << options.warmup << " warm-up calls; rank 0's GPU.\n\n";
-  os << "| size | raw NCCL us | tandem us | difference us | ratio |\n|---|---|---|---|---|\n";
-  char line[160];
+     << options.samples << " samples after " << options.warmup << " warm-up calls; rank 0's GPU. Host us: the "
+     << "host's time to issue one call (median per call over the samples).\n\n";
+  os << "| size | raw NCCL us | tandem us | difference us | ratio | raw host us | tandem host us |\n"
+     << "|---|---|---|---|---|---|---|\n";
+  char line[200];
   for (const Row& row : rows) {
-    std::snprintf(line, sizeof(line), "| %s | %.1f | %.1f | %+.1f | %.3f |\n", size_label(row.bytes).c_str(),
-                  row.raw_us, row.tandem_us, row.tandem_us - row.raw_us, row.tandem_us / row.raw_us);
+    std::snprintf(line, sizeof(line), "| %s | %.1f | %.1f | %+.1f | %.3f | %.2f | %.2f |\n",
+                  size_label(row.bytes).c_str(), row.raw.device_us, row.tandem.device_us,
+                  row.tandem.device_us - row.raw.device_us, row.tandem.device_us / row.raw.device_us, row.raw.host_us,
+                  row.tandem.host_us);
     os << line;
   }
   return os.str();
@@ -190,19 +208,19 @@ int run(const Options& options) {
       check(cudaMalloc(&buffer, bytes), "cudaMalloc");
       check(cudaMemset(buffer, 0, bytes), "cudaMemset");
       std::vector<tandem::Tensor> tensors = {tandem::Tensor::zeros({static_cast<int64_t>(count)}, device)};
-      const double raw_us = time_us(
+      const Timing raw_time = time_us(
           [&] {
-            check(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, raw.comm(), raw.stream()),
-                  "ncclAllReduce");
+            check(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, raw.comm(), raw.stream()), "ncclAllReduce");
           },
           raw.stream(), options);
-      const double tandem_us =
+      const Timing tandem_time =
           time_us([&] { group->all_reduce(tensors, tandem::comm::ReduceOp::Sum); }, compute, options);
       check(cudaFree(buffer), "cudaFree");
-      rows.push_back({bytes, raw_us, tandem_us});
+      rows.push_back({bytes, raw_time, tandem_time});
       if (group->rank() == 0) {
-        std::fprintf(stderr, "  all_reduce %7s  raw %10.1f us  tandem %10.1f us\n", size_label(bytes).c_str(),
-                     raw_us, tandem_us);
+        std::fprintf(stderr, "  all_reduce %7s  raw %10.1f us (host %.2f)  tandem %10.1f us (host %.2f)\n",
+                     size_label(bytes).c_str(), raw_time.device_us, raw_time.host_us, tandem_time.device_us,
+                     tandem_time.host_us);
       }
     }
   }

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "support/test_support.h"
@@ -67,27 +69,52 @@ TEST(Watchdog, DisarmedEntriesAreNeverReported) {
   EXPECT_EQ(watchdog.timeout(), 100ms);
 }
 
-TEST(Watchdog, APollThatCompletesRemovesItsEntry) {
+// A device watch whose oldest pending work keeps advancing (work completes as new work is issued) is never
+// reported, however long it is watched; once it stops advancing it is, naming that work.
+TEST(Watchdog, ADeviceWatchIsReportedOnlyWhenItsOldestPendingWorkIsPastTheTimeout) {
   Reasons reasons;
-  Watchdog watchdog(300ms, reasons.handler());
-  std::atomic<bool> done{false};
+  Watchdog watchdog(500ms, reasons.handler());
+  std::mutex mutex;
+  Watchdog::Pending oldest{Watchdog::Clock::now(), "all_reduce #1 of 4 bytes"};
   std::atomic<int> polls{0};
-  watchdog.arm("all_reduce #1 of 4 bytes on cuda:0", [&] {
+  watchdog.watch("the NCCL collectives", [&]() -> std::optional<Watchdog::Pending> {
     ++polls;
-    return done.load();
+    std::lock_guard lock(mutex);
+    return oldest;
   });
-  std::this_thread::sleep_for(120ms);
-  done = true;
-  EXPECT_EQ(reasons.first(700ms), "");
-  EXPECT_GE(polls.load(), 2);
+  for (int i = 2; i <= 12; ++i) {  // 11 x 60 ms: past the timeout in all
+    std::this_thread::sleep_for(60ms);
+    std::lock_guard lock(mutex);
+    oldest = {Watchdog::Clock::now(), "all_reduce #" + std::to_string(i) + " of 4 bytes"};
+  }
+  EXPECT_EQ(reasons.count(), 0u);
+  EXPECT_GE(polls.load(), 5);
+  EXPECT_EQ(reasons.first(5s), "all_reduce #12 of 4 bytes did not finish within 500 ms");
 }
 
-TEST(Watchdog, APollThatThrowsIsReportedWithTheErrorBeforeTheDeadline) {
+TEST(Watchdog, AnIdleDeviceWatchIsNeverReportedAndDisarmingItStopsItsPolls) {
+  Reasons reasons;
+  Watchdog watchdog(100ms, reasons.handler());
+  std::atomic<int> polls{0};
+  const uint64_t id = watchdog.watch("the NCCL collectives", [&]() -> std::optional<Watchdog::Pending> {
+    ++polls;
+    return std::nullopt;
+  });
+  EXPECT_EQ(reasons.first(400ms), "");
+  EXPECT_GE(polls.load(), 2);
+  watchdog.disarm(id);
+  const int after_disarm = polls.load();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(polls.load(), after_disarm);
+}
+
+TEST(Watchdog, ADeviceWatchThatThrowsIsReportedWithTheErrorBeforeTheDeadline) {
   Reasons reasons;
   Watchdog watchdog(10s, reasons.handler());
-  watchdog.arm("broadcast #2 of 8 bytes", []() -> bool { TANDEM_FAIL("NCCL: remote process exited"); });
+  watchdog.watch("the NCCL collectives",
+                 []() -> std::optional<Watchdog::Pending> { TANDEM_FAIL("NCCL: remote process exited"); });
   EXPECT_EQ(testing::without_error_location(reasons.first(5s)),
-            "broadcast #2 of 8 bytes failed: NCCL: remote process exited");
+            "the NCCL collectives failed: NCCL: remote process exited");
 }
 
 }  // namespace

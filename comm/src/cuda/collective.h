@@ -56,7 +56,9 @@ class Collective {
   // collectives]), so collectives are issued one at a time: NCCL communicators may not be used by two host threads
   // at once, and every rank must see the same order.
   //
-  // Note [Comm stream ordering]: a collective runs on the participating devices' communication streams, while its
+  // Note [Comm stream ordering]: a collective of the single-process backend runs on the participating devices'
+  // communication streams (a process group's synchronous ones do not: Note [Group collective streams] in
+  // group_collectives.cpp), while its
   // inputs were produced, and its results are consumed, on the devices' compute streams. Before the launch, each
   // communication stream waits for everything issued so far on its device's compute stream, so NCCL reads final
   // values and writes blocks that no earlier kernel still uses. After it, each compute stream waits for its
@@ -71,7 +73,8 @@ class Collective {
     for (int d : devices_) cuda::stream_wait(cuda::comm_stream(d), cuda::compute_stream(d), d);
     {
       cuda::CollectiveLaunchLock lock;
-      launch(count, cuda::comm_stream, issue);
+      launch(
+          count, [](size_t, int device) { return cuda::comm_stream(device); }, issue);
     }
     for (int d : devices_) cuda::stream_wait(cuda::compute_stream(d), cuda::comm_stream(d), d);
   }
@@ -95,19 +98,37 @@ class Collective {
     for (size_t r = 0; r < devices_.size(); ++r) {
       TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::comm_stream(devices_[r]), ready[r], 0));
     }
-    launch(1, cuda::comm_stream, issue);
+    launch(
+        1, [](size_t, int device) { return cuda::comm_stream(device); }, issue);
+  }
+
+  // One operation per local rank, issue(rank, 0, communicator, streams[rank]), on streams that the caller orders
+  // itself (a process group's, Note [Group collective streams] in group_collectives.cpp): no stream waits here. One
+  // NCCL group, or the single call alone when there is one local rank (which NCCL treats the same). The caller holds
+  // `lock` for this and the waits and records around it.
+  template <typename Issue>
+  void launch_one(const cuda::CollectiveLaunchLock& lock, const std::vector<cudaStream_t>& streams,
+                  Issue&& issue) const {
+    (void)lock;
+    if (devices_.size() == 1) {
+      issue(0, size_t{0}, (*comms_)[0], streams[0]);
+      return;
+    }
+    launch(
+        1, [&](size_t rank, int) { return streams[rank]; }, issue);
   }
 
  private:
-  // Issues the groups of run and run_after on stream_of(device); the caller holds the CollectiveLaunchLock.
-  template <typename Issue>
-  void launch(size_t count, cudaStream_t (*stream_of)(int), Issue& issue) const {
+  // Issues the groups of run and run_after on stream_of(rank, device); the caller holds the CollectiveLaunchLock.
+  template <typename StreamOf, typename Issue>
+  void launch(size_t count, StreamOf&& stream_of, Issue& issue) const {
     const size_t per_group = std::max<size_t>(1, kMaxGroupOperations / devices_.size());
     for (size_t first = 0; first < count; first += per_group) {
       const size_t last = std::min(count, first + per_group);
       Group group;
       for (size_t r = 0; r < devices_.size(); ++r) {
-        for (size_t i = first; i < last; ++i) issue(static_cast<int>(r), i, (*comms_)[r], stream_of(devices_[r]));
+        const cudaStream_t stream = stream_of(r, devices_[r]);
+        for (size_t i = first; i < last; ++i) issue(static_cast<int>(r), i, (*comms_)[r], stream);
       }
       group.end();
     }

@@ -1,7 +1,7 @@
 // The device collectives of a process group on CUDA devices (device_collectives.h): one NCCL communicator over every
-// GPU of every process. Each call is one NCCL group on the local devices' communication streams, ordered against their
-// compute streams as the single-process backend's collectives are (Note [Comm stream ordering], Note [Deferred join]
-// in collective.h), and watched by the group's watchdog until it completes (Note [Watching NCCL work]).
+// GPU of every process. Each call is one NCCL group on the local devices: the synchronous collectives on their compute
+// streams, the started all-reduce on their communication streams (Note [Group collective streams]); every launch is
+// watched by the group's watchdog until it completes (Note [Watching NCCL work]).
 
 #include <nccl.h>
 
@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -18,59 +19,93 @@
 #include "collective.h"
 #include "nccl_check.h"
 #include "process/device_collectives.h"
+#include "process/launch_tracker.h"
 #include "tandem/core/cuda/context.h"
 #include "tandem/core/error.h"
 
 namespace tandem::comm::detail {
 namespace {
 
+// One event per local rank, on its device: recorded behind one launch on each device's stream.
+class DeviceEvents {
+ public:
+  explicit DeviceEvents(const std::vector<int>& devices);
+  ~DeviceEvents();
+  DeviceEvents(DeviceEvents&& other) noexcept : events_(std::exchange(other.events_, {})) {}
+  DeviceEvents& operator=(DeviceEvents&&) = delete;
+  DeviceEvents(const DeviceEvents&) = delete;
+  DeviceEvents& operator=(const DeviceEvents&) = delete;
+
+  cudaEvent_t operator[](size_t rank) const { return events_[rank]; }
+  // Whether every event has completed. Errors: a CUDA error of an event (a failed kernel before it).
+  bool complete() const;
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+DeviceEvents::DeviceEvents(const std::vector<int>& devices) : events_(devices.size(), nullptr) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    cuda::DeviceGuard guard(devices[i]);  // an event belongs to the device current at its creation
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming));
+  }
+}
+
+DeviceEvents::~DeviceEvents() {
+  static constinit tandem::detail::ReportOnce failures("destroying the events of a process group's collectives");
+  for (cudaEvent_t event : events_) {
+    if (event != nullptr) failures.run([&] { TANDEM_CUDA_CHECK(cudaEventDestroy(event)); });
+  }
+}
+
+bool DeviceEvents::complete() const {
+  for (cudaEvent_t event : events_) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;
+    TANDEM_CUDA_CHECK(status);
+  }
+  return true;
+}
+
+using Tracker = LaunchTracker<DeviceEvents>;
+
 // Note [Watching NCCL work]: a collective issued on the GPUs returns at once, and its kernels then wait on the device
 // for their peers, forever if a peer never comes (Note [A distributed job never hangs]). So after each launch an event
-// is recorded on every local communication stream, and a device entry of the group's watchdog polls them: the entry
-// is done once every event has completed (cudaEventQuery), and it fails, with NCCL's message, once
-// ncclCommGetAsyncError reports an error on any local communicator (a peer that died, a broken connection); an entry
-// still pending at its deadline ends the job too. The events come from a pool and go back to it when the watchdog
-// drops the entry, so no event is created per call after warm-up. The entries share the communicators' state with
-// the collectives object: an entry polled after the communicators were destroyed or aborted finds them gone and
-// reports itself done instead of touching released handles.
+// is recorded behind it on every local stream it ran on, and the launch is published to the group's tracker (Note
+// [Watching launches] in launch_tracker.h), which one device watch of the group's watchdog polls: the oldest launch
+// not yet complete (cudaEventQuery) is reported once it is past its deadline, and the watch fails, with NCCL's message,
+// once ncclCommGetAsyncError reports an error on any local communicator while work is pending (a peer that died, a
+// broken connection). Issuing a collective costs one event record per device and an atomic exchange: no allocation,
+// no string, no lock shared with the watchdog. The watch shares the communicators' state with the collectives object:
+// a poll after the communicators were destroyed or aborted finds them gone and reports nothing instead of touching
+// released handles.
 class Communicators {
  public:
   enum class Phase { Live, Destroyed, Aborted };
 
-  Communicators() = default;
-  ~Communicators();  // destroys the pooled events; the communicators are released by destroy or abort
+  explicit Communicators(std::vector<int> devices_)
+      : devices(std::move(devices_)), tracker([this] { return DeviceEvents(devices); }) {}
   Communicators(const Communicators&) = delete;
   Communicators& operator=(const Communicators&) = delete;
 
-  std::vector<int> devices;       // local rank i drives CUDA device devices[i]
-  std::vector<ncclComm_t> comms;  // the communicator of local rank i
-  int first_rank = 0;             // the global rank of local rank 0
+  const std::vector<int> devices;  // local rank i drives CUDA device devices[i]
+  std::vector<ncclComm_t> comms;   // the communicator of local rank i
+  int first_rank = 0;              // the global rank of local rank 0
+  Tracker tracker;                 // launching side: the collectives object, under the collective launch lock
 
   // Moves from Live to `next`; false when another caller already left Live (then releasing the communicators is not
   // this caller's job).
   bool leave_live(Phase next);
   bool live();
 
-  // The watchdog's poll of one launch: whether `events` (one per local rank) have completed. Errors: an asynchronous
-  // NCCL error on a local communicator; a CUDA error of the events.
-  bool complete(const std::vector<cudaEvent_t>& events);
-
-  // One event per local rank, on its device, from the pool (created when it is empty).
-  std::vector<cudaEvent_t> take_events();
-  void give_back(std::vector<cudaEvent_t> events) noexcept;
+  // The device watch's poll (watchdog thread): the oldest launch not known to be complete. Errors: an asynchronous
+  // NCCL error on a local communicator while a launch is pending; a CUDA error of the events.
+  std::optional<Watchdog::Pending> poll();
 
  private:
-  std::mutex mutex_;  // guards phase_ and free_events_
+  std::mutex mutex_;  // guards phase_
   Phase phase_ = Phase::Live;
-  std::vector<std::vector<cudaEvent_t>> free_events_;
 };
-
-Communicators::~Communicators() {
-  static constinit tandem::detail::ReportOnce failures("destroying the events of a process group's collectives");
-  for (const std::vector<cudaEvent_t>& events : free_events_) {
-    for (cudaEvent_t event : events) failures.run([&] { TANDEM_CUDA_CHECK(cudaEventDestroy(event)); });
-  }
-}
 
 bool Communicators::leave_live(Phase next) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -84,75 +119,36 @@ bool Communicators::live() {
   return phase_ == Phase::Live;
 }
 
-bool Communicators::complete(const std::vector<cudaEvent_t>& events) {
+std::optional<Watchdog::Pending> Communicators::poll() {
   std::lock_guard<std::mutex> lock(mutex_);  // keeps destroy and abort from releasing the communicators meanwhile
-  if (phase_ != Phase::Live) return true;
+  if (phase_ != Phase::Live) return std::nullopt;
+  std::optional<Watchdog::Pending> pending = tracker.poll([](const DeviceEvents& events) { return events.complete(); });
+  if (!pending) return std::nullopt;
   for (size_t i = 0; i < comms.size(); ++i) {
     ncclResult_t async = ncclSuccess;
     TANDEM_NCCL_CHECK(ncclCommGetAsyncError(comms[i], &async));
     if (async != ncclSuccess && async != ncclInProgress) {
       TANDEM_FAIL("comm::ProcessGroup: NCCL reported an asynchronous error on global rank ", first_rank + i,
-                  " (cuda:", devices[i], "): ", ncclGetErrorString(async), " (", ncclGetLastError(comms[i]), ")");
+                  " (cuda:", devices[i], ") while ", pending->what, " was pending: ", ncclGetErrorString(async), " (",
+                  ncclGetLastError(comms[i]), ")");
     }
   }
-  for (cudaEvent_t event : events) {
-    const cudaError_t status = cudaEventQuery(event);
-    if (status == cudaErrorNotReady) return false;
-    TANDEM_CUDA_CHECK(status);
-  }
-  return true;
+  return pending;
 }
-
-std::vector<cudaEvent_t> Communicators::take_events() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!free_events_.empty()) {
-      std::vector<cudaEvent_t> events = std::move(free_events_.back());
-      free_events_.pop_back();
-      return events;
-    }
-  }
-  std::vector<cudaEvent_t> events(devices.size(), nullptr);
-  for (size_t i = 0; i < devices.size(); ++i) {
-    cuda::DeviceGuard guard(devices[i]);  // an event belongs to the device current at its creation
-    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
-  }
-  return events;
-}
-
-void Communicators::give_back(std::vector<cudaEvent_t> events) noexcept {
-  static constinit tandem::detail::ReportOnce failures("returning the events of a process group's collective");
-  failures.run([&] {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_events_.push_back(std::move(events));
-  });
-}
-
-// The events of one launch, going back to the pool when the last holder (the launch, then its watchdog entry) drops
-// them.
-struct InFlight {
-  explicit InFlight(std::shared_ptr<Communicators> owner_)
-      : owner(std::move(owner_)), events(owner->take_events()) {}
-  ~InFlight() { owner->give_back(std::move(events)); }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-
-  std::shared_ptr<Communicators> owner;
-  std::vector<cudaEvent_t> events;
-};
 
 // Creates the communicator over channel.size() * devices.size() GPUs: local device i is global rank
 // channel.rank() * devices.size() + i. A communicator whose creation failed is left alone: the job ends with the error.
 std::shared_ptr<Communicators> create_communicators(HostChannel& channel, Watchdog& watchdog,
                                                     const std::vector<Device>& devices) {
-  auto created = std::make_shared<Communicators>();
+  std::vector<int> indices;
+  for (const Device& device : devices) {
+    TANDEM_INTERNAL_ASSERT(device.is_cuda(), "make_nccl_collectives: got ", device, " but expected CUDA devices");
+    indices.push_back(device.index());
+  }
+  auto created = std::make_shared<Communicators>(std::move(indices));
   const int local_ranks = static_cast<int>(devices.size());
   const int ranks = channel.size() * local_ranks;
   created->first_rank = channel.rank() * local_ranks;
-  for (const Device& device : devices) {
-    TANDEM_INTERNAL_ASSERT(device.is_cuda(), "make_nccl_collectives: got ", device, " but expected CUDA devices");
-    created->devices.push_back(device.index());
-  }
 
   ncclUniqueId id{};
   if (channel.rank() == 0) TANDEM_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -200,20 +196,45 @@ size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 // How long abort() waits for ncclCommAbort (Note [Bounded abort]).
 constexpr std::chrono::seconds kAbortWait{10};
 
+// Note [Group collective streams]: a synchronous collective (all_reduce, broadcast, all_gather, reduce_scatter) is
+// issued on each local device's compute stream, where its inputs were produced and its results are consumed, and
+// where the caching allocator orders the reuse of its blocks (Note [Stream-ordered reuse]): no stream waits at all,
+// as a raw NCCL call on the caller's stream. Only start_all_reduce runs on the communication streams, after its
+// markers, so that it overlaps the compute stream until its join (Note [Deferred join] in collective.h).
+//
+// The kernels of one NCCL communicator must run in the order every rank issued them: two of them running at once on
+// two streams of one device may take each other's data or wait for each other forever (NCCL leaves it undefined).
+// Two streams would allow that: a synchronous collective issued after a started all-reduce could run before or
+// beside it on the compute stream (its join may not have come yet), and a started all-reduce whose marker precedes
+// an earlier synchronous collective could run beside that one. So each launch whose stream differs from the previous
+// launch's first makes its streams wait for the previous launch's events (the ones recorded for the watchdog, Note
+// [Watching NCCL work]). Then every launch of the group runs after the one issued before it, on every device: the
+// order is total and the same on every rank, and the watchdog may watch the newest launch alone (Note [Watching
+// launches] in launch_tracker.h). The wait costs one cudaStreamWaitEvent per device, only where the stream changes:
+// none between synchronous collectives, one after the last bucket of a backward pass. Deadlock freedom (Note
+// [Launching collectives]): the waits are enqueued under the collective launch lock, before the launches, and point
+// only to work issued before them (markers, earlier launches of the group).
 class NcclCollectives final : public DeviceCollectives {
  public:
   NcclCollectives(HostChannel& channel, Watchdog& watchdog, const std::vector<Device>& devices)
       : watchdog_(watchdog),
         communicators_(create_communicators(channel, watchdog, devices)),
         average_ops_(create_average_ops(*communicators_, channel.size())),
-        collective_(communicators_->devices, communicators_->comms) {}
+        collective_(communicators_->devices, communicators_->comms) {
+    for (int device : communicators_->devices) {
+      compute_streams_.push_back(cuda::compute_stream(device));
+      comm_streams_.push_back(cuda::comm_stream(device));
+    }
+    watch_id_ =
+        watchdog_.watch("the NCCL collectives", [communicators = communicators_] { return communicators->poll(); });
+  }
   ~NcclCollectives() override;
   NcclCollectives(const NcclCollectives&) = delete;
   NcclCollectives& operator=(const NcclCollectives&) = delete;
 
   void all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) override {
     const size_t count = count_of(tensors.front());
-    launch("all_reduce", count, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
+    launch("all_reduce", count, compute_streams_, nullptr, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
       void* const buffer = tensors[rank].mutable_data_ptr();
       TANDEM_NCCL_CHECK(ncclAllReduce(buffer, buffer, count, ncclFloat, nccl_op(op, rank), comm, stream));
     });
@@ -223,20 +244,16 @@ class NcclCollectives final : public DeviceCollectives {
   void start_all_reduce(const std::vector<Tensor>& tensors, const std::vector<StreamMarker>& ready,
                         ReduceOp op) override {
     const size_t count = count_of(tensors.front());
-    std::vector<cudaEvent_t> ready_events(ready.size());
-    for (size_t i = 0; i < ready.size(); ++i) ready_events[i] = cuda::marker_event(ready[i]);
-    auto in_flight = std::make_shared<InFlight>(communicators_);  // before the launch: nothing allocates during it
-    collective_.run_after(ready_events, [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) {
+    launch("all_reduce_async", count, comm_streams_, &ready, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
       void* const buffer = tensors[rank].mutable_data_ptr();
       TANDEM_NCCL_CHECK(ncclAllReduce(buffer, buffer, count, ncclFloat, nccl_op(op, rank), comm, stream));
     });
-    watch(std::move(in_flight), "all_reduce_async", count);
   }
 
   void broadcast(const std::vector<Tensor>& tensors, int root) override {
     const size_t count = count_of(tensors.front());
     const int root_rank = root * static_cast<int>(tensors.size());  // process root's first device
-    launch("broadcast", count, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
+    launch("broadcast", count, compute_streams_, nullptr, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
       void* const buffer = tensors[rank].mutable_data_ptr();
       TANDEM_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, ncclFloat, root_rank, comm, stream));
     });
@@ -244,18 +261,19 @@ class NcclCollectives final : public DeviceCollectives {
 
   void all_gather(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) override {
     const size_t count = count_of(inputs.front());
-    launch("all_gather", count, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
-      TANDEM_NCCL_CHECK(ncclAllGather(inputs[rank].data_ptr(), outputs[rank].mutable_data_ptr(), count, ncclFloat,
-                                      comm, stream));
+    launch("all_gather", count, compute_streams_, nullptr, [&](int rank, ncclComm_t comm, cudaStream_t stream) {
+      TANDEM_NCCL_CHECK(
+          ncclAllGather(inputs[rank].data_ptr(), outputs[rank].mutable_data_ptr(), count, ncclFloat, comm, stream));
     });
   }
 
   void reduce_scatter(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, ReduceOp op) override {
     const size_t count = count_of(outputs.front());
-    launch("reduce_scatter", count_of(inputs.front()), [&](int rank, ncclComm_t comm, cudaStream_t stream) {
-      TANDEM_NCCL_CHECK(ncclReduceScatter(inputs[rank].data_ptr(), outputs[rank].mutable_data_ptr(), count, ncclFloat,
-                                          nccl_op(op, rank), comm, stream));
-    });
+    launch("reduce_scatter", count_of(inputs.front()), compute_streams_, nullptr,
+           [&](int rank, ncclComm_t comm, cudaStream_t stream) {
+             TANDEM_NCCL_CHECK(ncclReduceScatter(inputs[rank].data_ptr(), outputs[rank].mutable_data_ptr(), count,
+                                                 ncclFloat, nccl_op(op, rank), comm, stream));
+           });
   }
 
   void synchronize() override {
@@ -266,28 +284,28 @@ class NcclCollectives final : public DeviceCollectives {
   void abort() noexcept override;
 
  private:
-  // One collective as Collective::run orders it (Note [Comm stream ordering]), with issue(local rank, communicator,
-  // communication stream) for each local rank inside one NCCL group, then watched (Note [Watching NCCL work]).
+  // One collective on `streams` (one per local rank), with issue(local rank, communicator, stream) for each local
+  // rank inside one NCCL group: each stream first waits for ready[rank] when given, and for the previous launch when
+  // it ran on other streams (Note [Group collective streams]); then the launch's events are recorded behind it and
+  // it is published to the watchdog (Note [Watching NCCL work]). Everything happens under the collective launch lock,
+  // which also serializes the tracker's launching side. Nothing here allocates device memory.
   template <typename Issue>
-  void launch(const char* name, size_t count, Issue&& issue) {
-    auto in_flight = std::make_shared<InFlight>(communicators_);  // before the launch: nothing allocates during it
-    collective_.run(1, [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
-    watch(std::move(in_flight), name, count);
-  }
-
-  // Records the launch's events behind it on the communication streams and arms a device entry that polls them.
-  void watch(std::shared_ptr<InFlight> in_flight, const char* name, size_t count) {
-    const std::vector<int>& devices = communicators_->devices;
-    for (size_t i = 0; i < devices.size(); ++i) {
-      TANDEM_CUDA_CHECK(cudaEventRecord(in_flight->events[i], cuda::comm_stream(devices[i])));
+  void launch(const char* name, size_t count, const std::vector<cudaStream_t>& streams,
+              const std::vector<StreamMarker>* ready, Issue&& issue) {
+    cuda::CollectiveLaunchLock lock;
+    Tracker& tracker = communicators_->tracker;
+    const DeviceEvents& events = tracker.next().markers;  // may create events (no device memory)
+    for (size_t r = 0; r < streams.size(); ++r) {
+      if (ready != nullptr) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], cuda::marker_event((*ready)[r]), 0));
+      if (previous_ != nullptr && previous_streams_ != &streams) {
+        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], previous_->markers[r], 0));
+      }
     }
-    std::string what = name;
-    what += " #";
-    what += std::to_string(++issued_);
-    what += " of ";
-    what += std::to_string(count * sizeof(float));
-    what += " bytes";
-    watchdog_.arm(std::move(what), [in_flight] { return in_flight->owner->complete(in_flight->events); });
+    collective_.launch_one(lock, streams,
+                           [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
+    for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(events[r], streams[r]));
+    previous_ = &tracker.publish(name, count * sizeof(float));
+    previous_streams_ = &streams;
   }
 
   ncclRedOp_t nccl_op(ReduceOp op, int rank) const {
@@ -295,10 +313,16 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   Watchdog& watchdog_;
-  std::shared_ptr<Communicators> communicators_;  // shared with the watchdog's entries
+  std::shared_ptr<Communicators> communicators_;  // shared with the watchdog's device watch
   std::vector<ncclRedOp_t> average_ops_;          // one per local rank; empty with one process
   nccl::Collective collective_;                   // over communicators_->comms
-  uint64_t issued_ = 0;                           // collectives issued so far, to name them
+  std::vector<cudaStream_t> compute_streams_;     // of each local rank's device
+  std::vector<cudaStream_t> comm_streams_;        // likewise
+  // The last launch published and the streams it ran on (compute_streams_ or comm_streams_); its events keep their
+  // record until the next launch records them again, after its waits.
+  const Tracker::Launch* previous_ = nullptr;
+  const std::vector<cudaStream_t>* previous_streams_ = nullptr;
+  uint64_t watch_id_ = 0;
 };
 
 // Note [Process group communicators are destroyed]: unlike the single-process communicators (Note [Communicators are
@@ -313,6 +337,7 @@ class NcclCollectives final : public DeviceCollectives {
 NcclCollectives::~NcclCollectives() {
   static constinit tandem::detail::ReportOnce failures("destroying the NCCL communicator of a process group");
   failures.run([&] {
+    watchdog_.disarm(watch_id_);  // no poll touches the communicators from here on
     if (!communicators_->live()) return;
     Armed armed(watchdog_, "destroying the NCCL communicator");
     for (int device : communicators_->devices) cuda::synchronize(device);

@@ -5,9 +5,8 @@
 //
 // Contract for every call: the front end (process_group.cpp) has validated the tensors (one per local device, in
 // devices() order, defined, contiguous, float32, equal shapes with nonzero elements) and disabled grad mode. Every
-// call is collective over the processes, as HostChannel's. Each call that issues device work arms the watchdog with
-// a description of the collective and disarms it once the work is known to be complete (or hands the watchdog an
-// event to poll).
+// call is collective over the processes, as HostChannel's. Each call is bounded by the watchdog: a blocking one arms
+// an entry for its duration, one that issues device work hands it to a device watch (launch_tracker.h).
 
 #include <memory>
 #include <vector>

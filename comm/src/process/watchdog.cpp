@@ -4,7 +4,6 @@
 #include "watchdog.h"
 
 #include <exception>
-#include <optional>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -26,10 +25,17 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-uint64_t Watchdog::arm(std::string what, Poll poll) {
+uint64_t Watchdog::arm(std::string what) {
   std::lock_guard lock(mutex_);
   const uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{std::move(what), std::chrono::steady_clock::now() + timeout_, std::move(poll)});
+  entries_.emplace(id, Entry{std::move(what), Clock::now() + timeout_, {}});
+  return id;
+}
+
+uint64_t Watchdog::watch(std::string what, Poll poll) {
+  std::lock_guard lock(mutex_);
+  const uint64_t id = next_id_++;
+  entries_.emplace(id, Entry{std::move(what), {}, std::move(poll)});
   return id;
 }
 
@@ -38,35 +44,38 @@ void Watchdog::disarm(uint64_t id) {
   entries_.erase(id);
 }
 
-// Polls run under the lock: they are quick queries (an event, NCCL's error state) and never arm or disarm. The
-// failure handler runs without it, since it does not return in a real group; should it return (a test's handler),
-// the failed entry is gone and watching goes on.
+std::optional<std::string> Watchdog::check(Entry& entry, Clock::time_point now) {
+  const auto late = [&](const std::string& what) {
+    return what + " did not finish within " + std::to_string(timeout_.count()) + " ms";
+  };
+  if (!entry.poll) {
+    if (now >= entry.deadline) return late(entry.what);
+    return std::nullopt;
+  }
+  try {
+    const std::optional<Pending> pending = entry.poll();
+    if (pending && now >= pending->issued + timeout_) return late(pending->what);
+  } catch (const std::exception& e) {
+    return entry.what + " failed: " + e.what();
+  }
+  return std::nullopt;
+}
+
+// Polls run under the lock: they are quick queries (events, NCCL's error state) and never arm or disarm; so once
+// disarm returns, its entry's poll has finished. The failure handler runs without the lock, since it does not return
+// in a real group; should it return (a test's handler), the failed entry is gone and watching goes on.
 void Watchdog::run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, kCheckInterval, [this] { return stopping_; });
     if (stopping_) break;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     std::optional<std::string> failure;
-    for (auto it = entries_.begin(); it != entries_.end() && !failure;) {
-      Entry& entry = it->second;
-      if (entry.poll) {
-        try {
-          if (entry.poll()) {
-            it = entries_.erase(it);
-            continue;
-          }
-        } catch (const std::exception& e) {
-          failure = entry.what + " failed: " + e.what();
-        }
-      }
-      if (!failure && now >= entry.deadline) {
-        failure = entry.what + " did not finish within " + std::to_string(timeout_.count()) + " ms";
-      }
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      failure = check(it->second, now);
       if (failure) {
-        it = entries_.erase(it);
-      } else {
-        ++it;
+        entries_.erase(it);
+        break;
       }
     }
     if (failure) {

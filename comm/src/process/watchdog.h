@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -23,31 +24,48 @@ namespace tandem::comm::detail {
 
 class Watchdog {
  public:
+  using Clock = std::chrono::steady_clock;
   // What the watchdog does when an entry expires or fails: it receives the one-line reason and must not return.
   using OnFailure = std::function<void(const std::string& reason)>;
-  // Polls an armed device entry: returns true once the work is complete (the entry is then removed); reports an
-  // asynchronous failure by throwing tandem::Error (its message becomes part of the reason).
-  using Poll = std::function<bool()>;
+  // The oldest work of a device watch that is not known to be complete: when it was issued, and its name
+  // ("all_reduce #12 of 4096 bytes").
+  struct Pending {
+    Clock::time_point issued;
+    std::string what;
+  };
+  // Polls a device watch, on the watchdog's thread only: the oldest pending work, or nullopt when everything issued
+  // so far is complete. Reports an asynchronous failure by throwing tandem::Error (its message becomes part of the
+  // reason). Must be quick (it runs under the watchdog's lock) and must not arm or disarm.
+  using Poll = std::function<std::optional<Pending>()>;
 
   Watchdog(std::chrono::milliseconds timeout, OnFailure on_failure);
   ~Watchdog();  // stops the thread; entries still armed are dropped
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Arms an entry for a blocking host call named `what` ("all_reduce #12 of 4096 bytes"); disarm it when the call
-  // returns. An optional poll makes it a device entry that the watchdog removes itself once poll() returns true.
-  uint64_t arm(std::string what, Poll poll = {});
+  // Arms an entry for a blocking host call named `what` ("barrier"), due within timeout(); disarm it when the call
+  // returns.
+  uint64_t arm(std::string what);
+  // Arms a device watch named `what` that stays until disarmed: at every check the watchdog polls it and reports
+  // it when its oldest pending work was issued more than timeout() ago ("<pending.what> did not finish within ...")
+  // or when the poll throws ("<what> failed: <message>"). Issuing work costs the watched side nothing here: it
+  // hands its work to the poll itself (launch_tracker.h).
+  uint64_t watch(std::string what, Poll poll);
+  // Removes an entry. Once it returns, the entry's poll is not running and never runs again. Unknown ids (an entry
+  // already reported) are ignored.
   void disarm(uint64_t id);
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
-  void run();
-
   struct Entry {
     std::string what;
-    std::chrono::steady_clock::time_point deadline;
-    Poll poll;
+    Clock::time_point deadline;  // host entries only
+    Poll poll;                   // device watches only
   };
+
+  void run();
+  // The reason to report for `entry` at `now`, if any.
+  std::optional<std::string> check(Entry& entry, Clock::time_point now);
   const std::chrono::milliseconds timeout_;
   OnFailure on_failure_;
   std::mutex mutex_;
