@@ -79,7 +79,7 @@ GradcheckReport gradcheck(const Function& f, const std::vector<Tensor>& inputs, 
     const std::vector<float> base = input.to_vector();
     GradcheckInputReport entry;
     entry.input = which;
-    double worst_excess = -1.0, worst_numeric = 0.0;
+    double worst_excess = -INFINITY, worst_numeric = 0.0;
     for (size_t e = 0; e < base.size(); ++e) {
       std::vector<Tensor> perturbed = inputs;
       auto evaluate = [&](double delta, float& moved_value) {
