@@ -75,11 +75,20 @@ constexpr float kGeluCubic = 0.044715f;
 // clang-format off
 struct Exp { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return expf(x); } };
 struct Log { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return logf(x); } };
-struct Sqrt { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return sqrtf(x); } };
-struct Rsqrt { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return 1.0f / sqrtf(x); } };
 struct Abs { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return fabsf(x); } };
-struct Sigmoid { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); } };
 // clang-format on
+struct Sqrt {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return sqrtf(x); }
+};
+struct Rsqrt {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return 1.0f / sqrtf(x); }
+};
+struct Sigmoid {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
+};
 
 struct GeluErf {
   static constexpr int kArity = 1;
@@ -135,8 +144,10 @@ struct Less { TANDEM_HOST_DEVICE bool operator()(float a, float b) const { retur
 struct LessEqual { TANDEM_HOST_DEVICE bool operator()(float a, float b) const { return a <= b; } };
 struct Greater { TANDEM_HOST_DEVICE bool operator()(float a, float b) const { return a > b; } };
 struct GreaterEqual { TANDEM_HOST_DEVICE bool operator()(float a, float b) const { return a >= b; } };
-struct SameValue { TANDEM_HOST_DEVICE bool operator()(float a, float b) const { return a == b || (isnan(a) && isnan(b)); } };
 // clang-format on
+struct SameValue {
+  TANDEM_HOST_DEVICE bool operator()(float a, float b) const { return a == b || (isnan(a) && isnan(b)); }
+};
 struct SquaredDifference {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float a, float b) const {

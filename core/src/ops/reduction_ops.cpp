@@ -27,7 +27,8 @@ Tensor kept(const Tensor& grad, const Shape& kept_shape) { return raw::reshaped(
 // sum (scale 1) and mean (scale 1 / N) over dims.
 class SumDims final : public Function {
  public:
-  SumDims(std::vector<int64_t> dims, bool keepdim, bool mean) : dims_(std::move(dims)), keepdim_(keepdim), mean_(mean) {}
+  SumDims(std::vector<int64_t> dims, bool keepdim, bool mean)
+      : dims_(std::move(dims)), keepdim_(keepdim), mean_(mean) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const char* name = mean_ ? "mean" : "sum";
     raw::check_defined(name, in[0]);
@@ -216,8 +217,12 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
 }
 Tensor max(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Max), x); }
 Tensor min(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Min), x); }
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_extreme(ReduceOp::Max, "argmax", x, dim, keepdim); }
-Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extreme(ReduceOp::Min, "argmin", x, dim, keepdim); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extreme(ReduceOp::Max, "argmax", x, dim, keepdim);
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  return arg_extreme(ReduceOp::Min, "argmin", x, dim, keepdim);
+}
 Tensor argmax(const Tensor& x) { return arg_extreme_all(ReduceOp::Max, "argmax", x); }
 Tensor argmin(const Tensor& x) { return arg_extreme_all(ReduceOp::Min, "argmin", x); }
 
