@@ -5,7 +5,9 @@
 // a backend only computes. All tensors passed to one call live on one device of the backend's type.
 
 #include <memory>
+#include <vector>
 
+#include "kernel_ops.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
@@ -68,6 +70,22 @@ class Backend {
   // Host transfers of contiguous tensors; to_host returns once the values are on the host.
   virtual void to_host(const Tensor& src, void* host) = 0;
   virtual void from_host(const void* host, const Tensor& dst) = 0;
+
+  // ---- the general elementwise, reduction and indexing kernels (kernel_ops.h) ----
+  // out = f(inputs...) with f = call's functor; every input is already expanded to out's shape (any strides, 0 on
+  // broadcast dims), as many inputs as arity(call.op); out contiguous.
+  virtual void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) = 0;
+  // x contiguous, viewed as [outer, reduce, inner] with reduce >= 1; values contiguous [outer, inner]; indices
+  // (Max and Min only, may be undefined) contiguous [outer, inner], the position along `reduce` as a float.
+  virtual void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,
+                          const Tensor& values, const Tensor& indices) = 0;
+  // out[p] = x[p with coordinate `dim` replaced by index[p]] for every position p of out's shape. index has out's
+  // shape (any strides), its values integral and in [0, x.size(dim)) (checked by the caller); x any strides, with
+  // x.size(d) >= out.size(d) for d != dim; out contiguous.
+  virtual void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = 0;
+  // target[p with coordinate `dim` replaced by index[p]] += src[p] for every position p of src's shape; index as for
+  // gather; target contiguous. Repeated indices accumulate (in an unspecified order on CUDA).
+  virtual void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) = 0;
 };
 
 Backend& cpu();

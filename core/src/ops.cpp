@@ -171,29 +171,6 @@ class ScaledSum final : public Function {
   Shape shape_;
 };
 
-class SumDim final : public Function {
- public:
-  SumDim(int64_t dim, bool keepdim) : dim_(dim), keepdim_(keepdim) {}
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    raw::check_defined("sum", in[0]);
-    shape_ = in[0].shape();
-    dim_ = wrap_dim(dim_, in[0].dim(), "sum");
-    return {raw::sum_dim(in[0], dim_, keepdim_)};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    Shape kept = shape_;
-    kept[dim_] = 1;
-    const Tensor g = raw::contiguous(grads[0]);
-    return {raw::expand(raw::alias(g, kept, contiguous_strides(kept), g.storage_offset()), shape_, "sum")};
-  }
-  std::string name() const override { return "SumDimBackward"; }
-
- private:
-  int64_t dim_;
-  bool keepdim_;
-  Shape shape_;
-};
-
 class Cat final : public Function {
  public:
   explicit Cat(int64_t dim) : dim_(dim) {}
@@ -283,9 +260,7 @@ Tensor relu(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp:
 Tensor tanh(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Tanh, "tanh"), {x}); }
 Tensor sum(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(false), {x}); }
 Tensor mean(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(true), {x}); }
-Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
-  return apply_one(std::make_shared<SumDim>(dim, keepdim), {x});
-}
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return sum(x, std::vector<int64_t>{dim}, keepdim); }
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) { return apply_one(std::make_shared<Cat>(dim), tensors); }
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return apply_one(std::make_shared<MseLoss>(), {input, target});

@@ -110,49 +110,12 @@ Tensor JitteredDropout::forward(const Tensor& input) {
   return input * Tensor::from_vector(mask, input.shape(), input.device());
 }
 
-namespace {
-
-// Projects f(inputs) onto fixed weights so that the check covers every output element with one backward.
-double projected(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
-                 const std::vector<double>& weights) {
-  NoGradGuard no_grad;
-  std::vector<double> out = to_double(f(inputs));
-  double total = 0;
-  for (size_t i = 0; i < out.size(); ++i) total += out[i] * weights[i];
-  return total;
-}
-
-}  // namespace
-
 void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                double eps, double rtol, double atol) {
-  Tensor output = f(inputs);
-  ASSERT_TRUE(output.requires_grad()) << "gradcheck: f's output does not require grad";
-  std::vector<double> weights(static_cast<size_t>(output.numel()));
-  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5 + 0.25 * std::sin(1.7 * static_cast<double>(i));
-  std::vector<float> weights_f(weights.begin(), weights.end());
-  for (const Tensor& input : inputs)
-    if (input.requires_grad()) input.set_grad(Tensor());
-  output.backward(Tensor::from_vector(weights_f, output.shape(), output.device()));
-
-  for (size_t which = 0; which < inputs.size(); ++which) {
-    const Tensor& input = inputs[which];
-    if (!input.requires_grad()) continue;
-    ASSERT_TRUE(input.grad().defined()) << "input " << which << " got no gradient";
-    std::vector<double> analytic = to_double(input.grad());
-    std::vector<float> base = input.to_vector();
-    for (size_t e = 0; e < base.size(); ++e) {
-      auto evaluate = [&](double delta) {
-        std::vector<float> moved = base;
-        moved[e] = static_cast<float>(base[e] + delta);
-        std::vector<Tensor> perturbed = inputs;
-        perturbed[which] = Tensor::from_vector(moved, input.shape(), input.device());
-        return projected(f, perturbed, weights);
-      };
-      double numeric = (evaluate(eps) - evaluate(-eps)) / (2 * eps);
-      ASSERT_LE(std::abs(analytic[e] - numeric), atol + rtol * std::abs(numeric))
-          << "input " << which << ", element " << e << ": analytic " << analytic[e] << ", numeric " << numeric;
-    }
+  try {
+    autograd::gradcheck(f, inputs, {.eps = eps, .atol = atol, .rtol = rtol});
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
   }
 }
 

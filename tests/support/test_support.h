@@ -75,10 +75,8 @@ std::string without_error_location(const std::string& message);
 // The message of the tandem::Error that `action` throws; a test failure (and "") when it throws none.
 std::string error_message_of(const std::function<void()>& action);
 
-// Finite-difference check of f's gradients with respect to every input that requires grad. f's output is
-// reduced with a fixed random projection; central differences with step eps are computed in float64 on the host
-// (the inputs are perturbed and f re-evaluated on their device). Fails the test when any analytic gradient
-// element differs from the numeric one by more than atol + rtol * |numeric|.
+// autograd::gradcheck (tandem/core/gradcheck.h) with the given step and tolerances; a failure of the test instead
+// of an exception.
 void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                double eps = 1e-2, double rtol = 2e-2, double atol = 2e-3);
 

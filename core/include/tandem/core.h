@@ -6,6 +6,7 @@
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
+#include "tandem/core/gradcheck.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/elementwise.h"
 #include "cpu/strided_loop.h"
 #include "tandem/core/error.h"
 
@@ -279,6 +280,20 @@ class CpuBackend final : public Backend {
 
   void from_host(const void* host, const Tensor& dst) override {
     if (dst.numel() > 0) std::memcpy(dst.mutable_data(), host, static_cast<size_t>(dst.numel()) * sizeof(float));
+  }
+
+  void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) override {
+    cpu::pointwise(call, inputs, out);
+  }
+  void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner, const Tensor& values,
+                  const Tensor& indices) override {
+    cpu::reduce_dim(op, x, outer, reduce, inner, values, indices);
+  }
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override {
+    cpu::gather(x, dim, index, out);
+  }
+  void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) override {
+    cpu::scatter_add(src, dim, index, target);
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include "allocator.h"
 #include "backend.h"
+#include "cuda/elementwise.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/strided_layout.h"
@@ -194,6 +195,50 @@ class CudaBackend final : public backend::Backend {
     OnDevice on(dst);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.mutable_data_ptr(), host, nbytes, cudaMemcpyHostToDevice, on.stream));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(on.stream));
+  }
+
+  void pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    const float* pointers[kernels::kMaxOperands - 1] = {};
+    std::vector<const Shape*> strides = {&out.strides()};
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      pointers[k] = inputs[k].data();
+      strides.push_back(&inputs[k].strides());
+    }
+    kernels::pointwise(call, pointers, out.mutable_data(), collapse_dims(out.shape(), strides), on.stream);
+  }
+
+  void reduce_dim(backend::ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,
+                  const Tensor& values, const Tensor& indices) override {
+    if (values.numel() == 0) return;
+    OnDevice on(values);
+    kernels::reduce_dim(op, x.data(), outer, reduce, inner, values.mutable_data(),
+                        indices.defined() ? indices.mutable_data() : nullptr, on.stream);
+  }
+
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    const Shape base = strides_without(x, dim);
+    kernels::gather(x.data(), x.strides()[dim], index.data(), out.mutable_data(),
+                    collapse_dims(index.shape(), {&out.strides(), &index.strides(), &base}), on.stream);
+  }
+
+  void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) override {
+    if (src.numel() == 0) return;
+    OnDevice on(target);
+    const Shape base = strides_without(target, dim);
+    kernels::scatter_add(src.data(), target.strides()[dim], index.data(), target.mutable_data(),
+                         collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
+  }
+
+ private:
+  // t's strides with 0 at dim: the offset of a position with its coordinate at dim dropped.
+  static Shape strides_without(const Tensor& t, int64_t dim) {
+    Shape strides = t.strides();
+    strides[dim] = 0;
+    return strides;
   }
 };
 

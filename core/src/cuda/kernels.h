@@ -12,7 +12,7 @@
 namespace tandem::cuda::kernels {
 
 constexpr int kMaxDims = 8;
-constexpr int kMaxOperands = 3;
+constexpr int kMaxOperands = 4;  // the output and up to three inputs
 
 // The iteration space of an elementwise kernel: up to kMaxDims sizes (row-major order) and, per operand, element
 // strides (0 = broadcast). Operand 0 is the output. Built by collapse_dims (strided_layout.h), which drops size-1

@@ -6,7 +6,7 @@
 
 namespace tandem::cuda {
 
-kernels::Strided collapse_dims(const Shape& sizes, std::initializer_list<const Shape*> strides) {
+kernels::Strided collapse_dims(const Shape& sizes, const std::vector<const Shape*>& strides) {
   const int operands = static_cast<int>(strides.size());
   TANDEM_INTERNAL_ASSERT(operands >= 1 && operands <= kernels::kMaxOperands, "cuda::collapse_dims: ", operands,
                          " operands but expected 1 to ", kernels::kMaxOperands);
@@ -20,16 +20,16 @@ kernels::Strided collapse_dims(const Shape& sizes, std::initializer_list<const S
     if (sizes[d] == 1) continue;
     bool mergeable = merged > 0;
     for (int k = 0; k < operands && mergeable; ++k)
-      mergeable = layout.strides[k][merged - 1] == (*strides.begin()[k])[d] * sizes[d];
+      mergeable = layout.strides[k][merged - 1] == (*strides[k])[d] * sizes[d];
     if (mergeable) {
       layout.sizes[merged - 1] *= sizes[d];
-      for (int k = 0; k < operands; ++k) layout.strides[k][merged - 1] = (*strides.begin()[k])[d];
+      for (int k = 0; k < operands; ++k) layout.strides[k][merged - 1] = (*strides[k])[d];
       continue;
     }
     TANDEM_CHECK(merged < kernels::kMaxDims, "cuda backend: an elementwise op over sizes ", to_string(sizes),
                  " has more than ", kernels::kMaxDims, " dimensions that cannot be merged");
     layout.sizes[merged] = sizes[d];
-    for (int k = 0; k < operands; ++k) layout.strides[k][merged] = (*strides.begin()[k])[d];
+    for (int k = 0; k < operands; ++k) layout.strides[k][merged] = (*strides[k])[d];
     ++merged;
   }
   if (merged == 0) {  // one element

@@ -2,6 +2,8 @@
 // Differentiable tensor operations. Every op checks that its inputs are defined, live on one device and have
 // compatible shapes, and throws tandem::Error naming the op otherwise. Elementwise ops broadcast like NumPy.
 
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "tandem/core/tensor.h"
@@ -26,6 +28,99 @@ Tensor mean(const Tensor& x);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // mean((input - target)^2) as one fused op; shapes must match exactly.
 Tensor mse_loss(const Tensor& input, const Tensor& target);
+
+// ---- elementwise math (float32; CPU and CUDA; differentiable) -------------------------------------------------
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);                 // 1 / sqrt(x)
+Tensor pow(const Tensor& x, float exponent);
+Tensor pow(const Tensor& base, const Tensor& exponent);  // broadcasting
+Tensor abs(const Tensor& x);                   // gradient sign(x), 0 at 0
+Tensor neg(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+// torch.nn.functional.gelu: approximate "none" (x * Phi(x), with erf) or "tanh". Errors: any other approximate.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+// min(max(x, min), max), NaN kept; max wins where min > max. Gradient 1 where min <= x <= max, else 0.
+Tensor clamp(const Tensor& x, float min, float max);
+Tensor clamp_min(const Tensor& x, float min);
+Tensor clamp_max(const Tensor& x, float max);
+
+// ---- arithmetic with broadcasting and with scalars --------------------------------------------------------------
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, float s);
+Tensor operator+(float s, const Tensor& a);
+Tensor operator-(const Tensor& a, float s);
+Tensor operator-(float s, const Tensor& a);
+Tensor operator/(float s, const Tensor& a);
+
+// ---- comparisons and selection ----------------------------------------------------------------------------------
+// Elementwise, broadcasting; float32 masks of 1 and 0 that carry no gradient. NaN compares unequal to everything.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, float b);
+Tensor ne(const Tensor& a, float b);
+Tensor lt(const Tensor& a, float b);
+Tensor le(const Tensor& a, float b);
+Tensor gt(const Tensor& a, float b);
+Tensor ge(const Tensor& a, float b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, float b);
+Tensor operator<=(const Tensor& a, float b);
+Tensor operator>(const Tensor& a, float b);
+Tensor operator>=(const Tensor& a, float b);
+// condition != 0 ? a : b elementwise, the three broadcast together; differentiable in a and b (not in condition).
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+
+// ---- reductions over dimensions -----------------------------------------------------------------------------------
+// `dims` may be negative and come in any order; an empty list means every dimension. keepdim keeps them as size 1.
+// Errors: a dimension out of range or repeated.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);  // NaN over no elements
+// Variance, dividing by max(N - correction, 0) for N elements per result: correction 1 (or true, PyTorch's unbiased)
+// is Bessel's, 0 (or false) the population variance.
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction = 1.0, bool keepdim = false);
+Tensor var(const Tensor& x);  // every element, unbiased
+// log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the maximum, so that large inputs do not overflow.
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// Largest (smallest) value along `dim` and the index of its first occurrence (a float holding an integer). NaN
+// counts as the largest and the smallest. The gradient goes to that index, as torch.max(x, dim) does.
+// Errors: an empty dimension.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+// Over every element: the gradient is shared evenly by the elements equal to the result (as torch.max(x)).
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+// The indices alone (no gradient); without `dim`, the index into the flattened tensor, shape [].
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x);
+Tensor argmin(const Tensor& x);
+
+// ---- softmax ------------------------------------------------------------------------------------------------------
+// Along `dim`, as exp(x - logsumexp(x)) and x - logsumexp(x): stable for large inputs. Closed-form gradients.
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- indexing -----------------------------------------------------------------------------------------------------
+// Indices are float32 tensors holding integers for now; each is checked on the host (one copy from the device):
+// Error when one is not an integer or is out of range.
+// x's slices at `index` (0-D or 1-D) along dim; differentiable in x (repeated indices add up).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (torch.gather): index has x's number of dimensions and at most
+// x's size in every other dimension; out has index's shape. Differentiable in x.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// indices' shape plus [num_classes]: 1 where the class is the index, else 0. num_classes -1: the largest index + 1.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+// Joins tensors of one shape along a new dimension `dim` (in [-(ndim + 1), ndim]); differentiable.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
 // Compares values on any devices (copies to the host): |a - b| <= atol + rtol * |b| elementwise, shapes equal.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

@@ -1,0 +1,128 @@
+// Checks, shapes and allocation around the backends' general kernels (see raw_kernels.h).
+#include "ops/raw_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/core/error.h"
+
+namespace tandem::raw {
+
+Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller) {
+  TANDEM_INTERNAL_ASSERT(static_cast<int>(inputs.size()) == backend::arity(call.op), caller, ": ", inputs.size(),
+                         " operands for a pointwise function of ", backend::arity(call.op));
+  Shape shape;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    check_defined(caller, inputs[k]);
+    check_same_device(caller, inputs[0], inputs[k]);
+    shape = k == 0 ? inputs[k].shape() : broadcast_shapes(shape, inputs[k].shape(), caller);
+  }
+  Tensor out = Tensor::empty(shape, inputs[0].device());
+  if (out.numel() == 0) return out;
+  std::vector<Tensor> expanded;
+  for (const Tensor& input : inputs) expanded.push_back(expand(input, shape, caller));
+  backend::for_device(out.device()).pointwise(call, expanded, out);
+  return out;
+}
+
+std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* caller) {
+  std::vector<int64_t> wrapped;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) wrapped.push_back(d);
+    return wrapped;
+  }
+  for (int64_t dim : dims) wrapped.push_back(wrap_dim(dim, ndim, caller));
+  std::sort(wrapped.begin(), wrapped.end());
+  for (size_t i = 1; i < wrapped.size(); ++i)
+    TANDEM_CHECK(wrapped[i] != wrapped[i - 1], caller, ": dimension ", wrapped[i], " appears more than once in ",
+                 to_string(dims));
+  return wrapped;
+}
+
+Tensor reshaped(const Tensor& contiguous_tensor, const Shape& shape) {
+  TANDEM_INTERNAL_ASSERT(contiguous_tensor.is_contiguous() && numel_of(shape) == contiguous_tensor.numel(),
+                         "reshaped: ", to_string(contiguous_tensor.shape()), " to ", to_string(shape));
+  return alias(contiguous_tensor, shape, contiguous_strides(shape), contiguous_tensor.storage_offset());
+}
+
+Reduction plan_reduction(const Tensor& x, const std::vector<int64_t>& dims) {
+  Reduction plan;
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(static_cast<size_t>(ndim), false);
+  for (int64_t d : dims) reduced[d] = true;
+  plan.kept_shape = x.shape();
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (reduced[d]) {
+      plan.kept_shape[d] = 1;
+    } else {
+      plan.reduced_shape.push_back(x.size(d));
+    }
+  }
+  const bool adjacent = dims.empty() || dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+  if (adjacent) {
+    for (int64_t d = 0; d < ndim; ++d) {
+      if (reduced[d]) {
+        plan.reduce *= x.size(d);
+      } else if (dims.empty() || d < dims.front()) {
+        plan.outer *= x.size(d);
+      } else {
+        plan.inner *= x.size(d);
+      }
+    }
+    plan.x = contiguous(x);
+    return plan;
+  }
+  // Kept dims first, then the reduced ones: a permuted view, copied to be contiguous.
+  Shape shape, strides;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t d = 0; d < ndim; ++d)
+      if (reduced[d] == (pass == 1)) {
+        shape.push_back(x.size(d));
+        strides.push_back(x.strides()[d]);
+        (pass == 0 ? plan.outer : plan.reduce) *= x.size(d);
+      }
+  plan.x = contiguous(alias(x, shape, strides, x.storage_offset()));
+  return plan;
+}
+
+Tensor sum(const Reduction& plan, bool keepdim, float scale) {
+  Tensor sums = sum_dim(reshaped(plan.x, {plan.outer, plan.reduce, plan.inner}), 1, false);
+  if (scale != 1.0f) sums = raw::scale(sums, scale);
+  return reshaped(sums, plan.shape(keepdim));
+}
+
+std::pair<Tensor, Tensor> reduce(backend::ReduceOp op, const Reduction& plan, bool keepdim, bool with_indices) {
+  const Device device = plan.x.device();
+  Tensor values = Tensor::empty(plan.shape(keepdim), device);
+  Tensor indices = with_indices ? Tensor::empty(plan.shape(keepdim), device) : Tensor();
+  if (values.numel() > 0)
+    backend::for_device(device).reduce_dim(op, plan.x, plan.outer, plan.reduce, plan.inner, values, indices);
+  return {values, indices};
+}
+
+void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim) {
+  const std::vector<float> values = index.to_vector();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    TANDEM_CHECK(std::isfinite(v) && v == std::floor(v), caller, ": index ", v, " at position ", i,
+                 " is not an integer");
+    if (v >= 0 && v < static_cast<float>(limit)) continue;
+    if (dim >= 0) TANDEM_FAIL(caller, ": index ", static_cast<int64_t>(v), " is out of range for dimension ", dim,
+                              " of size ", limit);
+    TANDEM_FAIL(caller, ": index ", static_cast<int64_t>(v), " is out of range for ", limit, " classes");
+  }
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = Tensor::empty(index.shape(), x.device());
+  if (out.numel() > 0) backend::for_device(x.device()).gather(x, dim, index, out);
+  return out;
+}
+
+Tensor scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Shape& shape, Device device) {
+  Tensor target = Tensor::zeros(shape, device);
+  if (src.numel() > 0) backend::for_device(device).scatter_add(src, dim, index, target);
+  return target;
+}
+
+}  // namespace tandem::raw

@@ -1,0 +1,48 @@
+#pragma once
+// Non-differentiable building blocks of the ops in this folder, over the backends' general kernels (pointwise
+// functors, reductions along one dimension, gather / scatter-add). Like raw_ops.h: inputs are checked, outputs
+// allocated, nothing records autograd history.
+
+#include <utility>
+#include <vector>
+
+#include "raw_ops.h"
+
+namespace tandem::raw {
+
+// out = f(inputs...) with the inputs broadcast together (NumPy rules). Errors name `caller`: an undefined input,
+// inputs on different devices, shapes that do not broadcast.
+Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller);
+
+// The dimensions a reduction runs over: `dims` wrapped into [0, ndim), sorted; all of them when `dims` is empty.
+// Errors: a dimension out of range or given twice.
+std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* caller);
+
+// x as a contiguous [outer, reduce, inner] tensor, where `reduce` covers the (sorted, wrapped) `dims`: a view when
+// they are adjacent, else a copy with them moved last. kept_shape is x's shape with those dims set to 1, and
+// reduced_shape the same without them.
+struct Reduction {
+  Tensor x;
+  int64_t outer = 1, reduce = 1, inner = 1;
+  Shape kept_shape, reduced_shape;
+  const Shape& shape(bool keepdim) const { return keepdim ? kept_shape : reduced_shape; }
+};
+Reduction plan_reduction(const Tensor& x, const std::vector<int64_t>& dims);
+
+// scale * sum over the planned dims, with the shape `keepdim` asks for.
+Tensor sum(const Reduction& plan, bool keepdim, float scale);
+// values (and, for Max / Min when `with_indices`, indices as floats) over the planned dims; reduce must be >= 1.
+std::pair<Tensor, Tensor> reduce(backend::ReduceOp op, const Reduction& plan, bool keepdim, bool with_indices);
+
+// A contiguous tensor seen with another shape of the same number of elements (no copy).
+Tensor reshaped(const Tensor& contiguous_tensor, const Shape& shape);
+
+// Throws Error naming `caller` unless every value of `index` is an integer in [0, limit) (read on the host); the
+// message names dimension `dim` of size limit, or (dim < 0) limit classes.
+void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim);
+// out (index's shape) = x gathered along dim (Backend::gather); index already checked.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// zeros(shape) with src scatter-added along dim at index (Backend::scatter_add); index already checked.
+Tensor scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Shape& shape, Device device);
+
+}  // namespace tandem::raw
