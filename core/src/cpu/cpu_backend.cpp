@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/convert.h"
 #include "cpu/strided_loop.h"
 #include "tandem/core/error.h"
 
@@ -87,7 +88,10 @@ class CpuBackend final : public Backend {
                          });
   }
 
+  void fill_bits(const Tensor& out, uint64_t bits) override { cpu::fill_bits(out, bits); }
+
   void copy(const Tensor& src, const Tensor& dst) override {
+    if (src.dtype() != DType::Float32 || dst.dtype() != DType::Float32) return cpu::convert(src, dst);
     const float* ps = src.data();
     float* pd = dst.mutable_data();
     if (ps == pd && src.strides() == dst.strides()) return;
@@ -274,12 +278,15 @@ class CpuBackend final : public Backend {
   }
 
   void to_host(const Tensor& src, void* host) override {
-    if (src.numel() > 0) std::memcpy(host, src.data(), static_cast<size_t>(src.numel()) * sizeof(float));
+    if (src.numel() > 0) std::memcpy(host, src.data_ptr(), nbytes_of(src));
   }
 
   void from_host(const void* host, const Tensor& dst) override {
-    if (dst.numel() > 0) std::memcpy(dst.mutable_data(), host, static_cast<size_t>(dst.numel()) * sizeof(float));
+    if (dst.numel() > 0) std::memcpy(dst.mutable_data_ptr(), host, nbytes_of(dst));
   }
+
+ private:
+  static size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * element_size(t.dtype()); }
 };
 
 }  // namespace
