@@ -64,12 +64,12 @@ Tensor from_host_values(const std::vector<T>& values, const Shape& shape, Device
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
   return from_host_values(values, shape, device);
 }
-Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shape, Device device) {
+template <class T, class>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
   return from_host_values(values, shape, device);
 }
-Tensor Tensor::from_vector(const std::vector<BFloat16>& values, const Shape& shape, Device device) {
-  return from_host_values(values, shape, device);
-}
+template Tensor Tensor::from_vector<int64_t, void>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor Tensor::from_vector<BFloat16, void>(const std::vector<BFloat16>&, const Shape&, Device);
 
 Tensor Tensor::arange(int64_t end, DType dtype, Device device) { return arange(0, end, dtype, device); }
 

@@ -69,8 +69,10 @@ class Tensor {
   static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
   static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<BFloat16>& values, const Shape& shape, Device device = Device::cpu());
+  // int64 or bfloat16 values from a std::vector<int64_t> or std::vector<BFloat16> (a template, so that a braced list
+  // of numbers, from_vector({1, 2}, {2}), still means float32 values).
+  template <class T, class = std::enable_if_t<std::is_same_v<T, int64_t> || std::is_same_v<T, BFloat16>>>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
   // [start, start + 1, ..., end - 1] (empty when end <= start) as `dtype`, like torch.arange with integer bounds.
   static Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
   static Tensor arange(int64_t start, int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
