@@ -17,10 +17,16 @@ void check_one_per_device(const std::vector<Tensor>& tensors, const char* caller
   TANDEM_CHECK(!tensors.empty(), caller, ": got no ", noun, "s");
   for (size_t i = 0; i < tensors.size(); ++i) {
     check_defined(tensors[i], caller, std::string(noun) + " " + std::to_string(i));
+    check_summable(tensors[i], caller, std::string(noun) + " " + std::to_string(i));
     TANDEM_CHECK(tensors[i].shape() == tensors[0].shape(), caller, ": ", noun, " ", i, " has shape ",
                  to_string(tensors[i].shape()), " but expected ", to_string(tensors[0].shape()));
   }
   check_distinct(devices_of(tensors), caller, std::string(noun) + "s");
+}
+
+void check_summable(const Tensor& tensor, const char* caller, const std::string& what) {
+  TANDEM_CHECK(tensor.dtype() == DType::Float32, caller, ": ", what, " is ", tensor.dtype(),
+               " but expected float32 (comm sums float32 tensors; convert with .to(DType::Float32))");
 }
 
 std::vector<Device> devices_of(const std::vector<Tensor>& tensors) {
@@ -31,7 +37,7 @@ std::vector<Device> devices_of(const std::vector<Tensor>& tensors) {
 }
 
 Tensor copy_to(const Tensor& tensor, Device device) {
-  Tensor out = Tensor::empty(tensor.shape(), device);
+  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), device);
   out.copy_(tensor);
   return out;
 }

@@ -47,6 +47,7 @@ void check_lists(const std::vector<std::vector<Tensor>>& inputs, const char* fn)
     for (size_t i = 0; i < inputs[d].size(); ++i) {
       const Tensor& t = inputs[d][i];
       detail::check_defined(t, fn, "tensor " + std::to_string(i) + " of list " + std::to_string(d));
+      detail::check_summable(t, fn, "tensor " + std::to_string(i) + " of list " + std::to_string(d));
       TANDEM_CHECK(t.shape() == reference[i].shape(), fn, ": tensor ", i, " of list ", d, " has shape ",
                    to_string(t.shape()), " but expected ", to_string(reference[i].shape()));
       TANDEM_CHECK(t.device() == inputs[d][0].device(), fn, ": tensor ", i, " of list ", d, " is on ", t.device(),

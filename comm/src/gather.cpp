@@ -34,6 +34,8 @@ Tensor gather(const std::vector<Tensor>& tensors, int64_t dim, std::optional<Dev
     const Tensor& t = tensors[i];
     TANDEM_CHECK(t.dim() == first.dim(), fn, ": tensor ", i, " has ", t.dim(), " dimensions but expected ",
                  first.dim());
+    TANDEM_CHECK(t.dtype() == first.dtype(), fn, ": tensor ", i, " is ", t.dtype(), " but expected ", first.dtype(),
+                 " (the dtype of tensor 0)");
     for (int64_t k = 0; k < t.dim(); ++k) {
       TANDEM_CHECK(k == d || t.size(k) == first.size(k), fn, ": tensor ", i, " has shape ", to_string(t.shape()),
                    " but expected ", shape_except(first.shape(), d));
@@ -45,7 +47,7 @@ Tensor gather(const std::vector<Tensor>& tensors, int64_t dim, std::optional<Dev
   NoGradGuard no_grad;
 
   // Each part is copied straight into its slice of the result (peer copies on CUDA), with no intermediate cat.
-  Tensor result = Tensor::empty(shape, target);
+  Tensor result = Tensor::empty(shape, first.dtype(), target);
   std::vector<Tensor> parts;
   std::vector<Tensor> slices;
   std::vector<Device> participants = {target};

@@ -38,7 +38,7 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
   std::vector<Device> participants = {tensor.device()};
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (devices[i] == tensor.device()) continue;
-    Tensor copy = Tensor::empty(chunks[i].shape(), devices[i]);
+    Tensor copy = Tensor::empty(chunks[i].shape(), tensor.dtype(), devices[i]);
     if (copy.numel() > 0) {
       sources.push_back(chunks[i]);
       copies.push_back(copy);

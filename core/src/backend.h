@@ -1,9 +1,11 @@
 #pragma once
 // The compute backend interface: one implementation per device type, exactly one compiled in for each
 // (cpu/ = Eigen; cuda/ = cuBLAS + own kernels, or a stub that throws when tandem is built without CUDA).
-// Code above this interface (core/src/*.cpp) allocates outputs, checks shapes and devices, and handles autograd;
-// a backend only computes. All tensors passed to one call live on one device of the backend's type.
+// Code above this interface (core/src/*.cpp) allocates outputs, checks shapes, devices and dtypes, and handles
+// autograd; a backend only computes. All tensors passed to one call live on one device of the backend's type. Every
+// tensor is float32 except where a contract below says "any dtype" (Note [Dtypes of ops] in raw_ops.h).
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -26,7 +28,10 @@ class Backend {
 
   // out (any strides) = value
   virtual void fill(const Tensor& out, float value) = 0;
-  // dst = src; same shape, any strides (src may have stride-0 broadcast dims), same device
+  // out (any strides, any dtype) = the element whose bit pattern is the low element_size(out.dtype()) bytes of bits
+  virtual void fill_bits(const Tensor& out, uint64_t bits) = 0;
+  // dst = src; same shape, any strides (src may have stride-0 broadcast dims), same device; any dtypes, converted as
+  // Note [Conversions] (element_convert.h) says
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // out = a op b; a and b are already expanded to out's shape (their strides may be 0 or arbitrary);
   // out is contiguous and may be the same memory as a (in-place accumulation)
@@ -67,7 +72,8 @@ class Backend {
   // x *= min(max_norm / (*norm + 1e-6), 1) in float32, with norm a one-element tensor read on the device (NaN
   // propagates). Both contiguous.
   virtual void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) = 0;
-  // Host transfers of contiguous tensors; to_host returns once the values are on the host.
+  // Host transfers of contiguous tensors of any dtype (the bytes as they are); to_host returns once the values are on
+  // the host.
   virtual void to_host(const Tensor& src, void* host) = 0;
   virtual void from_host(const void* host, const Tensor& dst) = 0;
 

@@ -12,6 +12,7 @@ namespace {
 // Checks that an optimizer's buffer matches its parameter: defined, on its device, of its shape, contiguous.
 void check_buffer(const char* caller, const Tensor& param, const Tensor& buffer, const char* name) {
   raw::check_defined(caller, buffer, name);
+  raw::check_float32(caller, {param, buffer});
   raw::check_same_device(caller, param, buffer);
   TANDEM_CHECK(buffer.shape() == param.shape() && buffer.is_contiguous(), caller, ": ", name, " has shape ",
                to_string(buffer.shape()), " but expected ", to_string(param.shape()), " (contiguous)");
@@ -20,6 +21,7 @@ void check_buffer(const char* caller, const Tensor& param, const Tensor& buffer,
 void check_param_and_grad(const char* caller, const Tensor& param, const Tensor& grad) {
   raw::check_defined(caller, param, "param");
   raw::check_defined(caller, grad, "grad");
+  raw::check_float32(caller, {param, grad});
   raw::check_same_device(caller, param, grad);
   TANDEM_CHECK(param.shape() == grad.shape(), caller, ": param has shape ", to_string(param.shape()),
                " but grad has shape ", to_string(grad.shape()));
@@ -54,6 +56,7 @@ Tensor total_norm(const std::vector<Tensor>& tensors, double ord) {
   TANDEM_CHECK(!tensors.empty(), "total_norm: got no tensors");
   TANDEM_CHECK(ord > 0.0, "total_norm: ord must be > 0 (or infinity), got ", ord);
   for (size_t i = 0; i < tensors.size(); ++i) raw::check_defined("total_norm", tensors[i], "a tensor");
+  raw::check_float32("total_norm", tensors);
   const Device device = tensors.front().device();
   Tensor norms = Tensor::empty({static_cast<int64_t>(tensors.size())}, device);
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -74,6 +77,7 @@ Tensor total_norm(const std::vector<Tensor>& tensors, double ord) {
 void clip_by_norm_(const Tensor& x, const Tensor& norm, float max_norm) {
   raw::check_defined("clip_by_norm_", x, "x");
   raw::check_defined("clip_by_norm_", norm, "norm");
+  raw::check_float32("clip_by_norm_", {x, norm});
   raw::check_same_device("clip_by_norm_", x, norm);
   TANDEM_CHECK(norm.numel() == 1, "clip_by_norm_: norm has shape ", to_string(norm.shape()),
                " but expected one element");

@@ -58,6 +58,7 @@ class Scale final : public Function {
   explicit Scale(float s) : s_(s) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_defined("mul", in[0]);
+    raw::check_float32("mul", in);
     return {raw::scale(in[0], s_)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {raw::scale(grads[0], s_)}; }
@@ -79,6 +80,7 @@ class Matmul final : public Function {
     const Tensor& b = in[1];
     check_matrix("matmul", a, "a");
     check_matrix("matmul", b, "b");
+    raw::check_float32("matmul", in);
     raw::check_same_device("matmul", a, b);
     TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                  " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
@@ -104,6 +106,7 @@ class Linear final : public Function {
     const Tensor& b = in[2];
     check_matrix("linear", x, "input");
     check_matrix("linear", w, "weight");
+    raw::check_float32("linear", in);
     raw::check_same_device("linear", x, w);
     TANDEM_CHECK(x.size(1) == w.size(1), "linear: input has shape ", to_string(x.shape()), " but weight has shape ",
                  to_string(w.shape()), " (expected input [*, ", w.size(1), "])");
@@ -135,6 +138,7 @@ class Unary final : public Function {
   Unary(UnaryOp op, const char* name) : op_(op), name_(name) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_defined(name_, in[0]);
+    raw::check_float32(name_, in);
     Tensor out = raw::unary(op_, in[0]);
     save_for_backward({op_ == UnaryOp::Relu ? in[0] : out});  // relu' needs x, tanh' needs y
     return {out};
@@ -155,6 +159,7 @@ class ScaledSum final : public Function {
   explicit ScaledSum(bool mean) : mean_(mean) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_defined(mean_ ? "mean" : "sum", in[0]);
+    raw::check_float32(mean_ ? "mean" : "sum", in);
     shape_ = in[0].shape();
     scale_ = mean_ ? 1.0f / static_cast<float>(in[0].numel()) : 1.0f;
     if (mean_ && in[0].numel() == 0) return {Tensor::full({}, std::nanf(""), in[0].device())};
@@ -183,6 +188,8 @@ class Cat final : public Function {
     out_shape[dim_] = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       raw::check_same_device("cat", first, in[i]);
+      TANDEM_CHECK(in[i].dtype() == first.dtype(), "cat: got ", first.dtype(), " and ", in[i].dtype(),
+                   "; expected one dtype (convert with ", raw::conversion_hint(first.dtype()), ")");
       TANDEM_CHECK(in[i].dim() == first.dim(), "cat: tensor ", i, " has ", in[i].dim(), " dimensions but expected ",
                    first.dim());
       for (int64_t d = 0; d < first.dim(); ++d)
@@ -191,7 +198,7 @@ class Cat final : public Function {
       sizes_.push_back(in[i].size(dim_));
       out_shape[dim_] += in[i].size(dim_);
     }
-    Tensor out = Tensor::empty(out_shape, first.device());
+    Tensor out = Tensor::empty(out_shape, first.dtype(), first.device());  // any dtype: cat only copies
     int64_t start = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       raw::copy(in[i], out.narrow(dim_, start, sizes_[i]));
@@ -220,6 +227,7 @@ class MseLoss final : public Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_defined("mse_loss", in[0], "input");
     raw::check_defined("mse_loss", in[1], "target");
+    raw::check_float32("mse_loss", in);
     raw::check_same_device("mse_loss", in[0], in[1]);
     TANDEM_CHECK(in[0].shape() == in[1].shape(), "mse_loss: input has shape ", to_string(in[0].shape()),
                  " but target has shape ", to_string(in[1].shape()));
@@ -269,6 +277,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   raw::check_defined("max_abs_diff", a);
   raw::check_defined("max_abs_diff", b);
+  raw::check_float32("max_abs_diff", {a, b});
   TANDEM_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                " differ");
   const std::vector<float> x = a.to_vector(), y = b.to_vector();
@@ -284,6 +293,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   raw::check_defined("allclose", a);
   raw::check_defined("allclose", b);
+  raw::check_float32("allclose", {a, b});
   if (a.shape() != b.shape()) return false;
   const std::vector<float> x = a.to_vector(), y = b.to_vector();
   for (size_t i = 0; i < x.size(); ++i) {

@@ -1,7 +1,9 @@
 #include "raw_ops.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "scalar_cast.h"
 #include "tandem/core/error.h"
 
 namespace tandem::raw {
@@ -18,6 +20,30 @@ void check_same_device(const char* caller, const Tensor& a, const Tensor& b) {
                b.device());
 }
 
+void check_float32(const char* op, const std::vector<Tensor>& tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (first == nullptr) {
+      first = &t;
+      continue;
+    }
+    TANDEM_CHECK(t.dtype() == first->dtype(), op, ": got ", first->dtype(), " and ", t.dtype(),
+                 "; expected one dtype (convert with ", conversion_hint(DType::Float32), ")");
+  }
+  TANDEM_CHECK(first == nullptr || first->dtype() == DType::Float32, op, ": got ", first->dtype(),
+               " but expected float32 (convert with ", conversion_hint(DType::Float32), ")");
+}
+
+const char* conversion_hint(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return ".to(DType::Float32)";
+    case DType::Int64: return ".to(DType::Int64)";
+    case DType::BFloat16: return ".to(DType::BFloat16)";
+  }
+  TANDEM_INTERNAL_ASSERT(false, "conversion_hint: unknown dtype ", static_cast<int>(dtype));
+}
+
 Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.storage();
@@ -28,7 +54,48 @@ Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t 
   return Tensor(std::move(impl));
 }
 
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.device()); }
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+
+namespace {
+
+// The bit pattern of `value` as one element of `dtype`, in the low element_size(dtype) bytes.
+uint64_t element_bits(double value, DType dtype, const char* caller) {
+  uint64_t bits = 0;
+  switch (dtype) {
+    case DType::Float32: {
+      const float element = detail::checked_scalar_cast<float>(value, caller);
+      std::memcpy(&bits, &element, sizeof(element));
+      break;
+    }
+    case DType::Int64: {
+      const int64_t element = detail::checked_scalar_cast<int64_t>(value, caller);
+      std::memcpy(&bits, &element, sizeof(element));
+      break;
+    }
+    case DType::BFloat16: bits = detail::checked_scalar_cast<BFloat16>(value, caller).bits(); break;
+  }
+  return bits;
+}
+
+}  // namespace
+
+void fill(const Tensor& out, double value, const char* caller) {
+  const uint64_t bits = element_bits(value, out.dtype(), caller);
+  if (out.numel() == 0) return;
+  if (out.dtype() == DType::Float32) {
+    float element;
+    std::memcpy(&element, &bits, sizeof(element));
+    backend::for_device(out.device()).fill(out, element);
+  } else {
+    backend::for_device(out.device()).fill_bits(out, bits);
+  }
+}
+
+Tensor convert(const Tensor& x, DType dtype) {
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  copy(x, out);
+  return out;
+}
 
 Tensor expand(const Tensor& x, const Shape& shape, const char* caller) {
   const int64_t extra = static_cast<int64_t>(shape.size()) - x.dim();
@@ -58,6 +125,7 @@ Tensor expand(const Tensor& x, const Shape& shape, const char* caller) {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* caller) {
   check_defined(caller, a);
   check_defined(caller, b);
+  check_float32(caller, {a, b});
   check_same_device(caller, a, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), caller);
   Tensor out = Tensor::empty(shape, a.device());
@@ -74,6 +142,7 @@ Tensor contiguous(const Tensor& x) {
 }
 
 Tensor scale(const Tensor& x, float s) {
+  check_float32("mul", {x});
   Tensor in = contiguous(x);
   Tensor out = empty_like(x);
   if (out.numel() > 0) backend::for_device(x.device()).scale(in, s, out);
@@ -81,6 +150,7 @@ Tensor scale(const Tensor& x, float s) {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  check_float32(op == UnaryOp::Relu ? "relu" : "tanh", {x});
   Tensor in = contiguous(x);
   Tensor out = empty_like(x);
   if (out.numel() > 0) backend::for_device(x.device()).unary(op, in, out);
@@ -88,6 +158,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 }
 
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) {
+  check_float32(op == UnaryOp::Relu ? "relu backward" : "tanh backward", {grad, saved});
   Tensor g = contiguous(grad);
   Tensor s = contiguous(saved);
   Tensor out = empty_like(saved);
@@ -108,6 +179,7 @@ Tensor gemm_operand(const Tensor& t) {
 }  // namespace
 
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  check_float32("matmul", {a, b, bias});
   Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.device());
   if (out.numel() == 0) return out;
   backend::for_device(a.device()).gemm(gemm_operand(a), gemm_operand(b), bias.defined() ? contiguous(bias) : bias,
@@ -116,6 +188,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias) {
 }
 
 Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  check_float32("sum", {x});
   Shape kept = x.shape();
   kept[dim] = 1;
   Shape reduced = x.shape();
@@ -132,6 +205,7 @@ Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum_all(const Tensor& x, float scale) {
+  check_float32("sum", {x});
   Tensor out = Tensor::empty({}, x.device());
   if (x.numel() == 0) {
     backend::for_device(x.device()).fill(out, 0.0f * scale);
@@ -142,18 +216,21 @@ Tensor sum_all(const Tensor& x, float scale) {
 }
 
 Tensor broadcast_scalar(const Tensor& scalar, float scale, const Shape& shape) {
+  check_float32("broadcast_scalar", {scalar});
   Tensor out = Tensor::empty(shape, scalar.device());
   if (out.numel() > 0) backend::for_device(scalar.device()).broadcast_scalar(scalar, scale, out);
   return out;
 }
 
 Tensor mse_forward(const Tensor& input, const Tensor& target) {
+  check_float32("mse_loss", {input, target});
   Tensor out = Tensor::empty({}, input.device());
   backend::for_device(input.device()).mse_forward(contiguous(input), contiguous(target), out);
   return out;
 }
 
 Tensor mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target) {
+  check_float32("mse_loss backward", {grad, input, target});
   Tensor out = empty_like(input);
   if (out.numel() > 0)
     backend::for_device(input.device()).mse_backward(grad, contiguous(input), contiguous(target), out);
@@ -174,7 +251,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor to_device(const Tensor& x, Device device) {
-  Tensor out = Tensor::empty(x.shape(), device);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
   copy(x, out);
   return out;
 }
@@ -188,12 +265,13 @@ void copy(const Tensor& src, const Tensor& dst) {
     backend::for_device(dst.device()).copy(src, dst);
     return;
   }
-  const Tensor source = contiguous(src);
+  // Between devices the bytes move as they are: a conversion runs on the source's device first.
+  const Tensor source = src.dtype() == dst.dtype() ? contiguous(src) : convert(src, dst.dtype());
   if (dst.is_contiguous()) {
     backend::cuda_copy_across_devices(source, dst);
     return;
   }
-  const Tensor staged = Tensor::empty(dst.shape(), dst.device());
+  const Tensor staged = empty_like(dst);
   backend::cuda_copy_across_devices(source, staged);
   backend::for_device(dst.device()).copy(staged, dst);
 }

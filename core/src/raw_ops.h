@@ -14,9 +14,28 @@ namespace tandem::raw {
 void check_same_device(const char* caller, const Tensor& a, const Tensor& b);
 void check_defined(const char* caller, const Tensor& t, const char* what = "input");
 
+// Note [Dtypes of ops]: arithmetic is float32 only; int64 and bfloat16 tensors are data to move, view, copy and
+// convert. Each float op checks its inputs with check_float32 before it reads them: the differentiable ops (ops.cpp)
+// under the user-facing op name, and the raw compute ops below again, so that an op written with raw ops is covered
+// too. Last, Tensor::data()/mutable_data(), which every float kernel of both backends reads its operands through,
+// refuse other dtypes: no kernel reads int64 or bfloat16 bytes as floats.
+//
+// Throws unless every defined tensor in `tensors` is float32:
+//   "<op>: got float32 and int64; expected one dtype (convert with .to(DType::Float32))" when they differ,
+//   "<op>: got int64 but expected float32 (convert with .to(DType::Float32))" when they agree on another dtype.
+void check_float32(const char* op, const std::vector<Tensor>& tensors);
+// ".to(DType::Float32)": how a message tells the caller to convert to `dtype`.
+const char* conversion_hint(DType dtype);
+
 // A new tensor sharing t's storage with the given geometry (no autograd metadata).
 Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
-Tensor empty_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);  // same shape, device and dtype; contiguous
+
+// out (any strides, any dtype) = value, converted to out's dtype with a check (scalar_cast.h; `caller` names the
+// function in its error).
+void fill(const Tensor& out, double value, const char* caller);
+// A new contiguous tensor on x's device holding x's values converted to `dtype` (Note [Conversions]).
+Tensor convert(const Tensor& x, DType dtype);
 
 Tensor binary(backend::BinaryOp op, const Tensor& a, const Tensor& b, const char* caller);
 Tensor scale(const Tensor& x, float s);
@@ -31,8 +50,8 @@ Tensor mse_backward(const Tensor& grad, const Tensor& input, const Tensor& targe
 Tensor sum_to(const Tensor& x, const Shape& shape);  // reduces broadcast dimensions
 Tensor expand(const Tensor& x, const Shape& shape, const char* caller);
 Tensor contiguous(const Tensor& x);
-Tensor to_device(const Tensor& x, Device device);  // always a new contiguous tensor
-// dst = src (same shape; any devices; any strides)
+Tensor to_device(const Tensor& x, Device device);  // always a new contiguous tensor of x's dtype
+// dst = src (same shape; any devices; any strides; any dtypes, converted as Note [Conversions] says)
 void copy(const Tensor& src, const Tensor& dst);
 
 }  // namespace tandem::raw

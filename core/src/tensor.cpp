@@ -11,46 +11,75 @@
 
 #include "autograd/engine.h"
 #include "raw_ops.h"
+#include "scalar_cast.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
 #include "tandem/core/random.h"
 
 namespace tandem {
 
-size_t element_size(DType dtype) {
-  switch (dtype) {
-    case DType::Float32: return sizeof(float);
-  }
-  return 0;
-}
-
 // ---- factories ----------------------------------------------------------------------------------------------------
 
-Tensor Tensor::empty(const Shape& shape, Device device) {
-  const size_t nbytes = checked_nbytes(shape, sizeof(float), "Tensor::empty");
+Tensor Tensor::empty(const Shape& shape, Device device) { return empty(shape, DType::Float32, device); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  const size_t nbytes = checked_nbytes(shape, element_size(dtype), "Tensor::empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(device, nbytes);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
-  Tensor out = empty(shape, device);
-  if (out.numel() > 0) backend::for_device(device).fill(out, value);
+  return full(shape, static_cast<double>(value), DType::Float32, device);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor out = empty(shape, dtype, device);
+  raw::fill(out, value, "Tensor::full");
   return out;
 }
 
 Tensor Tensor::zeros(const Shape& shape, Device device) { return full(shape, 0.0f, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor Tensor::ones(const Shape& shape, Device device) { return full(shape, 1.0f, device); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor Tensor::scalar(float value, Device device) { return full({}, value, device); }
 
-Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
-  Tensor out = empty(shape, device);
+namespace {
+
+template <class T>
+Tensor from_host_values(const std::vector<T>& values, const Shape& shape, Device device) {
+  Tensor out = Tensor::empty(shape, dtype_of<T>(), device);
   TANDEM_CHECK(static_cast<int64_t>(values.size()) == out.numel(), "Tensor::from_vector: got ", values.size(),
                " values for shape ", to_string(shape), " (", out.numel(), " elements)");
   if (out.numel() > 0) backend::for_device(device).from_host(values.data(), out);
   return out;
+}
+
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
+  return from_host_values(values, shape, device);
+}
+template <class T, class>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  return from_host_values(values, shape, device);
+}
+template Tensor Tensor::from_vector<int64_t, void>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor Tensor::from_vector<BFloat16, void>(const std::vector<BFloat16>&, const Shape&, Device);
+
+Tensor Tensor::arange(int64_t end, DType dtype, Device device) { return arange(0, end, dtype, device); }
+
+Tensor Tensor::arange(int64_t start, int64_t end, DType dtype, Device device) {
+  const int64_t count = end > start ? end - start : 0;  // end - start overflows only when end > start
+  TANDEM_CHECK(end <= start || count > 0, "Tensor::arange: the range [", start, ", ", end, ") is too long");
+  checked_nbytes({count}, sizeof(int64_t), "Tensor::arange");
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = start + i;
+  return from_vector(values, {count}, device).to(dtype);
 }
 
 namespace {
@@ -61,6 +90,7 @@ namespace {
 template <typename Draw>
 Tensor drawn(const Shape& shape, Device device, const char* caller, Draw draw) {
   checked_nbytes(shape, sizeof(float), caller);  // names the caller for a shape that overflows
+  // (float32 values)
   Tensor out = Tensor::empty(shape, device);
   const int64_t count = out.numel();
   std::vector<float> values;
@@ -134,6 +164,13 @@ bool Tensor::is_contiguous() const {
 
 const void* Tensor::data_ptr() const { return mutable_data_ptr(); }
 
+void* Tensor::typed_data_ptr(DType expected, const char* caller) const {
+  TANDEM_CHECK(impl_ != nullptr, caller, ": the tensor is undefined");
+  TANDEM_CHECK(impl_->dtype == expected, caller, ": the tensor is ", impl_->dtype, " but expected ", expected,
+               " (convert with ", raw::conversion_hint(expected), ")");
+  return mutable_data_ptr();
+}
+
 void* Tensor::mutable_data_ptr() const {
   check_defined("data_ptr");
   char* base = static_cast<char*>(impl_->storage->data());
@@ -146,29 +183,64 @@ bool Tensor::shares_storage_with(const Tensor& other) const {
 
 // ---- host access --------------------------------------------------------------------------------------------------
 
-std::vector<float> Tensor::to_vector() const {
+template <class T, class>
+std::vector<T> Tensor::to_vector_as() const {
+  typed_data_ptr(dtype_of<T>(), "Tensor::to_vector_as");
   const Tensor source = raw::contiguous(*this);
-  std::vector<float> values(static_cast<size_t>(numel()));
+  std::vector<T> values(static_cast<size_t>(numel()));
   if (!values.empty()) backend::for_device(device()).to_host(source, values.data());
   return values;
 }
 
-float Tensor::item() const {
+template std::vector<float> Tensor::to_vector_as<float, void>() const;
+template std::vector<int64_t> Tensor::to_vector_as<int64_t, void>() const;
+template std::vector<BFloat16> Tensor::to_vector_as<BFloat16, void>() const;
+
+std::vector<float> Tensor::to_vector() const {
+  typed_data_ptr(DType::Float32, "Tensor::to_vector");
+  return to_vector_as<float>();
+}
+
+template <class T, class>
+T Tensor::item() const {
   TANDEM_CHECK(numel() == 1, "Tensor::item: expected a one-element tensor, got shape ", to_string(shape()));
-  return to_vector()[0];
+  detail::HostScalar value;
+  switch (dtype()) {
+    case DType::Float32: value = static_cast<double>(to_vector_as<float>()[0]); break;
+    case DType::Int64: value = to_vector_as<int64_t>()[0]; break;
+    case DType::BFloat16: value = static_cast<double>(static_cast<float>(to_vector_as<BFloat16>()[0])); break;
+  }
+  return detail::checked_scalar_cast<T>(value, "Tensor::item");
+}
+
+template float Tensor::item<float, void>() const;
+template double Tensor::item<double, void>() const;
+template int64_t Tensor::item<int64_t, void>() const;
+template BFloat16 Tensor::item<BFloat16, void>() const;
+
+float Tensor::item() const {
+  typed_data_ptr(DType::Float32, "Tensor::item");
+  return item<float>();
 }
 
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   constexpr int64_t kShown = 6;  // per dimension, from each end
-  const std::vector<float> values = to_vector();
+  // int64 values print exactly; bfloat16 values convert exactly to float32.
+  const bool integral = dtype() == DType::Int64;
+  const std::vector<int64_t> integers = integral ? to_vector_as<int64_t>() : std::vector<int64_t>();
+  const std::vector<float> values = integral ? std::vector<float>() : to(DType::Float32).detach().to_vector();
   const Shape& sizes = shape();
   std::ostringstream os;
   os << std::setprecision(6);
   // Prints the block of values starting at flat index `base` for dimensions d.. (row-major).
   auto print = [&](auto&& self, size_t d, int64_t base, int64_t stride) -> void {
     if (d == sizes.size()) {
-      os << values[static_cast<size_t>(base)];
+      if (integral) {
+        os << integers[static_cast<size_t>(base)];
+      } else {
+        os << values[static_cast<size_t>(base)];
+      }
       return;
     }
     const int64_t inner = stride / std::max<int64_t>(sizes[d], 1);
@@ -186,6 +258,7 @@ std::string Tensor::str() const {
   os << "tensor(";
   print(print, 0, 0, numel());
   os << ", shape=" << to_string(sizes) << ", device=" << device();
+  if (dtype() != DType::Float32) os << ", dtype=" << dtype();
   if (requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();
@@ -210,13 +283,13 @@ void check_contiguous_target(const Tensor& t, const char* caller) {
 
 }  // namespace
 
-Tensor& Tensor::fill_(float value) {
+Tensor& Tensor::fill_(double value) {
   check_inplace_allowed(*this, "fill_");
-  if (numel() > 0) backend::for_device(device()).fill(*this, value);
+  raw::fill(*this, value, "Tensor::fill_");
   return *this;
 }
 
-Tensor& Tensor::zero_() { return fill_(0.0f); }
+Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace_allowed(*this, "copy_");
@@ -233,6 +306,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::add_(const Tensor& other, float alpha) {
   check_inplace_allowed(*this, "add_");
   raw::check_defined("Tensor::add_", other, "other");
+  raw::check_float32("Tensor::add_", {*this, other});
   raw::check_same_device("Tensor::add_", *this, other);
   check_contiguous_target(*this, "add_");
   if (numel() == 0) return *this;
@@ -248,6 +322,7 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
 
 Tensor& Tensor::mul_(float factor) {
   check_inplace_allowed(*this, "mul_");
+  raw::check_float32("Tensor::mul_", {*this});
   check_contiguous_target(*this, "mul_");
   if (numel() > 0) backend::for_device(device()).scale(*this, factor, *this);
   return *this;
@@ -261,6 +336,8 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
   check_defined("set_requires_grad");
   TANDEM_CHECK(impl_->grad_fn == nullptr, "Tensor::set_requires_grad: only leaves can be set; this tensor is the "
                "result of ", impl_->grad_fn->name(), " (use detach() first)");
+  TANDEM_CHECK(!requires_grad || is_floating_point(impl_->dtype), "Tensor::set_requires_grad: the tensor is ",
+               impl_->dtype, " but only floating point tensors (float32, bfloat16) can require gradients");
   impl_->requires_grad = requires_grad;
   return *this;
 }
@@ -279,6 +356,8 @@ void Tensor::set_grad(const Tensor& grad) const {
                  " but the tensor has shape ", to_string(shape()));
     TANDEM_CHECK(grad.device() == device(), "Tensor::set_grad: gradient is on ", grad.device(),
                  " but the tensor is on ", device());
+    TANDEM_CHECK(grad.dtype() == dtype(), "Tensor::set_grad: gradient is ", grad.dtype(), " but the tensor is ",
+                 dtype());
   }
   impl_->grad = grad.impl_ptr();
 }

@@ -76,6 +76,17 @@ Tensor Tensor::to(Device device) const {
       [source](const Tensor& g, const Shape&) { return raw::to_device(g, source); });
 }
 
+Tensor Tensor::to(DType dtype) const {
+  check_defined("to");
+  const DType source = this->dtype();
+  if (dtype == source) return *this;
+  // Only floating point dtypes carry gradients: a conversion from or to int64 records nothing.
+  if (!is_floating_point(dtype) || !is_floating_point(source)) return raw::convert(*this, dtype);
+  return apply_view(
+      "ToDTypeBackward", *this, [dtype](const Tensor& x) { return raw::convert(x, dtype); },
+      [source](const Tensor& g, const Shape&) { return raw::convert(g, source); });
+}
+
 Tensor Tensor::clone() const {
   check_defined("clone");
   return apply_view(
@@ -115,7 +126,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
         return raw::alias(x, shape, x.strides(), x.storage_offset() + start * x.strides()[d]);
       },
       [d, start, length](const Tensor& g, const Shape& input_shape) {
-        Tensor full = Tensor::zeros(input_shape, g.device());
+        Tensor full = Tensor::zeros(input_shape, g.dtype(), g.device());
         Shape shape = input_shape;
         shape[d] = length;
         raw::copy(g, raw::alias(full, shape, full.strides(), start * full.strides()[d]));

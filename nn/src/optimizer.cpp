@@ -134,6 +134,9 @@ void Optimizer::check_state_tensor(size_t parameter, const std::string& slot, co
   TANDEM_CHECK(tensor.shape() == parameters_[parameter].shape(), who_, "::load_state_dict: ", excerpt(slot),
                " of parameter ", parameter, " has shape ", to_string(tensor.shape()), " but the parameter has shape ",
                to_string(parameters_[parameter].shape()));
+  TANDEM_CHECK(tensor.dtype() == parameters_[parameter].dtype(), who_, "::load_state_dict: ", excerpt(slot),
+               " of parameter ", parameter, " is ", tensor.dtype(), " but the parameter is ",
+               parameters_[parameter].dtype());
 }
 
 Tensor Optimizer::copy_for(size_t parameter, const Tensor& value) const {

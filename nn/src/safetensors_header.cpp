@@ -14,8 +14,9 @@ namespace tandem::safetensors {
 namespace {
 
 constexpr std::string_view kMetadataKey = "__metadata__";
-constexpr std::string_view kSupportedDtype = "F32";
-constexpr size_t kSupportedDtypeBytes = sizeof(float);
+// The dtypes tandem reads and writes, by their names in the format.
+constexpr std::array<std::pair<std::string_view, DType>, 3> kSupportedDtypes = {
+    {{"F32", DType::Float32}, {"I64", DType::Int64}, {"BF16", DType::BFloat16}}};
 // Every dtype the format defines, so that a message can tell "not supported here" from "not a dtype at all".
 constexpr std::array<std::string_view, 15> kFormatDtypes = {
     "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"};
@@ -194,11 +195,16 @@ class HeaderHandler {
       case Field::Dtype:
         TANDEM_CHECK(v.kind == Kind::String, where_, tensor(), " has the dtype ", v.describe(),
                      ", but a dtype is a string such as \"F32\"");
-        TANDEM_CHECK(v.text == kSupportedDtype, where_, tensor(), " has dtype ", in_quotes(v.text),
+      {
+        const auto supported = std::find_if(kSupportedDtypes.begin(), kSupportedDtypes.end(),
+                                            [&](const auto& known) { return known.first == v.text; });
+        TANDEM_CHECK(supported != kSupportedDtypes.end(), where_, tensor(), " has dtype ", in_quotes(v.text),
                      std::find(kFormatDtypes.begin(), kFormatDtypes.end(), v.text) != kFormatDtypes.end()
-                         ? ", but only F32 is supported"
-                         : ", which is not a safetensors dtype (and only F32 is supported)");
+                         ? ", but only F32, I64 and BF16 are supported"
+                         : ", which is not a safetensors dtype (and only F32, I64 and BF16 are supported)");
+        entry_.dtype = supported->second;
         return;
+      }
       case Field::Shape:
         TANDEM_CHECK(v.kind == Kind::Array, where_, tensor(), " has the shape ", v.describe(),
                      ", but a shape is an array of sizes");
@@ -225,13 +231,23 @@ class HeaderHandler {
   std::string metadata_key_;  // the __metadata__ key whose value comes next
 };
 
+}  // namespace
+
+std::string_view format_dtype(DType dtype) {
+  for (const auto& [name, known] : kSupportedDtypes)
+    if (known == dtype) return name;
+  TANDEM_INTERNAL_ASSERT(false, "safetensors::format_dtype: no format name for ", dtype);
+}
+
+namespace {
+
 std::string range_of(const TensorEntry& entry) { return detail::concat("[", entry.begin, ", ", entry.end, "]"); }
 
 // Each tensor's range against its shape and the data section, then the ranges together (see parse_header).
 void check_layout(std::vector<TensorEntry>& tensors, uint64_t data_size, const std::string& where) {
   for (const TensorEntry& entry : tensors) {
     const std::string tensor = "tensor " + in_quotes(entry.name);
-    const size_t needed = checked_nbytes(entry.shape, kSupportedDtypeBytes, (where + tensor).c_str());
+    const size_t needed = checked_nbytes(entry.shape, element_size(entry.dtype), (where + tensor).c_str());
     TANDEM_CHECK(entry.begin <= entry.end, where, tensor, " has data_offsets ", range_of(entry),
                  " that end before they begin");
     TANDEM_CHECK(entry.end <= data_size, where, tensor, " has data_offsets ", range_of(entry),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "json/untrusted_json.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/shape.h"
 
 namespace tandem::safetensors {
@@ -23,8 +24,12 @@ constexpr size_t kMaxNestingDepth = json::kMaxUntrustedDepth;  // arrays and obj
 constexpr size_t kMaxTensors = 1'000'000;
 constexpr size_t kMaxRank = 64;  // PyTorch's limit on dimensions
 
+// The format's name of each DType ("F32", "I64", "BF16"): the one table that the writer and the reader share.
+std::string_view format_dtype(DType dtype);
+
 struct TensorEntry {
   std::string name;
+  DType dtype = DType::Float32;
   Shape shape;
   uint64_t begin = 0;  // data_offsets, in bytes from the start of the data section
   uint64_t end = 0;
@@ -38,7 +43,7 @@ struct Header {
 // Parses `json`, the header bytes after the length, of a file whose data section (everything after the header)
 // holds `data_size` bytes.
 // Requires: json.size() <= kMaxHeaderBytes.
-// Ensures: every tensor is F32 with a valid shape whose byte count equals its data_offsets range, and the ranges,
+// Ensures: every tensor is F32, I64 or BF16 with a valid shape whose byte count equals its data_offsets range, and the ranges,
 // sorted, tile the data section exactly: the first begins at 0, each begins where the previous ends, the last ends
 // at data_size.
 // Errors (tandem::Error, prefixed with `where`; untrusted text quoted with excerpt()): a header that does not start

@@ -24,7 +24,7 @@ std::string where_of(std::string_view caller, std::string_view source) {
 
 Tensor allocate(const safetensors::TensorEntry& entry, const std::string& where) {
   try {
-    return Tensor::empty(entry.shape);
+    return Tensor::empty(entry.shape, entry.dtype);
   } catch (const Error& error) {
     TANDEM_FAIL(where, "tensor '", excerpt(entry.name), "': ", error.what());
   }
@@ -103,6 +103,8 @@ void load(nn::Module& module, const std::string& path) {
     TANDEM_CHECK(found->second->shape() == parameter.shape(), "load: '", name, "' has shape ",
                  to_string(found->second->shape()), " in the file but ", to_string(parameter.shape()),
                  " in the module (reading '", path, "')");
+    TANDEM_CHECK(found->second->dtype() == parameter.dtype(), "load: '", name, "' is ", found->second->dtype(),
+                 " in the file but ", parameter.dtype(), " in the module (reading '", path, "')");
     sources.push_back(found->second);
     in_file.erase(found);
   }

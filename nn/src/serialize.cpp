@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "safetensors_header.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
@@ -24,6 +25,21 @@ constexpr size_t kHeaderLengthBytes = 8;
 
 // ---- writing --------------------------------------------------------------------------------------------------
 
+template <class T>
+void write_values_as(AtomicFile& file, const Tensor& tensor) {
+  const std::vector<T> values = tensor.to_vector_as<T>();
+  file.write(values.data(), values.size() * sizeof(T));
+}
+
+// The tensor's elements in row-major order, as they are in memory on a little-endian host.
+void write_values(AtomicFile& file, const Tensor& tensor) {
+  switch (tensor.dtype()) {
+    case DType::Float32: return write_values_as<float>(file, tensor);
+    case DType::Int64: return write_values_as<int64_t>(file, tensor);
+    case DType::BFloat16: return write_values_as<BFloat16>(file, tensor);
+  }
+}
+
 void write_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
                        const std::map<std::string, std::string>& metadata, const char* caller) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -35,8 +51,10 @@ void write_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensor
                  "', which the format reserves for metadata");
     TANDEM_CHECK(tensor.defined(), caller, ": tensor '", name, "' is undefined");
     TANDEM_CHECK(!header.contains(name), caller, ": two tensors are named '", name, "'");
-    size_t bytes = static_cast<size_t>(tensor.numel()) * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", tensor.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    size_t bytes = static_cast<size_t>(tensor.numel()) * element_size(tensor.dtype());
+    header[name] = {{"dtype", std::string(safetensors::format_dtype(tensor.dtype()))},
+                    {"shape", tensor.shape()},
+                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) header[kMetadataKey] = metadata;
@@ -53,10 +71,7 @@ void write_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensor
   AtomicFile file(path, caller);
   file.write(&header_length, sizeof(header_length));
   file.write(text.data(), text.size());
-  for (const auto& [name, tensor] : tensors) {
-    std::vector<float> values = tensor.to_vector();
-    file.write(values.data(), values.size() * sizeof(float));
-  }
+  for (const auto& [name, tensor] : tensors) write_values(file, tensor);
   file.commit();
 }
 

@@ -144,9 +144,10 @@ TEST_F(SafetensorsReaderTest, EntriesFollowTheSchema) {
   const std::string data = float_bytes({1, 2});
   auto header_with = [&](const std::string& a) { return safetensors_file("{" + a + "}", data); };
   expect_refused(header_with(entry("a", "[2]", 0, 8, "\"XYZ\"")),
-                 "tensor 'a' has dtype 'XYZ', which is not a safetensors dtype (and only F32 is supported)");
-  expect_refused(header_with(entry("a", "[2]", 0, 8, "\"BF16\"")),
-                 "tensor 'a' has dtype 'BF16', but only F32 is supported");
+                 "tensor 'a' has dtype 'XYZ', which is not a safetensors dtype (and only F32, I64 and BF16 are "
+                 "supported)");
+  expect_refused(header_with(entry("a", "[2]", 0, 8, "\"F16\"")),
+                 "tensor 'a' has dtype 'F16', but only F32, I64 and BF16 are supported");
   expect_refused(header_with(entry("a", "[2]", 0, 8, "32")), "tensor 'a' has the dtype 32, but a dtype is a string");
   expect_refused(header_with(entry("a", "[2]", 0, 8, "\"" + std::string(5000, 'F') + "\"")),
                  "has dtype 'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF... (5000 bytes)'");

@@ -189,7 +189,7 @@ TEST_F(LoadErrorTest, BadEntries) {
   std::string data = weight_and_bias_data();
   std::string bias = entry("bias", "[3]", 24, 36);
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24, "F64") + "," + bias + "}", data),
-                    "tensor 'weight' has dtype 'F64', but only F32 is supported");
+                    "tensor 'weight' has dtype 'F64', but only F32, I64 and BF16 are supported");
   expect_load_error(safetensors_file("{" + entry("weight", "[3,-2]", 0, 24) + "," + bias + "}", data),
                     "tensor 'weight' has the shape size -2, but sizes are integers in [0, 2^63 - 1]");
   expect_load_error(safetensors_file(R"({"weight":{"dtype":"F32","shape":[3,2]}})", data),

@@ -298,6 +298,8 @@ std::vector<Tensor> matched(const std::vector<std::pair<std::string, Tensor>>& n
     const Tensor& parameter = named[found->second].second;
     TANDEM_CHECK(tensor.shape() == parameter.shape(), "Trainer::load_checkpoint: ", kind, " ", name, " has shape ",
                  to_string(tensor.shape()), " in '", path, "' but ", to_string(parameter.shape()), " in the model");
+    TANDEM_CHECK(tensor.dtype() == parameter.dtype(), "Trainer::load_checkpoint: ", kind, " ", name, " is ",
+                 tensor.dtype(), " in '", path, "' but ", parameter.dtype(), " in the model");
     check_finite(tensor, std::string(kind) + " " + name, path);
     values[found->second] = tensor;
   }

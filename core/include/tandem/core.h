@@ -3,7 +3,9 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/autograd.h"
+#include "tandem/core/bfloat16.h"
 #include "tandem/core/device.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/gradcheck.h"

@@ -75,6 +75,12 @@ void make_differentiable(const std::shared_ptr<Node>& node, const std::vector<Te
   node->set_next_edges(std::move(edges));
   for (Tensor& output : outputs) {
     if (!output.defined()) continue;
+    // An integer output (indices, labels) has no gradient and keeps no history, as in PyTorch; its slot is kept so
+    // that the other outputs keep their numbers (the engine gives backward zeros for it).
+    if (!is_floating_point(output.dtype())) {
+      node->add_output(output);
+      continue;
+    }
     // An output that is an input (or already belongs to a graph) gets its own handle on the same storage, so
     // that setting its history does not rewrite the input's.
     if (output.impl()->grad_fn || output.impl()->requires_grad || output.impl_ptr().use_count() > 1)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/convert.h"
 #include "cpu/elementwise.h"
 #include "cpu/strided_loop.h"
 #include "tandem/core/error.h"
@@ -88,7 +89,10 @@ class CpuBackend final : public Backend {
                          });
   }
 
+  void fill_bits(const Tensor& out, uint64_t bits) override { cpu::fill_bits(out, bits); }
+
   void copy(const Tensor& src, const Tensor& dst) override {
+    if (src.dtype() != DType::Float32 || dst.dtype() != DType::Float32) return cpu::convert(src, dst);
     const float* ps = src.data();
     float* pd = dst.mutable_data();
     if (ps == pd && src.strides() == dst.strides()) return;
@@ -275,11 +279,11 @@ class CpuBackend final : public Backend {
   }
 
   void to_host(const Tensor& src, void* host) override {
-    if (src.numel() > 0) std::memcpy(host, src.data(), static_cast<size_t>(src.numel()) * sizeof(float));
+    if (src.numel() > 0) std::memcpy(host, src.data_ptr(), nbytes_of(src));
   }
 
   void from_host(const void* host, const Tensor& dst) override {
-    if (dst.numel() > 0) std::memcpy(dst.mutable_data(), host, static_cast<size_t>(dst.numel()) * sizeof(float));
+    if (dst.numel() > 0) std::memcpy(dst.mutable_data_ptr(), host, nbytes_of(dst));
   }
 
   void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) override {
@@ -295,6 +299,9 @@ class CpuBackend final : public Backend {
   void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) override {
     cpu::scatter_add(src, dim, index, target);
   }
+
+ private:
+  static size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * element_size(t.dtype()); }
 };
 
 }  // namespace

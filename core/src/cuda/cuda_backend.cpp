@@ -6,6 +6,7 @@
 
 #include "allocator.h"
 #include "backend.h"
+#include "cuda/convert.h"
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
@@ -58,9 +59,21 @@ class CudaBackend final : public backend::Backend {
     kernels::fill(out.mutable_data(), collapse_dims(out.shape(), {&out.strides()}), value, on.stream);
   }
 
+  void fill_bits(const Tensor& out, uint64_t bits) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::fill_bits(out.mutable_data_ptr(), out.dtype(), collapse_dims(out.shape(), {&out.strides()}), bits,
+                       on.stream);
+  }
+
   void copy(const Tensor& src, const Tensor& dst) override {
     if (dst.numel() == 0) return;
     OnDevice on(dst);
+    if (src.dtype() != DType::Float32 || dst.dtype() != DType::Float32) {
+      kernels::convert(src.data_ptr(), src.dtype(), dst.mutable_data_ptr(), dst.dtype(),
+                       collapse_dims(dst.shape(), {&dst.strides(), &src.strides()}), on.stream);
+      return;
+    }
     kernels::copy(src.data(), dst.mutable_data(), collapse_dims(dst.shape(), {&dst.strides(), &src.strides()}),
                   on.stream);
   }

@@ -2,6 +2,7 @@
 // reductions and norms, the MSE loss and the fused SGD and Adam updates. See kernels.h for the contracts.
 
 #include "cuda/kernels.h"
+#include "cuda/strided_index.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -127,17 +128,8 @@ __global__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, const 
 template <int kInputs, typename F>
 __global__ void strided_kernel(int64_t n, Strided s, float* out, const float* a, const float* b, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    int64_t offset[kMaxOperands] = {0, 0, 0};
-    int64_t rest = i;
-#pragma unroll
-    for (int d = kMaxDims - 1; d >= 0; --d) {
-      if (d < s.ndim) {
-        const int64_t coordinate = rest % s.sizes[d];
-        rest /= s.sizes[d];
-#pragma unroll
-        for (int k = 0; k <= kInputs; ++k) offset[k] += coordinate * s.strides[k][d];
-      }
-    }
+    int64_t offset[kMaxOperands];
+    strided_offsets<kInputs + 1>(i, s, offset);
     out[offset[0]] = f(load_input<kInputs>(a, offset[1]), load_input<kInputs - 1>(b, offset[2]));
   }
 }

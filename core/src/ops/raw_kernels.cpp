@@ -12,8 +12,9 @@ Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& 
   TANDEM_INTERNAL_ASSERT(static_cast<int>(inputs.size()) == backend::arity(call.op), caller, ": ", inputs.size(),
                          " operands for a pointwise function of ", backend::arity(call.op));
   Shape shape;
+  for (const Tensor& input : inputs) check_defined(caller, input);
+  check_float32(caller, inputs);
   for (size_t k = 0; k < inputs.size(); ++k) {
-    check_defined(caller, inputs[k]);
     check_same_device(caller, inputs[0], inputs[k]);
     shape = k == 0 ? inputs[k].shape() : broadcast_shapes(shape, inputs[k].shape(), caller);
   }

@@ -21,6 +21,10 @@ class ProcessGroup;  // process_group.h
 
 inline constexpr size_t kDefaultBufferSize = 10485760;  // 10 MiB
 
+// Dtypes: broadcast, broadcast_coalesced, scatter and gather copy tensors of every dtype (float32, int64, bfloat16),
+// keeping it; the reductions (reduce_add, reduce_add_coalesced, all_reduce, all_reduce_async) sum float32 tensors
+// only and refuse others with an Error naming the tensor and its dtype.
+
 // Returns one tensor per entry of `devices`, in that order, each equal to `tensor`.
 // Ensures: an entry equal to tensor.device() is `tensor` itself (shares storage, no copy); every other entry is a
 // new contiguous tensor on that device. Zero-element tensors keep their full shape.
@@ -71,7 +75,7 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
 // Concatenates `tensors` along `dim` (negative wraps) onto `destination` (default: the first tensor's device).
 // Ensures: the result is a new contiguous tensor (also when there is one input on the destination).
 // Errors: empty list; an undefined tensor; different numbers of dimensions; a size that differs outside `dim`
-// ("tensor 1 has shape [2, 4] but expected [*, 5]"); a destination that does not exist.
+// ("tensor 1 has shape [2, 4] but expected [*, 5]"); tensors of different dtypes; a destination that does not exist.
 Tensor gather(const std::vector<Tensor>& tensors, int64_t dim = 0, std::optional<Device> destination = std::nullopt);
 
 // In place (tandem): every tensor (one per device, equal shapes) becomes the elementwise sum of all of them.

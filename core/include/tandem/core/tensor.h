@@ -1,6 +1,7 @@
 #pragma once
-// Tensor: a cheap handle to shared state (storage, offset, shape, strides, autograd metadata). float32 for now; the
-// element type is kept in the metadata so that half types can follow.
+// Tensor: a cheap handle to shared state (storage, offset, shape, strides, dtype, autograd metadata). float32 is the
+// default dtype and the only one arithmetic accepts; int64 and bfloat16 tensors are made, viewed, copied, converted
+// (to(DType)), moved between devices, saved and loaded (Note [Dtypes of ops] in raw_ops.h).
 
 #include <cstdint>
 #include <functional>
@@ -11,15 +12,17 @@
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/shape.h"
 #include "tandem/core/storage.h"
 
 namespace tandem {
 
-enum class DType : uint8_t { Float32 };
-size_t element_size(DType dtype);
-
 class Tensor;
+
+// The types Tensor::item<T>() converts to: the element types and double.
+template <class T>
+inline constexpr bool is_item_type_v = is_element_type_v<T> || std::is_same_v<T, double>;
 
 namespace autograd {
 class Node;
@@ -48,17 +51,31 @@ class Tensor {
   Tensor() = default;  // undefined tensor
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // ---- factories (float32) ----
+  // ---- factories (float32 unless a dtype is given) ----
   static Tensor empty(const Shape& shape, Device device = Device::cpu());
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, Device device = Device::cpu());
+  static Tensor ones(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
+  // `value` converted to `dtype` with a check (int64: truncated toward zero; NaN, infinities and values out of range
+  // are an Error; bfloat16: rounded to nearest even). Integers beyond 2^53 are not exact as a double: use
+  // from_vector for them.
+  static Tensor full(const Shape& shape, double value, DType dtype, Device device = Device::cpu());
   // Random tensors, drawn from the calling thread's generator stream (Note [Generator streams] in random.h): the
   // default stream on the caller's thread whatever `device` is, the device's own stream inside a parallel replica.
   static Tensor randn(const Shape& shape, Device device = Device::cpu());  // N(0, 1)
   static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
   static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
+  // int64 or bfloat16 values from a std::vector<int64_t> or std::vector<BFloat16> (a template, so that a braced list
+  // of numbers, from_vector({1, 2}, {2}), still means float32 values).
+  template <class T, class = std::enable_if_t<std::is_same_v<T, int64_t> || std::is_same_v<T, BFloat16>>>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+  // [start, start + 1, ..., end - 1] (empty when end <= start) as `dtype`, like torch.arange with integer bounds.
+  static Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
+  static Tensor arange(int64_t start, int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
   static Tensor scalar(float value, Device device = Device::cpu());  // shape {}
 
   // ---- metadata ----
@@ -74,8 +91,19 @@ class Tensor {
   bool is_contiguous() const;
   const void* data_ptr() const;   // address of the first element (a device address on CUDA)
   void* mutable_data_ptr() const;
-  const float* data() const { return static_cast<const float*>(data_ptr()); }
-  float* mutable_data() const { return static_cast<float*>(mutable_data_ptr()); }
+  // Typed element pointers (a device address on CUDA). Errors: the tensor's dtype is not T's ("Tensor::data_as: the
+  // tensor is int64 but expected float32 (convert with .to(DType::Float32))").
+  template <class T>
+  const T* data_as() const {
+    return static_cast<const T*>(typed_data_ptr(dtype_of<T>(), "Tensor::data_as"));
+  }
+  template <class T>
+  T* mutable_data_as() const {
+    return static_cast<T*>(typed_data_ptr(dtype_of<T>(), "Tensor::mutable_data_as"));
+  }
+  // float32 tensors only (the same check as data_as<float>).
+  const float* data() const { return static_cast<const float*>(typed_data_ptr(DType::Float32, "Tensor::data")); }
+  float* mutable_data() const { return static_cast<float*>(typed_data_ptr(DType::Float32, "Tensor::mutable_data")); }
   const std::shared_ptr<Storage>& storage() const;
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
@@ -83,12 +111,24 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const;
 
   // ---- host access ----
-  std::vector<float> to_vector() const;  // row-major values, copied to the host
-  float item() const;                    // one-element tensors only
+  // Row-major values copied to the host. Errors: the tensor's dtype is not T's (to_vector: float32 only).
+  template <class T, class = std::enable_if_t<is_element_type_v<T>>>
+  std::vector<T> to_vector_as() const;
+  std::vector<float> to_vector() const;
+  // The value of a one-element tensor of any dtype, converted to T as PyTorch's item<T>() does: a value that T
+  // cannot hold (NaN or an infinity as int64_t, a finite value beyond float's range) is an Error; float32 and
+  // bfloat16 values as int64_t are truncated toward zero.
+  template <class T, class = std::enable_if_t<is_item_type_v<T>>>
+  T item() const;
+  float item() const;  // float32 tensors only (an Error for other dtypes: use item<float>())
   std::string str() const;               // values and metadata, for printing
 
   // ---- copies and views (differentiable) ----
-  Tensor to(Device device) const;        // same device: returns *this (no copy)
+  Tensor to(Device device) const;        // same device: returns *this (no copy); the dtype is kept
+  // A copy converted to `dtype` (Note [Conversions] in core/src/element_convert.h); returns *this when the dtype is
+  // already `dtype`. Differentiable between float32 and bfloat16 (the gradient is converted back); a conversion to
+  // int64 has no history, as in PyTorch.
+  Tensor to(DType dtype) const;
   Tensor clone() const;
   Tensor contiguous() const;             // *this when already contiguous
   Tensor view(const Shape& shape) const; // contiguous tensors only; -1 allowed once
@@ -101,15 +141,18 @@ class Tensor {
   Tensor sum_to(const Shape& shape) const;  // sums broadcast dimensions away (the backward of expand)
 
   // ---- in-place (never recorded; throws on a leaf that requires grad while grad mode is on) ----
-  Tensor& zero_();
-  Tensor& fill_(float value);
-  Tensor& copy_(const Tensor& src);                       // any devices, same shape (or broadcastable src)
+  Tensor& zero_();                                        // any dtype
+  Tensor& fill_(double value);                            // any dtype; `value` converted as in full(..., dtype)
+  // Any devices and dtypes (converted as Tensor::to(DType) does), same shape (or broadcastable src).
+  Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, float alpha = 1.0f);  // this += alpha * other (same device)
   Tensor& mul_(float factor);
 
   // ---- autograd ----
   bool requires_grad() const;
-  Tensor& set_requires_grad(bool requires_grad = true);  // leaves only
+  // Leaves only, and (when requires_grad) floating point dtypes only, as in PyTorch: an int64 tensor cannot require
+  // gradients.
+  Tensor& set_requires_grad(bool requires_grad = true);
   bool is_leaf() const;
   Tensor grad() const;                                   // undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;               // replaces (or with an undefined tensor, clears) .grad
@@ -141,6 +184,8 @@ class Tensor {
 
  private:
   void check_defined(const char* caller) const;
+  // data_ptr() after checking that the tensor is defined and of dtype `expected`.
+  void* typed_data_ptr(DType expected, const char* caller) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -2,8 +2,9 @@
 // Saving and loading tensors in the safetensors format (https://github.com/huggingface/safetensors): an 8-byte
 // little-endian header length N, N bytes of JSON
 //   {"fc1.weight": {"dtype": "F32", "shape": [20, 10], "data_offsets": [0, 800]}, ..., "__metadata__": {...}}
-// padded with spaces to a multiple of 8, then the raw little-endian float32 data. A file written by save() opens
-// in PyTorch with safetensors.torch.load_file.
+// padded with spaces to a multiple of 8, then the raw little-endian data. Tensors of every dtype are written and read:
+// float32 as "F32", int64 as "I64", bfloat16 as "BF16". A file written by save() opens in PyTorch with
+// safetensors.torch.load_file.
 //
 // Writes go through AtomicFile (tandem/core/atomic_file.h): a reader sees either the old file or the new one, never a
 // partial one; a symlinked path stays a link, an existing file keeps its permission bits, and a path that is a
@@ -12,7 +13,7 @@
 // Reads treat every file as hostile and are as strict as the reference loader: only a regular file is opened (a
 // FIFO, a directory or a device is refused without blocking); the header is at most 100,000,000 bytes, a JSON
 // object of valid UTF-8 that nests at most 64 levels and repeats no key in any object; it describes at most
-// 1,000,000 tensors, each {"dtype": "F32", "shape": [at most 64 sizes], "data_offsets": [begin, end]} with no other
+// 1,000,000 tensors, each {"dtype": "F32" | "I64" | "BF16", "shape": [at most 64 sizes], "data_offsets": [begin, end]} with no other
 // key, whose byte range matches its shape; sorted, the ranges cover the data section exactly (no gap, no overlap, no
 // trailing bytes); "__metadata__" maps strings to strings. Each tensor's bytes are read straight into its storage:
 // loading holds the header once and the tensors' data once (plus a small record per tensor). A file that cannot be
@@ -32,7 +33,8 @@ namespace tandem {
 // Writes module.named_parameters().
 void save(const nn::Module& module, const std::string& path);
 // Copies the file's tensors into the module's existing parameters, in place (on their devices), so optimizers that
-// hold them stay valid. The names must match exactly (no missing, no unexpected ones) and so must the shapes;
+// hold them stay valid. The names must match exactly (no missing, no unexpected ones) and so must the shapes and the
+// dtypes (an I64 or BF16 tensor in the file is not converted into a float32 parameter);
 // everything is checked before any parameter is written.
 void load(nn::Module& module, const std::string& path);
 

@@ -1,0 +1,28 @@
+#pragma once
+// Device-side indexing of a kernels::Strided iteration space, shared by the elementwise kernels (kernels.cu) and the
+// conversion kernels (convert.cu).
+
+#include <cstdint>
+
+#include "cuda/kernels.h"
+
+namespace tandem::cuda::kernels {
+
+// The element offsets of the operands 0..kOperands-1 at flat row-major index i of s's sizes.
+template <int kOperands>
+__device__ inline void strided_offsets(int64_t i, const Strided& s, int64_t (&offset)[kMaxOperands]) {
+#pragma unroll
+  for (int k = 0; k < kMaxOperands; ++k) offset[k] = 0;
+  int64_t rest = i;
+#pragma unroll
+  for (int d = kMaxDims - 1; d >= 0; --d) {
+    if (d < s.ndim) {
+      const int64_t coordinate = rest % s.sizes[d];
+      rest /= s.sizes[d];
+#pragma unroll
+      for (int k = 0; k < kOperands; ++k) offset[k] += coordinate * s.strides[k][d];
+    }
+  }
+}
+
+}  // namespace tandem::cuda::kernels
