@@ -1,5 +1,6 @@
 // The file channel (comm/src/process/file_channel.cpp): ranks as forked processes meeting in a temporary directory,
-// their collectives, clean-up, stale state of a crashed job, abort, rendezvous timeouts and bad paths.
+// their collectives, channels one after another, leaving and clean-up, stale state of a crashed job, abort, rendezvous
+// timeouts and bad paths.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -240,7 +241,83 @@ TEST_F(FileChannelTest, FiftyRoundsKeepTwoFilesPerRankAndLeaveNothingBehind) {
     RANK_CHECK(count_files(rendezvous_) <= 3 * 3 + 2);
     return 0;
   }));
-  EXPECT_FALSE(fs::exists(rendezvous_)) << "the last rank to leave removes the rendezvous directory";
+  EXPECT_FALSE(fs::exists(rendezvous_)) << "rank 0 removes the rendezvous directory once every rank has left";
+}
+
+// Rank 0 reaches each broadcast from rank 1 last, finds rank 1's file at once and goes on to the next channel on the
+// same path while ranks 1 and 2 may still be polling for rank 0's file: that job directory must outlive their reads.
+TEST_F(FileChannelTest, ChannelsOneAfterAnotherOnOnePath) {
+  expect_success(run_all(3, [&](int rank) {
+    for (int job = 0; job < 10; ++job) {
+      auto group = channel(rank, 3);
+      if (rank == 0) std::this_thread::sleep_for(milliseconds(20));
+      std::vector<std::byte> data(4, std::byte(rank == 1 ? job : 0xEE));
+      group->broadcast(data, 1);
+      RANK_CHECK(data[3] == std::byte(job));
+    }
+    return 0;
+  }));
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// Rank 0's channel, destroyed, waits for rank 2 to destroy its own; ranks > 0 leave without waiting.
+TEST_F(FileChannelTest, RankZeroLeavesOnlyAfterEveryRankHasLeft) {
+  expect_success(run_all(3, [&](int rank) {
+    auto group = channel(rank, 3);
+    group->barrier();
+    if (rank == 2) std::this_thread::sleep_for(milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    group.reset();
+    const auto leaving = std::chrono::steady_clock::now() - start;
+    if (rank == 0) RANK_CHECK(leaving >= milliseconds(250));
+    if (rank == 1) RANK_CHECK(leaving < milliseconds(250));
+    return 0;
+  }));
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// A rank that keeps its channel past rank 0's timeout: rank 0 stops waiting, says so, and leaves the job directory,
+// which the next job on the path removes.
+TEST_F(FileChannelTest, RankZeroStopsWaitingForARankThatDoesNotLeaveWithinTheTimeout) {
+  std::vector<Outcome> outcomes = run_all(2, [&](int rank) {
+    auto group = make_file_channel(launch_info(rank, 2, rendezvous_), milliseconds(300));
+    group->barrier();
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(1500));
+    const auto start = std::chrono::steady_clock::now();
+    group.reset();
+    if (rank == 0) RANK_CHECK(std::chrono::steady_clock::now() - start < milliseconds(1200));
+    return 0;
+  });
+  expect_success(outcomes);
+  EXPECT_NE(outcomes[0].stderr.find("comm: rank 0: ranks that did not leave the file rendezvous within 300 ms of rank "
+                                    "0: 1; "),
+            std::string::npos)
+      << outcomes[0].stderr;
+  EXPECT_EQ(outcomes[1].stderr, "");
+  EXPECT_TRUE(fs::exists(rendezvous_));
+  expect_success(run_all(2, [&](int rank) {
+    channel(rank, 2)->barrier();
+    return 0;
+  }));
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// Rank 1 aborts after rank 0 has destroyed its channel: rank 0, waiting for it to leave, ends with the message.
+TEST_F(FileChannelTest, AbortEndsRankZeroWhileItWaitsForTheOthersToLeave) {
+  std::vector<Outcome> outcomes = run_all(2, [&](int rank) {
+    auto group = channel(rank, 2);
+    group->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(200));
+      group->abort("comm: rank 1: fails after the last collective");
+    }
+    group.reset();
+    return 0;
+  });
+  EXPECT_EQ(outcomes[0].status, 1);
+  EXPECT_EQ(outcomes[0].stderr,
+            "comm: rank 0: aborting: rank 1 failed: comm: rank 1: fails after the last collective\n");
+  EXPECT_EQ(outcomes[1].status, 1);
 }
 
 TEST_F(FileChannelTest, AGroupOfOneNeedsNobodyElse) {

@@ -1,10 +1,9 @@
-// DistributedDataParallel across the processes of an mpirun job (every process runs every test), on one and on two
-// virtual CPU devices per process: each rank feeding its shard gives the parameters of one process on every device
-// of the job (the reference, which each rank computes itself: ReplicatedModule over the job's number of virtual
-// devices). Run alone (no launcher) the group has one process and the same expectations hold.
+// DistributedDataParallel across the processes of a job (every process runs every test), on one and on two virtual
+// CPU devices per process and on GPUs (group_devices.h): each rank feeding its shard gives the parameters of one
+// process on every device of the job (the reference, which each rank computes itself: ReplicatedModule over the job's
+// number of virtual CPU devices). Run alone (no launcher) the group has one process and the same expectations hold.
 
-#include <chrono>
-
+#include "distributed/group_devices.h"
 #include "parallel/distributed_test_helpers.h"
 
 namespace tandem::testing {
@@ -14,22 +13,13 @@ using comm::ProcessGroup;
 using comm::ReduceOp;
 using parallel::DistributedDataParallel;
 
-// A generous timeout: a test that leaves a collective unmatched ends the job instead of hanging ctest.
-constexpr comm::ProcessGroupOptions kGroupOptions{.timeout = std::chrono::seconds(60)};
-
-// Parameter: the number of virtual CPU devices each process drives.
-class DistributedTraining : public ::testing::TestWithParam<int> {
+class DistributedTraining : public OnGroupDevices {
  protected:
-  void SetUp() override {
-    group_ = ProcessGroup::from_environment(virtual_devices(static_cast<size_t>(GetParam())), kGroupOptions);
-  }
-  void TearDown() override { group_.reset(); }
-
   size_t local() const { return group_->devices().size(); }
   size_t world() const { return group_->world_devices(); }
   size_t first_device() const { return static_cast<size_t>(group_->rank()) * local(); }
-
-  std::shared_ptr<ProcessGroup> group_;
+  Device device() const { return group_->devices()[0]; }  // where this process's model lives
+  double atol() const { return reference_atol(GetParam()); }
 };
 
 // 2 processes x cpu:0 == one process on cpu:0,cpu:1; 2 processes x (cpu:0, cpu:1) == one process on 4 devices (and
@@ -39,18 +29,19 @@ TEST_P(DistributedTraining, EachRankFeedingItsShardEqualsOneProcessOnEveryDevice
   const auto reference = train_reference(world());
   for (const DdpPath path : {DdpPath::ForwardThenBackward, DdpPath::ForwardBackward}) {
     SCOPED_TRACE(path == DdpPath::ForwardBackward ? "forward_backward" : "forward then backward");
-    expect_parameters_close(*train_distributed(group_, ReduceOp::Average, path), *reference);
+    expect_parameters_close(*train_distributed(group_, ReduceOp::Average, path), *reference, 1e-5, atol());
   }
 }
 
 TEST_P(DistributedTraining, SumOfLossesWeightedByTheGlobalBatchEqualsOneProcess) {
   const auto reference = train_reference(world());
-  expect_parameters_close(*train_distributed(group_, ReduceOp::Sum, DdpPath::ForwardThenBackward), *reference);
+  expect_parameters_close(*train_distributed(group_, ReduceOp::Sum, DdpPath::ForwardThenBackward), *reference, 1e-5,
+                          atol());
 }
 
 // Every replica of every process ends with the same parameters: the job stays in step.
 TEST_P(DistributedTraining, EveryReplicaOfEveryProcessHoldsTheSameParameters) {
-  auto net = distributed_net();
+  auto net = distributed_net(device());
   DistributedDataParallel ddp(net, group_, {.bucket_size = 128});
   parallel::ReplicatedSGD sgd(ddp.replicated(), kDistributedSgd);
   for (size_t step = 0; step < 5; ++step) {
@@ -78,7 +69,7 @@ TEST_P(DistributedTraining, NoSyncAccumulationEqualsOneStepOverEveryMicroBatch) 
   const auto reference = train_reference(world(), 6, /*micro_batches=*/3);
   for (const DdpPath path : {DdpPath::ForwardThenBackward, DdpPath::ForwardBackward}) {
     SCOPED_TRACE(path == DdpPath::ForwardBackward ? "forward_backward" : "forward then backward");
-    expect_parameters_close(*train_distributed(group_, ReduceOp::Average, path, 6, 3), *reference);
+    expect_parameters_close(*train_distributed(group_, ReduceOp::Average, path, 6, 3), *reference, 1e-5, atol());
   }
 }
 
@@ -95,10 +86,10 @@ TEST_P(DistributedTraining, AccumulatingOntoReducedGradientsCountsThemOnce) {
     for (const DdpPath path : {DdpPath::ForwardThenBackward, DdpPath::ForwardBackward}) {
       SCOPED_TRACE(std::string(reduction == ReduceOp::Sum ? "sum, " : "average, ") +
                    (path == DdpPath::ForwardBackward ? "forward_backward" : "forward then backward"));
-      DistributedDataParallel ddp(distributed_net(), group_, {.bucket_size = 128, .reduction = reduction});
+      DistributedDataParallel ddp(distributed_net(device()), group_, {.bucket_size = 128, .reduction = reduction});
       for (size_t micro = 0; micro < 2; ++micro) ddp_micro_batch(ddp, distributed_batch(micro), path);
       for (size_t r = 0; r < local(); ++r) {
-        expect_gradients_close(*ddp.replicated().replicas()[r], gradients_of(*reference_net));
+        expect_gradients_close(*ddp.replicated().replicas()[r], gradients_of(*reference_net), 1e-5, atol());
       }
     }
   }
@@ -114,13 +105,15 @@ TEST_P(DistributedTraining, AverageDividesTheSumByTheNumberOfProcesses) {
   reference.forward_backward(whole.x, weighted_mse(whole));
   for (const ReduceOp reduction : {ReduceOp::Sum, ReduceOp::Average}) {
     SCOPED_TRACE(reduction == ReduceOp::Sum ? "sum" : "average");
-    DistributedDataParallel ddp(distributed_net(), group_, {.bucket_size = 128, .reduction = reduction});
+    DistributedDataParallel ddp(distributed_net(device()), group_, {.bucket_size = 128, .reduction = reduction});
     const Shard shard = shard_of(b, world(), first_device(), group_->devices());
     ddp.forward_backward(shard.x, weighted_mse(shard));
     const float divisor = reduction == ReduceOp::Sum ? 1.0f : static_cast<float>(group_->size());
     std::vector<Tensor> expected;
     for (const Tensor& gradient : gradients_of(*reference_net)) expected.push_back(gradient * (1.0f / divisor));
-    for (size_t r = 0; r < local(); ++r) expect_gradients_close(*ddp.replicated().replicas()[r], expected);
+    for (size_t r = 0; r < local(); ++r) {
+      expect_gradients_close(*ddp.replicated().replicas()[r], expected, 1e-5, atol());
+    }
   }
 }
 
@@ -133,19 +126,20 @@ TEST_P(DistributedTraining, ARankWithoutRowsTakesPartInTheReduction) {
   nn::mse_loss(reference_net->forward(b.x), b.y).backward();
   for (const DdpPath path : {DdpPath::ForwardThenBackward, DdpPath::ForwardBackward}) {
     SCOPED_TRACE(path == DdpPath::ForwardBackward ? "forward_backward" : "forward then backward");
-    DistributedDataParallel ddp(distributed_net(), group_, {.bucket_size = 128, .reduction = ReduceOp::Sum});
+    DistributedDataParallel ddp(distributed_net(device()), group_, {.bucket_size = 128, .reduction = ReduceOp::Sum});
     if (group_->rank() > 0) {
       EXPECT_TRUE(shard_of(b, world(), first_device(), group_->devices()).x.empty());
     }
     ddp_micro_batch(ddp, b, path);
-    for (size_t r = 0; r < local(); ++r)
-      expect_gradients_close(*ddp.replicated().replicas()[r], gradients_of(*reference_net));
+    for (size_t r = 0; r < local(); ++r) {
+      expect_gradients_close(*ddp.replicated().replicas()[r], gradients_of(*reference_net), 1e-5, atol());
+    }
   }
 }
 
 // Construction broadcasts rank 0's parameters to every process and replica.
 TEST_P(DistributedTraining, ConstructionGivesEveryProcessRankZerosParameters) {
-  auto net = distributed_net();
+  auto net = distributed_net(device());
   if (group_->rank() != 0) {
     NoGradGuard no_grad;
     for (Tensor parameter : net->parameters()) parameter.fill_(static_cast<float>(group_->rank()));
@@ -158,7 +152,7 @@ TEST_P(DistributedTraining, ConstructionGivesEveryProcessRankZerosParameters) {
 // TwoLayerNet with one more parameter.
 class WithExtraParameter : public TwoLayerNet {
  public:
-  WithExtraParameter() : TwoLayerNet(10, 20, 1, Device::cpu(0)), extra(Tensor::zeros({3})) {
+  explicit WithExtraParameter(Device device) : TwoLayerNet(10, 20, 1, device), extra(Tensor::zeros({3}, device)) {
     register_parameter("extra", extra);
   }
   Tensor extra;
@@ -169,23 +163,22 @@ TEST_P(DistributedTraining, ModelsThatDifferAreAnErrorOnEveryRank) {
   if (group_->size() == 1) GTEST_SKIP() << "needs two or more processes";
   const int last = group_->size() - 1;
   const bool odd_one = group_->rank() == last;
-  EXPECT_ERROR(DistributedDataParallel(make_net(Device::cpu(0), 10, odd_one ? 21 : 20, 1), group_),
+  EXPECT_ERROR(DistributedDataParallel(make_net(device(), 10, odd_one ? 21 : 20, 1), group_),
                "parallel::DistributedDataParallel: the processes' models differ: parameter 0 ('fc1.weight' here) has "
                "shape [20, 10] on rank 0 but [21, 10] on rank " +
                    std::to_string(last) + "; every process must build the same model");
   const std::shared_ptr<nn::Module> extra =
-      odd_one ? std::shared_ptr<nn::Module>(std::make_shared<WithExtraParameter>()) : distributed_net();
+      odd_one ? std::shared_ptr<nn::Module>(std::make_shared<WithExtraParameter>(device())) : distributed_net(device());
   EXPECT_ERROR(DistributedDataParallel(extra, group_),
                "parallel::DistributedDataParallel: the processes' models "
                "differ: rank " +
                    std::to_string(last) + " has 5 parameters but rank 0 has 4");
   // The group is still usable: every rank made the same collectives.
-  DistributedDataParallel ddp(distributed_net(), group_);
+  DistributedDataParallel ddp(distributed_net(device()), group_);
   EXPECT_EQ(ddp.group()->size(), group_->size());
 }
 
-INSTANTIATE_TEST_SUITE_P(LocalDevices, DistributedTraining, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) { return "Cpu" + std::to_string(info.param); });
+TANDEM_INSTANTIATE_ON_GROUP_DEVICES(LocalDevices, DistributedTraining);
 
 }  // namespace
 }  // namespace tandem::testing

@@ -1,22 +1,20 @@
-// The Trainer as one process of a group (every process of the mpirun job runs every test): N processes with M
-// devices each train exactly as one process on N * M devices, a resume from rank 0's checkpoint continues exactly,
-// and only rank 0 runs the callbacks and writes files. Run alone (no launcher) the group has one process and the same
-// expectations hold.
+// The Trainer as one process of a group (every process of the job runs every test), on one and on two virtual CPU
+// devices per process and on GPUs (group_devices.h): N processes with M devices each train exactly as one process on
+// N * M virtual CPU devices, a resume from rank 0's checkpoint continues exactly, and only rank 0 runs the callbacks
+// and writes files. Run alone (no launcher) the group has one process and the same expectations hold.
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 
+#include "distributed/group_devices.h"
 #include "support/test_support.h"
 
 namespace tandem::trainers {
 namespace {
 
 using comm::ProcessGroup;
-
-constexpr comm::ProcessGroupOptions kOptions{.timeout = std::chrono::seconds(60)};
 constexpr int64_t kEpochs = 6;
 // 354 training rows in batches of 50: the last batch has 4 rows, so with 3 processes x 2 devices (chunks of 1 row)
 // the last rank trains on none of them.
@@ -75,14 +73,7 @@ std::string shared_temp_path(ProcessGroup& group, const std::string& name) {
          "_" + name;
 }
 
-// Parameter: the number of virtual CPU devices each process drives.
-class DistributedTrainer : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { group_ = ProcessGroup::from_environment(cpu_devices(GetParam()), kOptions); }
-  void TearDown() override { group_.reset(); }
-
-  std::shared_ptr<ProcessGroup> group_;
-};
+using DistributedTrainer = testing::OnGroupDevices;
 
 TEST_P(DistributedTrainer, EqualsOneProcessOnEveryDeviceOfTheGroup) {
   Trainer distributed = seed_net_trainer({}, group_, kEpochs);
@@ -127,7 +118,7 @@ TEST_P(DistributedTrainer, EveryProcessReportsTheSameGlobalLossesAndMetrics) {
 }
 
 TEST_P(DistributedTrainer, ResumingFromRankZerosCheckpointContinuesExactly) {
-  const std::string path = shared_temp_path(*group_, "resume_" + std::to_string(GetParam()) + ".safetensors");
+  const std::string path = shared_temp_path(*group_, "resume_" + testing::name_of(GetParam()) + ".safetensors");
   Trainer uninterrupted = seed_net_trainer({}, group_, kEpochs);
   uninterrupted.fit(diabetes().train, diabetes().test);
 
@@ -149,7 +140,7 @@ TEST_P(DistributedTrainer, ResumingFromRankZerosCheckpointContinuesExactly) {
 TEST_P(DistributedTrainer, OnlyRankZeroWritesFiles) {
   // Each rank names its own files: only rank 0's may exist afterwards.
   const std::string mine = ::testing::TempDir() + "tandem_distributed_trainer_" + std::to_string(getpid()) + "_" +
-                           std::to_string(GetParam());
+                           testing::name_of(GetParam());
   Trainer trainer = seed_net_trainer({}, group_, 1);
   trainer.add_callback(std::make_shared<MetricsLogger>(mine + ".metrics"));
   trainer.add_callback(std::make_shared<CheckpointSaver>(mine + ".callback.safetensors"));
@@ -166,15 +157,13 @@ TEST_P(DistributedTrainer, DevicesMustBeTheGroups) {
   TrainerOptions options = options_for(1);
   options.group = group_;
   options.devices = {Device::cpu(5)};
-  EXPECT_ERROR(Trainer(make_mlp(10, 20), options), "Trainer: devices [cpu:5] but the group's are [cpu:0");
+  EXPECT_ERROR(Trainer(make_mlp(10, 20), options),
+               "Trainer: devices [cpu:5] but the group's are " + to_string(group_->devices()));
   options.devices = group_->devices();  // the same list is fine
   EXPECT_NO_THROW(Trainer(make_mlp(10, 20), options));
 }
 
-INSTANTIATE_TEST_SUITE_P(DevicesPerProcess, DistributedTrainer, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "CPU" + std::to_string(info.param);
-                         });
+TANDEM_INSTANTIATE_ON_GROUP_DEVICES(DevicesPerProcess, DistributedTrainer);
 
 }  // namespace
 }  // namespace tandem::trainers

@@ -33,7 +33,10 @@ inline DistributedBatch distributed_batch(size_t step, uint64_t seed = 0) {
           seeded_randn({distributed_rows(step), 1}, Device::cpu(0), 700 + seed + step)};
 }
 
-inline std::shared_ptr<TwoLayerNet> distributed_net() { return make_net(Device::cpu(0), 10, 20, 1); }
+// The same parameters on every device (initialized on the host, seeded).
+inline std::shared_ptr<TwoLayerNet> distributed_net(Device device = Device::cpu(0)) {
+  return make_net(device, 10, 20, 1);
+}
 
 inline std::vector<Device> virtual_devices(size_t count) {
   std::vector<Device> devices;
@@ -110,12 +113,12 @@ inline void ddp_micro_batch(parallel::DistributedDataParallel& ddp, const Distri
   ddp.reduce_gradients();
 }
 
-// The same training as train_reference with DistributedDataParallel over `group`: each process feeds its shard;
-// the micro-batches before the last of each step run inside no_sync().
+// The same training as train_reference with DistributedDataParallel over `group` (the model on its first device):
+// each process feeds its shard; the micro-batches before the last of each step run inside no_sync().
 inline std::shared_ptr<TwoLayerNet> train_distributed(const std::shared_ptr<comm::ProcessGroup>& group,
                                                       comm::ReduceOp reduction, DdpPath path,
                                                       size_t steps = kDistributedSteps, size_t micro_batches = 1) {
-  auto net = distributed_net();
+  auto net = distributed_net(group->devices()[0]);
   parallel::DistributedDataParallel ddp(net, group, {.bucket_size = 128, .reduction = reduction});
   parallel::ReplicatedSGD sgd(ddp.replicated(), kDistributedSgd);
   for (size_t step = 0; step < steps; ++step) {

@@ -9,7 +9,7 @@
 //   <path>/job-<G>/ready     rank 0: {G, N_1, ..., N_{size-1}}: the rendezvous is complete
 //   <path>/job-<G>/<k>.<r>   rank r's contribution to round k (every collective is one round)
 //   <path>/job-<G>/abort     "<rank>\n<message>" of a rank that aborted the job
-//   <path>/job-<G>/left.<i>  the i-th rank to destroy its channel
+//   <path>/job-<G>/left.<r>  rank r > 0 has destroyed its channel: it reads nothing of this job any more
 //
 // Rendezvous. A directory may hold the state of an earlier job that crashed (its generation, hellos, job directory,
 // even an abort key), and nothing tells a process of this job by looking at a file alone whether it is stale. So every
@@ -22,9 +22,10 @@
 // absent (a job of another size, or a corrupt file that this job's writer replaces); anything but a regular file
 // under a key is an Error. Both sides are bounded by the creation timeout, whose
 // Error names the ranks that never arrived. Limits: ids are 64 random bits (a collision is not guarded against);
-// every process of an earlier job on the path must have ended, and two jobs must never share a path at once (rank
-// 0's clean-up would remove a live job's directory; PyTorch's FileStore likewise needs a file no other job uses); a
-// temporary file of a process that died in the middle of a write stays behind (it blocks only the final rmdir).
+// every process of an earlier job on the path must have left it (destroyed its channel, see End) or ended, and two
+// jobs must never share a path at once (rank 0's clean-up would remove a live job's directory; PyTorch's FileStore
+// likewise needs a file no other job uses); a temporary file of a process that died in the middle of a write stays
+// behind (it blocks only the final rmdir).
 //
 // Rounds. Every collective is one round k in which EVERY rank publishes <k>.<rank> (empty when it has nothing to
 // send, as a broadcast's non-roots and a barrier) and waits until every rank's file of round k exists, reading those
@@ -40,14 +41,22 @@
 // "comm: rank R: aborting: rank Q failed: <message>" and exits with status 1. A rank busy elsewhere (computing, or
 // blocked in NCCL) learns of it at its next round or through its own watchdog.
 //
-// End. The destructor blocks on nobody: the i-th rank to leave creates left.<i> (O_EXCL, so exactly one rank gets
-// each index); the rank that gets left.<size-1> knows that every other rank has left its last round, and removes
-// job-<G>, the generation and the directory itself (rmdir: only when nothing else is in it). A clean run leaves no
-// file behind.
+// End. Only rank 0 ever removes a job directory (here, and as stale state in its next rendezvous), so rank 0 alone
+// waits when it leaves. A rank r > 0 destroying its channel has read its last round to the end: it publishes
+// left.<r> and returns at once. Rank 0's destructor waits until left.<r> exists for every r > 0, then removes
+// job-<G>, the generation and the directory itself (rmdir: only when nothing else is in it). Without that wait a
+// process that creates groups one after another (each destroyed before the next) would, as rank 0 of the next group,
+// remove job-<G> while a slower rank still polls for rank 0's file of the last round, and that rank would hang until
+// its watchdog. The wait is bounded like every other: it follows the abort key, and after the creation timeout rank 0
+// reports the ranks that never left on stderr and returns, leaving job-<G> in place for the next rendezvous to remove
+// (a rank that outlives rank 0's group by that long is using a group its peers have left). A clean run leaves no
+// file behind. A rank already in the next rendezvous may have read job G's generation and find the directory gone
+// when it publishes its hello for it: it skips that hello (stale anyway) and waits for rank 0's next generation, which
+// rank 0 publishes in the directory it creates anew.
 //
 // File systems. On one host the page cache is coherent, so rename makes a value visible to every process at once and
 // fsync is not needed (durability across a machine crash is no concern of a rendezvous). On NFS, close() sends the
-// data to the server before rename (close-to-open consistency), rename and O_EXCL creation are atomic on the server
+// data to the server before rename (close-to-open consistency) and rename is atomic on the server
 // (NFSv3 and later), so correctness holds; a client's attribute cache may delay when a new file becomes visible
 // (mount with lookupcache=positive or a small actimeo for fast rounds). Values are native-endian: the hosts of one
 // job must share a byte order.
@@ -80,7 +89,7 @@ constexpr size_t kAbortTextLimit = 4096;
 
 std::string hello_key(int rank) { return "hello." + std::to_string(rank); }
 std::string round_key(uint64_t round, int rank) { return std::to_string(round) + "." + std::to_string(rank); }
-std::string left_key(int index) { return "left." + std::to_string(index); }
+std::string left_key(int rank) { return "left." + std::to_string(rank); }
 
 std::string job_directory(const std::string& root, uint64_t generation) {
   char name[32];
@@ -194,6 +203,21 @@ uint64_t lead_rendezvous(const LaunchInfo& info, const std::string& root, std::c
   return generation;
 }
 
+// Publishes rank's hello for `generation`. Returns false when that failed because the generation has ended: rank 0
+// removed the generation and the directory at the end of the previous job (Note [File rendezvous]: End) after this
+// rank read it, and publishes the next generation in the directory it creates anew.
+bool publish_hello(const FileStore& directory, int rank, uint64_t generation, uint64_t nonce) {
+  try {
+    directory.set(hello_key(rank), bytes_of(std::vector<uint64_t>{generation, nonce}));
+    return true;
+  } catch (const Error&) {
+    std::vector<uint64_t> current(1);
+    if (directory.try_read(kGenerationKey, writable_bytes_of(current)) == sizeof(uint64_t) && current[0] == generation)
+      throw;
+    return false;
+  }
+}
+
 uint64_t join_rendezvous(const LaunchInfo& info, const std::string& root, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
   FileStore directory(root);
@@ -204,8 +228,7 @@ uint64_t join_rendezvous(const LaunchInfo& info, const std::string& root, std::c
   for (;;) {
     std::vector<uint64_t> generation(1);
     if (directory.try_read(kGenerationKey, writable_bytes_of(generation)) == sizeof(uint64_t) &&
-        generation[0] != announced) {
-      directory.set(hello_key(info.rank), bytes_of(std::vector<uint64_t>{generation[0], nonce}));
+        generation[0] != announced && publish_hello(directory, info.rank, generation[0], nonce)) {
       announced = generation[0];
     }
     if (announced != 0) {
@@ -235,11 +258,12 @@ uint64_t join_rendezvous(const LaunchInfo& info, const std::string& root, std::c
 
 class FileChannel final : public HostChannel {
  public:
-  FileChannel(const LaunchInfo& info, std::string root, uint64_t generation)
+  FileChannel(const LaunchInfo& info, std::string root, uint64_t generation, std::chrono::milliseconds timeout)
       : rank_(info.rank),
         size_(info.size),
         root_(std::move(root)),
         generation_(generation),
+        timeout_(timeout),
         job_(job_directory(root_, generation)) {}
   ~FileChannel() override;
   FileChannel(const FileChannel&) = delete;
@@ -347,11 +371,11 @@ class FileChannel final : public HostChannel {
     }
   }
 
-  void check_abort() {
+  void check_abort() const {
     if (job_.contains(kAbortKey)) follow_abort();
   }
 
-  [[noreturn]] void follow_abort() {
+  [[noreturn]] void follow_abort() const {
     std::string record = job_.try_read_text(kAbortKey, kAbortTextLimit).value_or("");
     size_t newline = record.find('\n');
     std::string who = record.substr(0, newline);
@@ -360,6 +384,32 @@ class FileChannel final : public HostChannel {
     write_stderr("comm: rank " + std::to_string(rank_) + ": aborting: rank " + who +
                  " failed: " + excerpt(message, kAbortTextLimit) + "\n");
     ::_exit(1);
+  }
+
+  // Rank 0's departure: waits until every other rank has published left.<r> (Note [File rendezvous]: End).
+  // Returns false when the timeout passed first, after reporting the ranks that never left on stderr.
+  bool wait_until_every_rank_left() const {
+    const auto deadline = Clock::now() + timeout_;
+    std::vector<bool> left(static_cast<size_t>(size_), false);
+    left[0] = true;
+    Backoff backoff;
+    for (int waiting = size_ - 1; waiting > 0;) {
+      for (int r = 1; r < size_; ++r) {
+        if (left[r] || !job_.contains(left_key(r))) continue;
+        left[r] = true;
+        --waiting;
+      }
+      if (waiting == 0) break;
+      check_abort();
+      if (Clock::now() > deadline) {
+        write_stderr("comm: rank 0: ranks that did not leave the file rendezvous within " +
+                     std::to_string(timeout_.count()) + " ms of rank 0: " + missing_ranks(left) + "; " +
+                     excerpt(job_.directory(), 200) + " stays for the next rendezvous to remove\n");
+        return false;
+      }
+      backoff.sleep();
+    }
+    return true;
   }
 
   // Removes everything of this job once every rank has left (Note [File rendezvous]).
@@ -379,6 +429,7 @@ class FileChannel final : public HostChannel {
   const int size_;
   const std::string root_;
   const uint64_t generation_;
+  const std::chrono::milliseconds timeout_;  // bounds rank 0's wait for the others to leave
   const FileStore job_;
   uint64_t next_round_ = 0;
 };
@@ -386,10 +437,10 @@ class FileChannel final : public HostChannel {
 FileChannel::~FileChannel() {
   static constinit tandem::detail::ReportOnce failures("leaving the file rendezvous");
   failures.run([&] {
-    for (int i = 0; i < size_; ++i) {
-      if (!job_.create_exclusive(left_key(i))) continue;
-      if (i == size_ - 1) remove_job_files();
-      return;
+    if (rank_ != 0) {
+      job_.set(left_key(rank_), {});
+    } else if (wait_until_every_rank_left()) {
+      remove_job_files();
     }
   });
 }
@@ -403,7 +454,7 @@ std::unique_ptr<HostChannel> make_file_channel(const LaunchInfo& info, std::chro
                " ms but expected a positive one");
   std::string root = prepare_directory(info.rendezvous_path);
   uint64_t generation = info.rank == 0 ? lead_rendezvous(info, root, timeout) : join_rendezvous(info, root, timeout);
-  return std::make_unique<FileChannel>(info, std::move(root), generation);
+  return std::make_unique<FileChannel>(info, std::move(root), generation, timeout);
 }
 
 }  // namespace tandem::comm::detail

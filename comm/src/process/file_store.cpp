@@ -126,15 +126,6 @@ std::optional<std::string> FileStore::try_read_text(std::string_view key, size_t
 
 bool FileStore::contains(std::string_view key) const { return ::access(path_of(key).c_str(), F_OK) == 0; }
 
-bool FileStore::create_exclusive(std::string_view key) const {
-  std::string path = path_of(key);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) return false;
-  TANDEM_CHECK(fd >= 0, "comm::FileStore: cannot create ", excerpt(path, 200), ": ", system_reason());
-  ::close(fd);
-  return true;
-}
-
 void FileStore::remove(std::string_view key) const noexcept { ::unlink(path_of(key).c_str()); }
 
 void Backoff::sleep() {

@@ -32,10 +32,6 @@ class FileStore {
   // At most the first max_bytes of key's value; nullopt when the key is absent. Errors: as try_read.
   std::optional<std::string> try_read_text(std::string_view key, size_t max_bytes) const;
   bool contains(std::string_view key) const;
-  // Creates key with an empty value unless it exists; true when this call created it. Exactly one of several
-  // processes racing for one key gets true (O_EXCL, atomic on local file systems and NFSv3 and later).
-  // Errors: as set.
-  bool create_exclusive(std::string_view key) const;
   // Removes key when present; never throws (cleaning up is best effort).
   void remove(std::string_view key) const noexcept;
 

@@ -37,10 +37,12 @@ class HostChannel {
 
 std::unique_ptr<HostChannel> make_single_channel();
 // Initializes MPI (once per process, with MPI_THREAD_MULTIPLE for the watchdog's abort); MPI is finalized at process
-// exit, since it cannot start twice (Note [MPI lives as long as the process] in mpi/mpi_channel.cpp). Errors: tandem built without MPI (naming TANDEM_MPI); the launcher's size or rank differing
-// from MPI_COMM_WORLD's.
+// exit, since it cannot start twice (Note [MPI lives as long as the process] in mpi/mpi_channel.cpp). Errors: tandem
+// built without MPI (naming TANDEM_MPI); the launcher's size or rank differing from MPI_COMM_WORLD's.
 std::unique_ptr<HostChannel> make_mpi_channel(const LaunchInfo& info);
 // Meets the other processes through files under info.rendezvous_path (Note [File rendezvous] in file_channel.cpp).
+// Destroying rank 0's channel waits (at most `timeout`) until every other rank has destroyed its own, so that the
+// processes may create channels one after another on the same path.
 // Errors: the path unusable; the rendezvous not complete within `timeout`.
 std::unique_ptr<HostChannel> make_file_channel(const LaunchInfo& info, std::chrono::milliseconds timeout);
 
