@@ -90,7 +90,9 @@ class ProcessGroup {
   // A group of this process alone (size 1), whatever the environment says.
   static std::shared_ptr<ProcessGroup> single(std::vector<Device> devices, ProcessGroupOptions options = {});
 
-  ~ProcessGroup();  // a collective barrier is NOT implied; MPI, once started, is finalized at process exit
+  // No collective barrier on MPI (MPI, once started, is finalized at process exit); on the file rendezvous rank 0
+  // waits, up to options.timeout, until every rank has left, so that it can remove the rendezvous directory.
+  ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
