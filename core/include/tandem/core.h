@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
+#include "tandem/core/matmul_settings.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"
 #include "tandem/core/shape.h"
