@@ -18,9 +18,9 @@
 // global batch already on its devices; after the warm-up steps, each timed step starts with every local device
 // synchronized and a group barrier (so the ranks start together) and ends when every local device is synchronized
 // again; the host wall clock between is the step's time, and rank 0 reports the median. Whether cuBLAS may use TF32
-// is read once per process (Note [TF32] in core/src/cuda/gemm.cpp), so the TF32 workload runs in its own launch and
-// the workload list must agree with the environment. (ProcessGroup::all_reduce alone, beside raw NCCL: the
-// nccl_mpi_allreduce benchmark.)
+// follows TANDEM_ALLOW_TF32, read once per process (Note [TF32] in core/src/cuda/gemm_operand.cpp), so the TF32
+// workload runs in its own launch and the workload list must agree with the environment. (ProcessGroup::all_reduce
+// alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
 //
 //   ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
 //                  [--steps N] [--jsonl PATH]

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
 # every log under $OUT (default: out/). Stages to run are arguments (default: all):
-#   build  tests  examples  comm_bench  step_bench  torch  libtorch  ddp
+#   build  tests  examples  comm_bench  linear_bench  step_bench  torch  libtorch  ddp
 # Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench step_bench torch libtorch ddp)
+[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench linear_bench step_bench torch libtorch ddp)
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -40,6 +40,9 @@ run_stage() {
     comm_bench)
       timeout 400 "$build/bin/comm_bench" >"$out/comm_bench.log" 2>&1
       cat "$out/comm_bench.log" | tail -60 ;;
+    linear_bench)
+      timeout 300 "$build/bin/linear_bench" >"$out/linear_bench.log" 2>&1
+      tail -20 "$out/linear_bench.log" ;;
     step_bench)
       timeout 400 "$build/bin/train_step_bench" >"$out/step_bench.log" 2>&1
       tail -40 "$out/step_bench.log" ;;

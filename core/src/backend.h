@@ -22,6 +22,15 @@ enum class UnaryOp { Relu, Tanh };
 using tandem::AdamUpdate;
 using tandem::SgdUpdate;
 
+// What one matrix product (Backend::gemm) fuses with the product itself. bias is never combined with accumulate or
+// a_row_sums.
+struct GemmEpilogue {
+  Tensor bias{};            // defined: [n], contiguous; added to every row of the product
+  Tensor a_row_sums{};      // defined: [m], contiguous; receives the sums of a's rows over k (the bias gradient of a
+                            // linear layer, from its weight-gradient product g^T x)
+  bool accumulate = false;  // add the product to out's values instead of replacing them
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,9 +53,11 @@ class Backend {
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out) = 0;
   // out = grad * f'(.): Relu: saved is the input x (f' = x > 0); Tanh: saved is the output y (f' = 1 - y^2)
   virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) = 0;
-  // out[m, n] = a[m, k] @ b[k, n] (+ bias[n] on every row when bias is defined). a and b are 2-D and either
-  // row-major (stride(1) == 1) or transposed views (stride(0) == 1); out is contiguous. m, n or k may be 0.
-  virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
+  // out[m, n] = a[m, k] @ b[k, n], or out += a @ b with epilogue.accumulate, plus what else `epilogue` asks for.
+  // a and b are 2-D and either row-major (stride(1) == 1) or transposed views (stride(0) == 1); with
+  // epilogue.a_row_sums, a is contiguous or the transpose of a contiguous tensor. out is contiguous. m, n or k may
+  // be 0 (k = 0: the product is zero; the row sums are too).
+  virtual void gemm(const Tensor& a, const Tensor& b, const GemmEpilogue& epilogue, const Tensor& out) = 0;
   // out = sum of x over `dim`; x contiguous; out contiguous with x's shape minus `dim`
   virtual void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) = 0;
   // out (shape {}) = scale * sum(x); x contiguous

@@ -7,6 +7,7 @@
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
+#include "tandem/core/matmul_settings.h"
 
 namespace tandem {
 
@@ -85,19 +86,25 @@ class Matmul final : public Function {
     TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                  " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
     save_for_backward({a, b});
-    return {raw::gemm(a, b, Tensor())};
+    return {raw::gemm(a, b)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     const Tensor& a = saved_tensors()[0];
     const Tensor& b = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm(g, b.t(), Tensor()) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(a.t(), g, Tensor()) : Tensor()};
+    return {needs_input_grad(0) ? raw::gemm(g, b.t()) : Tensor(), needs_input_grad(1) ? raw::gemm(a.t(), g) : Tensor()};
   }
   std::string name() const override { return "MatmulBackward"; }
 };
 
 // y = x W^T + b: one GEMM with the bias in its epilogue. W^T is a transposed view, never a copy.
+//
+// Note [Fused linear backward]: with fused_linear() (matmul_settings.h), one product, g^T x, gives the weight
+// gradient and, in its epilogue, the bias gradient (the row sums of g^T), and the weight gradient is added straight
+// into the weight's .grad where the engine allows it (Note [Gradients written in place] in
+// core/src/autograd/engine.cpp), or else materialized for the weight's accumulator. Otherwise the weight gradient is
+// a product of its own and the bias gradient a reduction of its own. The bias gradient is always returned: it is
+// small, and the bias's accumulator adds it.
 class Linear final : public Function {
  public:
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
@@ -117,15 +124,26 @@ class Linear final : public Function {
     }
     save_for_backward({x, w});
     has_bias_ = b.defined();
-    return {raw::gemm(x, w.t(), b)};
+    return {raw::gemm(x, w.t(), {.bias = b})};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     const Tensor& x = saved_tensors()[0];
     const Tensor& w = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm(g, w, Tensor()) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(g.t(), x, Tensor()) : Tensor(),
-            has_bias_ && needs_input_grad(2) ? raw::sum_dim(g, 0, false) : Tensor()};
+    const Tensor grad_input = needs_input_grad(0) ? raw::gemm(g, w) : Tensor();
+    const bool bias_grad = has_bias_ && needs_input_grad(2);
+    if (!fused_linear() || !needs_input_grad(1)) {
+      return {grad_input, needs_input_grad(1) ? raw::gemm(g.t(), x) : Tensor(),
+              bias_grad ? raw::sum_dim(g, 0, false) : Tensor()};
+    }
+    const Tensor grad_bias = bias_grad ? Tensor::empty({g.size(1)}, g.device()) : Tensor();
+    const bool written = write_leaf_gradient(1, [&](const Tensor& grad) {
+      if (grad.shares_storage_with(g) || grad.shares_storage_with(x)) return false;
+      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = true}, grad);
+      return true;
+    });
+    const Tensor grad_weight = written ? Tensor() : raw::gemm(g.t(), x, {.a_row_sums = grad_bias});
+    return {grad_input, grad_weight, grad_bias};
   }
   std::string name() const override { return "LinearBackward"; }
 

@@ -176,15 +176,41 @@ Tensor gemm_operand(const Tensor& t) {
   return row_major || transposed ? t : contiguous(t);
 }
 
+// The left operand of a product that also sums its rows: contiguous, or the transpose of a contiguous tensor (the
+// weight-gradient product's g^T), which both backends sum in one pass.
+Tensor row_summed_operand(const Tensor& t) {
+  const Tensor transpose = alias(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.storage_offset());
+  return t.is_contiguous() || transpose.is_contiguous() ? t : contiguous(t);
+}
+
 }  // namespace
 
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias) {
-  check_float32("matmul", {a, b, bias});
+Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue) {
+  TANDEM_INTERNAL_ASSERT(!epilogue.accumulate, "raw::gemm: a new tensor cannot be accumulated onto");
   Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.device());
-  if (out.numel() == 0) return out;
-  backend::for_device(a.device()).gemm(gemm_operand(a), gemm_operand(b), bias.defined() ? contiguous(bias) : bias,
-                                       out);
+  gemm_into(a, b, epilogue, out);
   return out;
+}
+
+void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out) {
+  check_float32("matmul", {a, b, epilogue.bias, epilogue.a_row_sums, out});
+  const Tensor& bias = epilogue.bias;
+  const Tensor& row_sums = epilogue.a_row_sums;
+  TANDEM_INTERNAL_ASSERT(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) &&
+                             out.is_contiguous() && out.device() == a.device(),
+                         "raw::gemm_into: out has shape ", to_string(out.shape()), " on ", out.device(),
+                         " but the product is [", a.size(0), ", ", b.size(1), "] on ", a.device());
+  TANDEM_INTERNAL_ASSERT(!bias.defined() || (!epilogue.accumulate && !row_sums.defined()),
+                         "raw::gemm_into: a bias is not combined with accumulation or row sums");
+  TANDEM_INTERNAL_ASSERT(!row_sums.defined() || (row_sums.dim() == 1 && row_sums.size(0) == a.size(0) &&
+                                                 row_sums.is_contiguous() && row_sums.device() == a.device()),
+                         "raw::gemm_into: row sums of shape ", to_string(row_sums.shape()), " for a of shape ",
+                         to_string(a.shape()));
+  if (out.numel() == 0 && (!row_sums.defined() || row_sums.numel() == 0)) return;
+  const backend::GemmEpilogue fused{
+      .bias = bias.defined() ? contiguous(bias) : bias, .a_row_sums = row_sums, .accumulate = epilogue.accumulate};
+  const Tensor left = row_sums.defined() ? row_summed_operand(a) : a;
+  backend::for_device(a.device()).gemm(gemm_operand(left), gemm_operand(b), fused, out);
 }
 
 Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim) {

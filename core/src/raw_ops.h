@@ -41,7 +41,11 @@ Tensor binary(backend::BinaryOp op, const Tensor& a, const Tensor& b, const char
 Tensor scale(const Tensor& x, float s);
 Tensor unary(backend::UnaryOp op, const Tensor& x);
 Tensor unary_backward(backend::UnaryOp op, const Tensor& grad, const Tensor& saved);
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& bias);  // 2-D a @ b (+ bias row)
+// 2-D a @ b into a new tensor, with `epilogue` fused in (Backend::gemm; its accumulate must be false).
+Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue = {});
+// out = a @ b, or out += a @ b with epilogue.accumulate, with `epilogue` fused in; out is a contiguous [m, n] tensor
+// on a's device, sharing no memory with a, b or the epilogue's tensors.
+void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out);
 Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim);
 Tensor sum_all(const Tensor& x, float scale);
 Tensor broadcast_scalar(const Tensor& scalar, float scale, const Shape& shape);

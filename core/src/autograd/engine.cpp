@@ -50,9 +50,50 @@ struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
+// Note [Gradients written in place]: a leaf's gradient normally travels as a tensor to the leaf's AccumulateGrad,
+// which adds it into .grad (Note [Gradient buffers] in node.cpp). When .grad already exists (a view into a flat
+// gradient buffer, or what earlier backward passes left there), the node that produces the gradient can add it
+// straight into .grad instead, through Function::write_leaf_gradient: say, as a matrix product that accumulates
+// onto its output (beta = 1), which saves materializing the gradient and the pass that adds it. Before a node runs,
+// the engine allows this for each input whose edge leads to a leaf's accumulator (the leaf itself, not a view of it)
+// that nothing else will feed in this pass: its dependency count is 1 (this edge) and no gradient for it waits in
+// the buffers. A leaf used twice (twice by one node, by two nodes, or also as a root of the pass) is left to its
+// accumulator, which sums its gradients as before. At the write, AccumulateGrad::accumulate_in_place checks, under
+// the accumulator's lock, that .grad is defined and a contiguous tensor of the leaf's gradient shape and device;
+// otherwise nothing is written and the node returns its gradient, which the accumulator takes over or adds as before.
+// The write holds the accumulator's lock like an accumulation, so backward passes on several threads that share the
+// leaf write and accumulate into it one at a time (on CUDA, all of them are also ordered on the device's compute
+// stream). Right after the write, still under the lock and on the pass's thread, the leaf's post-accumulate-grad
+// hooks run once, as after an accumulation: the gradient reducer's readiness hooks see the gradient final in its
+// bucket, as before. The node returns an undefined gradient for that input, and the engine retires the accumulator
+// for this pass without running it. Nothing else changes: with retain_graph a later pass writes onto what this one
+// left, as accumulation does; backward runs without grad mode and has no create_graph, so .grad never carries a
+// graph; the value in .grad is the same sum (bit for bit on the CPU, where the product is added after it is
+// computed; on CUDA up to float rounding).
+std::vector<AccumulateGrad*> writable_leaves(const Node& node, const std::unordered_map<Node*, int>& dependencies,
+                                             const std::unordered_map<Node*, std::vector<Tensor>>& buffers) {
+  const std::vector<Edge>& edges = node.next_edges();
+  std::vector<AccumulateGrad*> accumulators(edges.size(), nullptr);
+  for (size_t i = 0; i < edges.size(); ++i) {
+    auto* accumulator = dynamic_cast<AccumulateGrad*>(edges[i].node.get());
+    if (accumulator == nullptr || dependencies.at(accumulator) != 1) continue;
+    const auto waiting = buffers.find(accumulator);
+    if (waiting != buffers.end() && waiting->second.at(0).defined()) continue;
+    accumulators[i] = accumulator;
+  }
+  return accumulators;
+}
+
 }  // namespace
 
 namespace detail {
+
+bool LeafWrites::write(size_t input, const std::function<bool(const Tensor& grad)>& write) {
+  AccumulateGrad* accumulator = accumulators_[input];
+  if (accumulator == nullptr || !accumulator->accumulate_in_place(write)) return false;
+  written_[input] = 1;
+  return true;
+}
 
 Tensor seed_gradient(const Tensor& root, const Tensor& gradient, const char* caller, const std::string& subject) {
   TANDEM_CHECK(root.defined(), caller, ": ", subject, " is undefined");
@@ -101,7 +142,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& s
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = Tensor::zeros(node->outputs()[i].shape, node->outputs()[i].device);
 
-    std::vector<Tensor> input_grads = node->evaluate(std::move(grads), retain_graph);
+    LeafWrites leaf_writes(writable_leaves(*node, dependencies, buffers));
+    std::vector<Tensor> input_grads = node->evaluate(std::move(grads), retain_graph, leaf_writes);
     const auto& edges = node->next_edges();
     TANDEM_CHECK(input_grads.size() == edges.size() || edges.empty(), "backward: ", node->name(), " returned ",
                  input_grads.size(), " gradients for ", edges.size(), " inputs");
@@ -109,6 +151,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& s
       const Edge& edge = edges[i];
       if (!edge.valid()) continue;
       Node* next = edge.node.get();
+      if (leaf_writes.written(i)) {  // the leaf has its gradient and its hooks ran: its accumulator is done
+        --dependencies[next];
+        continue;
+      }
       keep_alive.emplace(next, edge.node);
       auto& buffer = buffers[next];
       buffer.resize(next->outputs().size());

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "engine.h"
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
@@ -28,6 +29,16 @@ const std::vector<Tensor>& Function::saved_tensors() const {
 void Function::check_saved_tensors(const char* caller) const {
   TANDEM_CHECK(!saved_tensors_freed_, caller, ": ", name(), "'s saved tensors were freed by an earlier backward; "
                "pass retain_graph=true to the first backward to run it twice");
+}
+
+bool Function::write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad)>& write) {
+  if (leaf_writes_ == nullptr) return false;  // not inside backward
+  constexpr const char* fn = "autograd::Function::write_leaf_gradient";
+  TANDEM_CHECK(input < leaf_writes_->size(), fn, ": ", name(), " asked for input ", input, " but it has ",
+               leaf_writes_->size(), " inputs");
+  TANDEM_CHECK(!leaf_writes_->written(input), fn, ": ", name(), " wrote the gradient of input ", input,
+               " twice in one backward");
+  return leaf_writes_->write(input, write);
 }
 
 void Function::release_saved_tensors() {
@@ -63,6 +74,26 @@ class FunctionNode final : public Node {
 
   std::string name() const override { return name_; }
   void release_saved_tensors() override { function_->release_saved_tensors(); }
+
+ protected:
+  // Note [Gradients written in place] in engine.cpp: backward sees the engine's permissions through
+  // Function::write_leaf_gradient while it runs.
+  std::vector<Tensor> apply_writing_leaves(std::vector<Tensor>&& grad_outputs,
+                                           detail::LeafWrites& leaf_writes) override {
+    function_->leaf_writes_ = &leaf_writes;
+    std::vector<Tensor> grads;
+    try {
+      grads = apply(std::move(grad_outputs));
+    } catch (...) {
+      function_->leaf_writes_ = nullptr;
+      throw;
+    }
+    function_->leaf_writes_ = nullptr;
+    for (size_t i = 0; i < grads.size() && i < leaf_writes.size(); ++i)
+      TANDEM_CHECK(!leaf_writes.written(i) || !grads[i].defined(), "backward: ", name_, "::backward wrote the "
+                   "gradient of input ", i, " into its leaf and also returned one");
+    return grads;
+  }
 
  private:
   std::shared_ptr<Function> function_;

@@ -14,9 +14,10 @@ std::mutex accumulator_mutex;  // leaves may be used by several worker threads a
 
 Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
-std::vector<Tensor> Node::evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph) {
+std::vector<Tensor> Node::evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph,
+                                   detail::LeafWrites& leaf_writes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Tensor> grads = apply(std::move(grad_outputs));
+  std::vector<Tensor> grads = apply_writing_leaves(std::move(grad_outputs), leaf_writes);
   if (!retain_graph) release_saved_tensors();
   return grads;
 }
@@ -29,8 +30,9 @@ uint32_t Node::add_output(const Tensor& output) {
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
 
 // Note [Gradient buffers]: the first gradient that reaches a leaf becomes its .grad (taken over without a copy
-// when nothing else references it); later ones are added in place. So .grad keeps one storage across
-// accumulations, and optimizers and gradient buckets that hold it see every update.
+// when nothing else references it); later ones are added in place, here or, by the node that computes them, straight
+// into .grad (Note [Gradients written in place] in engine.cpp). So .grad keeps one storage across accumulations, and
+// optimizers and gradient buckets that hold it see every update.
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   Tensor incoming = std::move(grad_outputs[0]);
   Tensor leaf(leaf_);
@@ -41,8 +43,24 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   } else {
     current.add_(incoming);
   }
-  for (const auto& [handle, hook] : leaf_->post_accumulate_grad_hooks) hook(leaf);
+  run_hooks(leaf);
   return {};
+}
+
+bool AccumulateGrad::accumulate_in_place(const std::function<bool(const Tensor& grad)>& write) {
+  std::lock_guard<std::mutex> lock(evaluation_mutex());
+  const Tensor leaf(leaf_);
+  const Tensor grad = leaf.grad();
+  const OutputMeta& meta = outputs().at(0);
+  if (!grad.defined() || grad.shape() != meta.shape || grad.device() != meta.device || !grad.is_contiguous())
+    return false;
+  if (!write(grad)) return false;
+  run_hooks(leaf);
+  return true;
+}
+
+void AccumulateGrad::run_hooks(const Tensor& leaf) const {
+  for (const auto& [handle, hook] : leaf_->post_accumulate_grad_hooks) hook(leaf);
 }
 
 Edge gradient_edge(const Tensor& tensor) {

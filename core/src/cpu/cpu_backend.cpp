@@ -69,6 +69,33 @@ void with_matrix(const Tensor& t, std::vector<float>& packed, Fn&& fn) {
   }
 }
 
+// result = a @ b, for 2-D a and b with k > 0.
+template <typename Result>
+void multiply(const Tensor& a, const Tensor& b, Result& result) {
+  std::vector<float> packed_a, packed_b;
+  with_matrix(a, packed_a, [&](const auto& lhs) {
+    with_matrix(b, packed_b, [&](const auto& rhs) { result.noalias() = lhs * rhs; });
+  });
+}
+
+// sums[i] = the sum of a's row i, accumulated in double over k in order: the values sum_dim gives for the same
+// numbers (Note [sum_dim layout]), whatever a's strides.
+void sum_rows(const Tensor& a, const Tensor& sums) {
+  const int64_t m = a.size(0), k = a.size(1);
+  const int64_t row_stride = a.strides()[0], col_stride = a.strides()[1];
+  const float* pa = a.data();
+  std::vector<double> acc(static_cast<size_t>(m), 0.0);
+  if (col_stride <= row_stride) {  // rows lie along memory: one row at a time
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) acc[i] += pa[i * row_stride + j * col_stride];
+  } else {  // columns lie along memory (a transposed view): one column at a time, into every row's sum
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t i = 0; i < m; ++i) acc[i] += pa[i * row_stride + j * col_stride];
+  }
+  float* out = sums.mutable_data();
+  for (int64_t i = 0; i < m; ++i) out[i] = static_cast<float>(acc[i]);
+}
+
 double sum_of(const float* x, int64_t n) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += x[i];
@@ -143,20 +170,28 @@ class CpuBackend final : public Backend {
     TANDEM_INTERNAL_ASSERT(false, "cpu backend unary_backward: unknown op ", static_cast<int>(op));
   }
 
-  void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {
+  void gemm(const Tensor& a, const Tensor& b, const GemmEpilogue& epilogue, const Tensor& out) override {
     const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+    if (epilogue.a_row_sums.defined()) sum_rows(a, epilogue.a_row_sums);
     if (m == 0 || n == 0) return;
     Eigen::Map<RowMajorMatrix> result(out.mutable_data(), m, n);
+    if (epilogue.accumulate) {
+      if (k == 0) return;
+      // The product is materialized and then added, so that accumulating gives the values that adding a product
+      // computed on its own gives (Eigen would otherwise add each block of k into out as it goes).
+      std::vector<float> values(static_cast<size_t>(m * n));
+      Eigen::Map<RowMajorMatrix> product(values.data(), m, n);
+      multiply(a, b, product);
+      result += product;
+      return;
+    }
     if (k == 0) {
       result.setZero();
     } else {
-      std::vector<float> packed_a, packed_b;
-      with_matrix(a, packed_a, [&](const auto& lhs) {
-        with_matrix(b, packed_b, [&](const auto& rhs) { result.noalias() = lhs * rhs; });
-      });
+      multiply(a, b, result);
     }
-    if (bias.defined()) {
-      result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data(), n);
+    if (epilogue.bias.defined()) {
+      result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(epilogue.bias.data(), n);
     }
   }
 

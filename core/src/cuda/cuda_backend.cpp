@@ -1,5 +1,5 @@
-// The CUDA backend: cuBLAS for matrix products (gemm.cpp), own kernels for the rest (kernels.cu). Every call makes
-// the tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in
+// The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp), own kernels for the rest (kernels.cu). Every
+// call makes the tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in
 // context.h); only the host transfers wait for the device.
 
 #include <cuda_runtime.h>
@@ -109,9 +109,9 @@ class CudaBackend final : public backend::Backend {
     kernels::unary_backward(op, grad.data(), saved.data(), out.mutable_data(), out.numel(), on.stream);
   }
 
-  void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override {
+  void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out) override {
     OnDevice on(out);
-    cuda::gemm(a, b, bias, out, on.device);
+    cuda::gemm(a, b, epilogue, out, on.device);
   }
 
   void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {

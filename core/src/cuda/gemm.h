@@ -1,12 +1,13 @@
 #pragma once
-// Matrix products of the CUDA backend, through cuBLAS.
+// Matrix products of the CUDA backend: cuBLASLt for those with a fused bias or bias gradient (lt_matmul.h), cuBLAS
+// for the rest.
 
+#include "backend.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::cuda {
 
-// out[m, n] = a[m, k] @ b[k, n] (+ bias[n] on every row when bias is defined), with the contract of
-// Backend::gemm, on the compute stream of `device`, which the caller has made current.
-void gemm(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, int device);
+// Backend::gemm(a, b, epilogue, out) on the compute stream of `device`, which the caller has made current.
+void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device);
 
 }  // namespace tandem::cuda

@@ -4,6 +4,7 @@
 // backward() walks the graph in dependency order, summing gradients that meet; the graph may span several devices.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,10 @@
 #include "tandem/core/tensor.h"
 
 namespace tandem::autograd {
+
+namespace detail {
+class LeafWrites;  // the engine's permission to write gradients into leaves (core/src/autograd/engine.h)
+}  // namespace detail
 
 struct Edge {
   std::shared_ptr<Node> node;  // null: the input does not need a gradient
@@ -43,7 +48,9 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // apply, then (unless retain_graph) release_saved_tensors, under this node's lock: backward passes on several
   // threads may share a node (a replicate's Broadcast, a leaf's AccumulateGrad), and they run it one at a time.
-  std::vector<Tensor> evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph);
+  // The node may write the gradients of the inputs that leaf_writes names straight into their leaves' .grad instead
+  // of returning them (apply_writing_leaves; Note [Gradients written in place] in core/src/autograd/engine.cpp).
+  std::vector<Tensor> evaluate(std::vector<Tensor>&& grad_outputs, bool retain_graph, detail::LeafWrites& leaf_writes);
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   const std::vector<OutputMeta>& outputs() const { return outputs_; }
@@ -52,6 +59,14 @@ class Node : public std::enable_shared_from_this<Node> {
   // Used when wiring a node into the graph (see make_differentiable below).
   void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }
   uint32_t add_output(const Tensor& output);
+
+ protected:
+  // apply, for an evaluation allowed to write some inputs' gradients into their leaves (Note [Gradients written in
+  // place]). The default writes none: it is apply.
+  virtual std::vector<Tensor> apply_writing_leaves(std::vector<Tensor>&& grad_outputs, detail::LeafWrites&) {
+    return apply(std::move(grad_outputs));
+  }
+  std::mutex& evaluation_mutex() { return mutex_; }
 
  private:
   std::vector<Edge> next_edges_;
@@ -69,7 +84,15 @@ class AccumulateGrad final : public Node {
   std::string name() const override { return "AccumulateGrad"; }
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
+  // Under this node's lock: when the leaf's .grad is a contiguous tensor of this node's output shape and device,
+  // calls write(.grad), which adds a gradient into it and returns true, or returns false having written nothing;
+  // after a write, runs the post-accumulate-grad hooks, as an accumulation does. Returns whether write wrote. Only
+  // the engine's LeafWrites call it (Note [Gradients written in place] in core/src/autograd/engine.cpp).
+  bool accumulate_in_place(const std::function<bool(const Tensor& grad)>& write);
+
  private:
+  void run_hooks(const Tensor& leaf) const;
+
   std::shared_ptr<TensorImpl> leaf_;
 };
 
@@ -126,6 +149,16 @@ class Function {
   bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
 
  protected:
+  // For backward: lets `write` add this Function's gradient for input `input` straight into the .grad of that input
+  // (a leaf), instead of returning it, when the engine allows it (Note [Gradients written in place] in
+  // core/src/autograd/engine.cpp: the input is a leaf used by this node alone in this backward pass, and its .grad
+  // is a contiguous tensor of the input's shape and device). write(grad) adds the gradient into grad and returns
+  // true, or returns false having written nothing (say, because grad shares memory with an operand). Returns true
+  // when write wrote: the leaf's post-accumulate-grad hooks have then run, and backward must return an undefined
+  // tensor for `input`. Returns false otherwise, without calling write or after it declined: backward returns the
+  // gradient as usual. Errors: no such input; a second write of one input in one backward call.
+  bool write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad)>& write);
+
   // Keeps `tensors` for backward (call it from forward; a later call replaces them). A backward that does not
   // retain the graph frees them after running this Function's backward, and any later run of it is an error.
   void save_for_backward(std::vector<Tensor> tensors);
@@ -142,6 +175,7 @@ class Function {
   std::vector<bool> needs_input_grad_;
   std::vector<Tensor> saved_;
   bool saved_tensors_freed_ = false;  // set by a release that freed at least one defined tensor
+  detail::LeafWrites* leaf_writes_ = nullptr;  // set while backward runs (FunctionNode::apply_writing_leaves)
 };
 
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);

@@ -1,0 +1,23 @@
+#pragma once
+// Process-wide choices for matrix products. Each takes effect for the products issued after it changes, on every
+// thread; read and written atomically.
+
+namespace tandem {
+
+// Whether CUDA matrix products may use TF32 tensor cores: several times faster on large products, with 10-bit
+// mantissa multiplies (sums stay float32). Off by default, so that CUDA products match the CPU's to float32 rounding;
+// TANDEM_ALLOW_TF32=1 in the environment turns it on from the start. CPU products are always float32.
+bool allow_tf32();
+void set_allow_tf32(bool allow);
+
+// Whether linear() takes its fused form (on by default; TANDEM_FUSED_LINEAR=0 in the environment turns it off from
+// the start). Fused: on CUDA the bias is added in the epilogue of the forward product and the bias gradient comes
+// out of the weight-gradient product (cuBLASLt); on every device the weight gradient is added straight into the
+// weight's existing .grad (Note [Gradients written in place] in core/src/autograd/engine.cpp). Not fused: the bias
+// is copied into the output before the product, the bias gradient is a reduction of its own, and the weight
+// gradient is materialized and then added by the weight's accumulator. On the CPU both give the same values; on
+// CUDA they agree to float rounding. The switch exists to compare the two.
+bool fused_linear();
+void set_fused_linear(bool fused);
+
+}  // namespace tandem
