@@ -148,7 +148,7 @@ class Module {
   // gradients. set_to_none = false: existing gradients are zeroed in place (their storage is kept).
   void zero_grad(bool set_to_none = true);
   // ---- training mode ----
-  // A flag per module that layers may consult in forward (none of the built-in ones do). train() and eval() set it
+  // A flag per module that layers consult in forward (Dropout, BatchNorm1d). train() and eval() set it
   // on this module and every descendant; replicas kept by parallel::ReplicatedModule follow the master's flags.
   void train(bool training = true);
   void eval() { train(false); }
