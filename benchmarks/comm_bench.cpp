@@ -13,21 +13,18 @@
 #include <tandem/tandem.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#if TANDEM_WITH_CUDA
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
+#include "bench_support.h"
 
 namespace {
+
+namespace bench = tandem::bench;
 
 struct Options {
   int gpus = 2;
@@ -39,22 +36,13 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if ((flag == "--gpus" || flag == "--devices") && has_value) {
-      options.gpus = std::stoi(argv[++i]);
-    } else if (flag == "--samples" && has_value) {
-      options.samples = std::stoi(argv[++i]);
-    } else if (flag == "--iterations" && has_value) {
-      options.iterations = std::stoi(argv[++i]);
-    } else if (flag == "--markdown" && has_value) {
-      options.markdown = argv[++i];
-    } else {
-      std::cerr << "usage: comm_bench [--gpus N | --devices N] [--samples S] [--iterations K] [--markdown PATH]\n";
-      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
-    }
-  }
+  bench::parse_flags(
+      argc, argv, "comm_bench",
+      "usage: comm_bench [--gpus N | --devices N] [--samples S] [--iterations K] [--markdown PATH]",
+      {bench::int_flag("--gpus", options.gpus, 2, 1024), bench::int_flag("--devices", options.gpus, 2, 1024),
+       bench::int_flag("--samples", options.samples, 1, 1'000'000),
+       bench::int_flag("--iterations", options.iterations, 1, 1'000'000),
+       bench::text_flag("--markdown", options.markdown)});
   return options;
 }
 
@@ -67,35 +55,7 @@ namespace {
 using tandem::Device;
 using tandem::Tensor;
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-void check(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(status));
-}
-
-void synchronize_all(int gpus) {
-  for (int d = 0; d < gpus; ++d) {
-    check(cudaSetDevice(d), "cudaSetDevice");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-}
-
-// Median over `samples` of the per-call time in microseconds (see the method at the top of the file).
-double time_us(const std::function<void()>& call, int gpus, const Options& options) {
-  for (int i = 0; i < options.warmup; ++i) call();
-  synchronize_all(gpus);
-  std::vector<double> per_call;
-  for (int s = 0; s < options.samples; ++s) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < options.iterations; ++i) call();
-    synchronize_all(gpus);
-    const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-    per_call.push_back(elapsed.count() / options.iterations);
-  }
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
-}
+using bench::check;
 
 // What the raw baselines run on: NCCL communicators and streams of their own, and plain cudaMalloc buffers.
 class Raw {
@@ -116,7 +76,10 @@ class Raw {
     }
   }
   ~Raw() {
-    synchronize_all(gpus_);
+    for (int d = 0; d < gpus_; ++d) {  // a destructor must not throw: errors here are left unchecked
+      (void)cudaSetDevice(d);
+      (void)cudaDeviceSynchronize();
+    }
     for (float* buffer : buffers_) (void)cudaFree(buffer);
     for (cudaStream_t stream : streams_) (void)cudaStreamDestroy(stream);
     for (ncclComm_t comm : comms_) (void)ncclCommDestroy(comm);
@@ -163,10 +126,6 @@ struct Row {
   double raw_us;
 };
 
-std::string size_label(size_t bytes) {
-  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
-}
-
 // `parts` pieces of `count` elements as chunk sizes (the first ones one larger when it does not divide).
 std::vector<int64_t> split_sizes(size_t count, int parts) {
   std::vector<int64_t> sizes;
@@ -182,7 +141,12 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
   const int64_t n = static_cast<int64_t>(count);
   std::vector<Device> devices;
   for (int d = 0; d < gpus; ++d) devices.push_back(Device::cuda(d));
-  const auto timed = [&](const std::function<void()>& call) { return time_us(call, gpus, options); };
+  // Median microseconds per call (see the method at the top of the file).
+  const bench::Sampling sampling{
+      .warmup = options.warmup, .samples = options.samples, .iterations = options.iterations};
+  const auto timed = [&](const std::function<void()>& call) {
+    return 1e3 * bench::median_ms_per_call(devices, sampling, call);
+  };
 
   // tandem inputs: one tensor per device, four quarter-size tensors per device for the coalesced variants, and
   // one part per device for gather.
@@ -239,16 +203,16 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
 
   const auto add = [&](const std::string& op, const std::string& raw_op, double tandem_us, double raw_us) {
     rows.push_back({op, raw_op, bytes, tandem_us, raw_us});
-    std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us\n", op.c_str(), size_label(bytes).c_str(),
+    std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us\n", op.c_str(), bench::size_label(bytes).c_str(),
                  tandem_us, raw_us);
   };
   add("broadcast", "ncclBroadcast", timed([&] { tandem::comm::broadcast(full[0], devices); }), timed(raw_broadcast));
   add("reduce_add", "ncclReduce", timed([&] { tandem::comm::reduce_add(full, devices[0]); }), timed(raw_reduce));
   add("all_reduce", "ncclAllReduce", timed([&] { tandem::comm::all_reduce(full); }), timed(raw_all_reduce));
-  add("broadcast_coalesced", "ncclBroadcast",
-      timed([&] { tandem::comm::broadcast_coalesced(quarters[0], devices); }), timed(raw_broadcast));
-  add("reduce_add_coalesced", "ncclReduce",
-      timed([&] { tandem::comm::reduce_add_coalesced(quarters, devices[0]); }), timed(raw_reduce));
+  add("broadcast_coalesced", "ncclBroadcast", timed([&] { tandem::comm::broadcast_coalesced(quarters[0], devices); }),
+      timed(raw_broadcast));
+  add("reduce_add_coalesced", "ncclReduce", timed([&] { tandem::comm::reduce_add_coalesced(quarters, devices[0]); }),
+      timed(raw_reduce));
   add("scatter", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::scatter(full[0], devices, part_sizes); }),
       timed(raw_scatter));
   add("gather", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::gather(parts, 0, devices[0]); }), timed(raw_gather));
@@ -256,22 +220,16 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
 
 std::string markdown_table(const std::vector<Row>& rows, int gpus, const Options& options) {
   std::ostringstream os;
-  int nccl_version = 0;
-  (void)ncclGetVersion(&nccl_version);
-  cudaDeviceProp properties{};
-  (void)cudaGetDeviceProperties(&properties, 0);
-  os << "tandem::comm vs raw NCCL / cudaMemcpyPeerAsync on " << gpus << " x " << properties.name << ", NCCL "
-     << nccl_version << ". Time per call: host wall clock over " << options.iterations
+  os << "tandem::comm vs raw NCCL / cudaMemcpyPeerAsync on " << gpus << " x " << bench::gpu_name(0) << ", NCCL "
+     << bench::nccl_version() << ". Time per call: host wall clock over " << options.iterations
      << " back-to-back calls between cudaDeviceSynchronize on every GPU, median of " << options.samples
      << " samples. GB/s = size / tandem time. Coalesced variants move 4 tensors of size/4 (default 10 MiB "
         "buckets); scatter/gather split size over the GPUs, to/from cuda:0.\n\n";
   os << "| op | size | tandem us | raw us | raw op | GB/s | tandem/raw |\n|---|---|---|---|---|---|---|\n";
-  char line[256];
   for (const Row& row : rows) {
-    std::snprintf(line, sizeof(line), "| %s | %s | %.1f | %.1f | %s | %.1f | %.3f |\n", row.op.c_str(),
-                  size_label(row.bytes).c_str(), row.tandem_us, row.raw_us, row.raw_op.c_str(),
-                  static_cast<double>(row.bytes) / (row.tandem_us * 1e3), row.tandem_us / row.raw_us);
-    os << line;
+    os << bench::formatted("| %s | %s | %.1f | %.1f | %s | %.1f | %.3f |\n", row.op.c_str(),
+                           bench::size_label(row.bytes).c_str(), row.tandem_us, row.raw_us, row.raw_op.c_str(),
+                           static_cast<double>(row.bytes) / (row.tandem_us * 1e3), row.tandem_us / row.raw_us);
   }
   return os.str();
 }
@@ -283,10 +241,6 @@ int run(const Options& options) {
     return 0;
   }
   const int gpus = std::min(options.gpus, visible);
-  if (gpus < 2) {
-    std::cout << "comm_bench: --gpus must be at least 2\n";
-    return 2;
-  }
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   Raw raw(gpus);
   std::vector<Row> rows;
@@ -302,13 +256,7 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
-  try {
-    return run(options);
-  } catch (const std::exception& e) {
-    std::cerr << "comm_bench: " << e.what() << "\n";
-    return 1;
-  }
+  return bench::exit_status("comm_bench", [&] { return run(parse(argc, argv)); });
 }
 
 #else  // !TANDEM_WITH_CUDA

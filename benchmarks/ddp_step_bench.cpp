@@ -30,9 +30,7 @@
 #include <tandem/tandem.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -42,9 +40,7 @@
 #include <string_view>
 #include <vector>
 
-#if TANDEM_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "bench_support.h"
 
 namespace {
 
@@ -62,20 +58,11 @@ struct Workload {
   std::function<std::shared_ptr<nn::Module>()> make;
 };
 
-std::shared_ptr<nn::Module> wide_mlp() {
-  auto net = std::make_shared<nn::Sequential>();
-  for (int layer = 0; layer < 4; ++layer) {
-    if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(4096, 4096));
-  }
-  return net;
-}
-
 const std::vector<Workload>& workloads() {
   static const std::vector<Workload> all = {
       {"seed", "seed net, batch 4096", 4096, 10, 1, 50, 500, false, [] { return trainers::make_mlp(10, 20); }},
-      {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, wide_mlp},
-      {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, wide_mlp},
+      {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, bench::wide_mlp},
+      {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, bench::wide_mlp},
   };
   return all;
 }
@@ -83,7 +70,7 @@ const std::vector<Workload>& workloads() {
 const Workload& find_workload(std::string_view key) {
   for (const Workload& workload : workloads())
     if (workload.key == key) return workload;
-  TANDEM_FAIL("ddp_step_bench: --workloads names ", excerpt(key), " but expected seed, wide or wide-tf32");
+  TANDEM_FAIL("--workloads names ", excerpt(key), " but expected seed, wide or wide-tf32");
 }
 
 bool tf32_allowed() {
@@ -99,14 +86,6 @@ struct Options {
   std::string jsonl;
 };
 
-int parse_count(std::string_view flag, std::string_view text, int most) {
-  int value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  TANDEM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 1 && value <= most,
-               "ddp_step_bench: ", flag, " is ", excerpt(text), " but expected an integer from 1 to ", most);
-  return value;
-}
-
 std::vector<std::string> split_list(std::string_view text) {
   std::vector<std::string> items;
   size_t begin = 0;
@@ -118,38 +97,24 @@ std::vector<std::string> split_list(std::string_view text) {
   return items;
 }
 
-constexpr const char* kUsage =
-    "usage: ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] "
-    "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]\n";
-
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    TANDEM_CHECK(i + 1 < argc, "ddp_step_bench: ", excerpt(flag), " is last but expected a value after it");
-    const std::string_view value = argv[++i];
-    if (flag == "--workloads") {
-      options.workloads = split_list(value);
-      for (const std::string& key : options.workloads) find_workload(key);
-    } else if (flag == "--devices-per-process") {
-      options.devices_per_process = parse_count(flag, value, Device::kMaxCpuDevices);
-    } else if (flag == "--device-type") {
-      TANDEM_CHECK(value == "cuda" || value == "cpu", "ddp_step_bench: --device-type is ", excerpt(value),
-                   " but expected cuda or cpu");
-      options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
-    } else if (flag == "--steps") {
-      options.steps = parse_count(flag, value, 1'000'000);
-    } else if (flag == "--jsonl") {
-      options.jsonl = value;
-    } else {
-      TANDEM_FAIL("ddp_step_bench: got flag ", excerpt(flag), " but expected one of --workloads, ",
-                  "--devices-per-process, --device-type, --steps, --jsonl (see --help)");
-    }
-  }
+  const auto workloads_flag = [&](std::string_view value) {
+    options.workloads = split_list(value);
+    for (const std::string& key : options.workloads) find_workload(key);
+  };
+  const auto device_type_flag = [&](std::string_view value) {
+    TANDEM_CHECK(value == "cuda" || value == "cpu", "--device-type is ", excerpt(value), " but expected cuda or cpu");
+    options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+  };
+  bench::parse_flags(argc, argv, "ddp_step_bench",
+                     "usage: ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] "
+                     "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]",
+                     {{"--workloads", workloads_flag},
+                      bench::int_flag("--devices-per-process", options.devices_per_process, 1, Device::kMaxCpuDevices),
+                      {"--device-type", device_type_flag},
+                      bench::int_flag("--steps", options.steps, 1, 1'000'000),
+                      bench::text_flag("--jsonl", options.jsonl)});
   return options;
 }
 
@@ -173,34 +138,14 @@ std::vector<Workload> chosen_workloads(const Options& options) {
   return chosen;
 }
 
-// Blocks until every local device has finished its work.
-void synchronize(const std::vector<Device>& devices) {
-#if TANDEM_WITH_CUDA
-  for (const Device& device : devices) {
-    if (!device.is_cuda()) continue;
-    cudaError_t status = cudaSetDevice(device.index());
-    if (status == cudaSuccess) status = cudaDeviceSynchronize();
-    TANDEM_CHECK(status == cudaSuccess, "ddp_step_bench: synchronizing ", device,
-                 " failed: ", cudaGetErrorString(status));
-  }
-#else
-  (void)devices;  // CPU work is finished when its call returns
-#endif
-}
-
-double median(std::vector<double> values) {
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
-
 // Milliseconds of `body` run between synchronized devices, after a barrier of the group.
 double timed_ms(comm::ProcessGroup& group, const std::function<void()>& body) {
-  synchronize(group.devices());
+  bench::synchronize(group.devices());
   group.barrier();
-  const auto begin = std::chrono::steady_clock::now();
-  body();
-  synchronize(group.devices());
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+  return bench::host_ms([&] {
+    body();
+    bench::synchronize(group.devices());
+  });
 }
 
 // One JSON line: rank 0's median step of `workload`.
@@ -242,7 +187,7 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
        << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
        << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
        << workload.title << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
-       << ", \"steps\": " << steps << ", \"median_ms\": " << median(times) << "}";
+       << ", \"steps\": " << steps << ", \"median_ms\": " << bench::median(times) << "}";
   return line.str();
 }
 

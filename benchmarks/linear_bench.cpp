@@ -12,19 +12,15 @@
 
 #include <tandem/tandem.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <vector>
 
-#if TANDEM_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "bench_support.h"
 
 namespace {
+
+namespace bench = tandem::bench;
 
 constexpr int64_t kBatch = 4096;
 constexpr int64_t kFeatures = 4096;
@@ -39,17 +35,9 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--device" && i + 1 < argc) {
-      options.device = std::stoi(argv[++i]);
-    } else if (flag == "--markdown" && i + 1 < argc) {
-      options.markdown = argv[++i];
-    } else {
-      std::cerr << "usage: linear_bench [--device N] [--markdown PATH]\n";
-      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
-    }
-  }
+  bench::parse_flags(
+      argc, argv, "linear_bench", "usage: linear_bench [--device N] [--markdown PATH]",
+      {bench::int_flag("--device", options.device, 0, 1023), bench::text_flag("--markdown", options.markdown)});
   return options;
 }
 
@@ -73,24 +61,8 @@ double time_linear(tandem::Device device, bool fused, bool tf32) {
     linear(x, w, b).backward(seed);
   };
 
-  for (int i = 0; i < kWarmup; ++i) iteration();
-  std::vector<double> samples;
-  for (int s = 0; s < kSamples; ++s) {
-    cudaDeviceSynchronize();
-    const auto begin = std::chrono::steady_clock::now();
-    for (int i = 0; i < kIterationsPerSample; ++i) iteration();
-    cudaDeviceSynchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
-    samples.push_back(ms / kIterationsPerSample);
-  }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
-}
-
-std::string format(const char* pattern, double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), pattern, value);
-  return text;
+  return bench::median_ms_per_call(
+      {device}, {.warmup = kWarmup, .samples = kSamples, .iterations = kIterationsPerSample}, iteration);
 }
 
 int run(const Options& options) {
@@ -102,7 +74,6 @@ int run(const Options& options) {
                options.device, " but expected 0 to ", tandem::cuda_device_count() - 1);
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   const tandem::Device device = tandem::Device::cuda(options.device);
-  cudaSetDevice(options.device);
   // Three products of 2 * batch * in * out operations each: the output, the input's and the weight's gradients.
   const double flops = 3.0 * 2.0 * kBatch * kFeatures * kFeatures;
   std::ostringstream table;
@@ -111,10 +82,9 @@ int run(const Options& options) {
     const double plain = time_linear(device, false, tf32);
     const double fused = time_linear(device, true, tf32);
     const char* precision = tf32 ? "TF32" : "FP32";
-    table << "| " << precision << " | plain | " << format("%.3f", plain) << " | " << format("%.1f", flops / plain / 1e9)
-          << " | |\n";
-    table << "| " << precision << " | fused | " << format("%.3f", fused) << " | " << format("%.1f", flops / fused / 1e9)
-          << " | " << format("%.3f", plain / fused) << " |\n";
+    table << bench::formatted("| %s | plain | %.3f | %.1f | |\n", precision, plain, flops / plain / 1e9)
+          << bench::formatted("| %s | fused | %.3f | %.1f | %.3f |\n", precision, fused, flops / fused / 1e9,
+                              plain / fused);
     std::cerr << "measured " << precision << "\n";
   }
   std::cout << "Linear(" << kFeatures << ", " << kFeatures << ") at batch " << kBatch << " on " << device
@@ -136,10 +106,5 @@ int run(const Options&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::cerr << "linear_bench: " << e.what() << "\n";
-    return 1;
-  }
+  return bench::exit_status("linear_bench", [&] { return run(parse(argc, argv)); });
 }

@@ -20,8 +20,6 @@
 #include <nccl.h>
 #include <tandem/tandem.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -29,10 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "tandem/comm/process_group.h"
 #include "tandem/core/cuda/context.h"
 
 namespace {
+
+namespace bench = tandem::bench;
 
 struct Options {
   int samples = 30;
@@ -43,49 +44,25 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--samples" && has_value) {
-      options.samples = std::stoi(argv[++i]);
-    } else if (flag == "--iterations" && has_value) {
-      options.iterations = std::stoi(argv[++i]);
-    } else if (flag == "--warmup" && has_value) {
-      options.warmup = std::stoi(argv[++i]);
-    } else if (flag == "--markdown" && has_value) {
-      options.markdown = argv[++i];
-    } else {
-      std::cerr << "usage: mpirun -np 2 nccl_mpi_allreduce [--samples S] [--iterations K] [--warmup W] "
-                   "[--markdown PATH]\n";
-      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
-    }
-  }
-  if (options.samples < 1 || options.iterations < 1 || options.warmup < 0) {
-    std::cerr << "nccl_mpi_allreduce: --samples and --iterations must be at least 1, --warmup at least 0\n";
-    std::exit(2);
-  }
+  bench::parse_flags(
+      argc, argv, "nccl_mpi_allreduce",
+      "usage: mpirun -np 2 nccl_mpi_allreduce [--samples S] [--iterations K] [--warmup W] "
+      "[--markdown PATH]",
+      {bench::int_flag("--samples", options.samples, 1, 1'000'000),
+       bench::int_flag("--iterations", options.iterations, 1, 1'000'000),
+       bench::int_flag("--warmup", options.warmup, 0, 1'000'000), bench::text_flag("--markdown", options.markdown)});
   return options;
 }
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-void check(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(status));
-}
+using bench::check;
 void check(int mpi_status, const char* what) {
-  if (mpi_status != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
+  TANDEM_CHECK(mpi_status == MPI_SUCCESS, what, " failed with MPI error ", mpi_status);
 }
 
 struct Timing {
   double device_us;  // per call, CUDA events
   double host_us;    // per call, the host's time to issue it
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // Medians over the samples of the time per call in microseconds (see the method at the top of the file).
 Timing time_us(const std::function<void()>& call, cudaStream_t stream, const Options& options) {
@@ -100,11 +77,11 @@ Timing time_us(const std::function<void()>& call, cudaStream_t stream, const Opt
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    const auto host_start = std::chrono::steady_clock::now();
-    for (int i = 0; i < options.iterations; ++i) call();
-    const std::chrono::duration<double, std::micro> host = std::chrono::steady_clock::now() - host_start;
+    const double issue_ms = bench::host_ms([&] {
+      for (int i = 0; i < options.iterations; ++i) call();
+    });
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    host_per_call.push_back(host.count() / options.iterations);
+    host_per_call.push_back(1e3 * issue_ms / options.iterations);
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0.0f;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -112,7 +89,7 @@ Timing time_us(const std::function<void()>& call, cudaStream_t stream, const Opt
   }
   check(cudaEventDestroy(start), "cudaEventDestroy");
   check(cudaEventDestroy(stop), "cudaEventDestroy");
-  return {median(per_call), median(host_per_call)};
+  return {bench::median(per_call), bench::median(host_per_call)};
 }
 
 // The raw side: one NCCL communicator over the processes' GPUs, bootstrapped through MPI, and a stream of its own.
@@ -150,30 +127,19 @@ struct Row {
   Timing tandem;
 };
 
-std::string size_label(size_t bytes) {
-  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
-}
-
 std::string markdown_table(const std::vector<Row>& rows, int processes, const Options& options) {
   std::ostringstream os;
-  int nccl_version = 0;
-  (void)ncclGetVersion(&nccl_version);
-  cudaDeviceProp properties{};
-  (void)cudaGetDeviceProperties(&properties, 0);
-  os << "all_reduce (sum, float32, in place) across " << processes << " processes, one " << properties.name
-     << " each, NCCL " << nccl_version << ": raw ncclAllReduce (MPI_Bcast bootstrap) vs tandem ProcessGroup::"
+  os << "all_reduce (sum, float32, in place) across " << processes << " processes, one " << bench::gpu_name(0)
+     << " each, NCCL " << bench::nccl_version() << ": raw ncclAllReduce (MPI_Bcast bootstrap) vs tandem ProcessGroup::"
      << "all_reduce. Time per call: CUDA events around " << options.iterations << " back-to-back calls, median of "
      << options.samples << " samples after " << options.warmup << " warm-up calls; rank 0's GPU. Host us: the "
      << "host's time to issue one call (median per call over the samples).\n\n";
   os << "| size | raw NCCL us | tandem us | difference us | ratio | raw host us | tandem host us |\n"
      << "|---|---|---|---|---|---|---|\n";
-  char line[200];
   for (const Row& row : rows) {
-    std::snprintf(line, sizeof(line), "| %s | %.1f | %.1f | %+.1f | %.3f | %.2f | %.2f |\n",
-                  size_label(row.bytes).c_str(), row.raw.device_us, row.tandem.device_us,
-                  row.tandem.device_us - row.raw.device_us, row.tandem.device_us / row.raw.device_us, row.raw.host_us,
-                  row.tandem.host_us);
-    os << line;
+    os << bench::formatted("| %s | %.1f | %.1f | %+.1f | %.3f | %.2f | %.2f |\n", bench::size_label(row.bytes).c_str(),
+                           row.raw.device_us, row.tandem.device_us, row.tandem.device_us - row.raw.device_us,
+                           row.tandem.device_us / row.raw.device_us, row.raw.host_us, row.tandem.host_us);
   }
   return os.str();
 }
@@ -219,7 +185,7 @@ int run(const Options& options) {
       rows.push_back({bytes, raw_time, tandem_time});
       if (group->rank() == 0) {
         std::fprintf(stderr, "  all_reduce %7s  raw %10.1f us (host %.2f)  tandem %10.1f us (host %.2f)\n",
-                     size_label(bytes).c_str(), raw_time.device_us, raw_time.host_us, tandem_time.device_us,
+                     bench::size_label(bytes).c_str(), raw_time.device_us, raw_time.host_us, tandem_time.device_us,
                      tandem_time.host_us);
       }
     }

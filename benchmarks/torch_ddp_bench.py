@@ -17,15 +17,15 @@ Usage: torchrun --standalone --nproc_per_node 2 benchmarks/torch_ddp_bench.py [-
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
-# name: (title, global batch, inputs, outputs, warm-up steps, timed steps, TF32)
+from torch_bench_support import median_step_ms, seed_net, sgd_mse_step, wide_mlp
+
+# name: (title, make, global batch, inputs, outputs, warm-up steps, timed steps, TF32)
 WORKLOADS = {
-    "seed": ("seed net, batch 4096", 4096, 10, 1, 50, 500, False),
-    "wide": ("wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, False),
-    "wide-tf32": ("wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, True),
+    "seed": ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, False),
+    "wide": ("wide MLP fp32, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, False),
+    "wide-tf32": ("wide MLP TF32, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, True),
 }
 
 
@@ -44,20 +44,8 @@ def parse_arguments():
     return args
 
 
-def make_model(torch, name):
-    nn = torch.nn
-    if name == "seed":
-        return nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 1))
-    layers = []
-    for layer in range(4):
-        if layer > 0:
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(4096, 4096))
-    return nn.Sequential(*layers)
-
-
 def time_workload(torch, dist, name, steps_override, device, world_size):
-    title, global_batch, inputs, outputs, warmup, steps, tf32 = WORKLOADS[name]
+    title, make, global_batch, inputs, outputs, warmup, steps, tf32 = WORKLOADS[name]
     if global_batch % world_size != 0:
         raise SystemExit(f"torch_ddp_bench: global batch {global_batch} of {name} over {world_size} processes "
                          "but expected a batch that splits evenly")
@@ -65,31 +53,17 @@ def time_workload(torch, dist, name, steps_override, device, world_size):
     rows = global_batch // world_size
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(make_model(torch, name).to(device), device_ids=[device.index],
+    model = torch.nn.parallel.DistributedDataParallel(make().to(device), device_ids=[device.index],
                                                       gradient_as_bucket_view=True, static_graph=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     x = torch.randn(rows, inputs, device=device)
     y = torch.randn(rows, outputs, device=device)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        optimizer.step()
-
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize(device)
-        dist.barrier(device_ids=[device.index])
-        begin = time.perf_counter()
-        step()
-        torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - begin) * 1e3)
+    median_ms = median_step_ms(sgd_mse_step(model, model.parameters(), x, y), warmup, steps,
+                               synchronize=lambda: torch.cuda.synchronize(device),
+                               start=lambda: dist.barrier(device_ids=[device.index]))
     torch.backends.cuda.matmul.allow_tf32 = False
     return {"framework": "pytorch", "torch": torch.__version__, "processes": world_size, "devices_per_process": 1,
             "device_type": "cuda", "workload": name, "title": title, "global_batch": global_batch,
-            "warmup": warmup, "steps": steps, "median_ms": statistics.median(times)}
+            "warmup": warmup, "steps": steps, "median_ms": median_ms}
 
 
 def main():

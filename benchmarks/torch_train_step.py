@@ -11,28 +11,14 @@ Usage: python3 benchmarks/torch_train_step.py [--gpus N]
 """
 import argparse
 import os
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-
-def seed_net():
-    return nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 1))
-
-
-def wide_mlp():
-    layers = []
-    for layer in range(4):
-        if layer > 0:
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(4096, 4096))
-    return nn.Sequential(*layers)
+from torch_bench_support import median_step_ms, seed_net, sgd_mse_step, wide_mlp
 
 
 WORKLOADS = [
@@ -51,26 +37,10 @@ def time_step(make, batch, inputs, outputs, warmup, steps, gpus):
     torch.manual_seed(0)
     model = make().cuda(0)
     runner = nn.DataParallel(model, device_ids=list(range(gpus))) if gpus > 1 else model
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     x = torch.randn(batch, inputs, device="cuda:0")
     y = torch.randn(batch, outputs, device="cuda:0")
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.mse_loss(runner(x), y)
-        loss.backward()
-        optimizer.step()
-
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        synchronize(gpus)
-        begin = time.perf_counter()
-        step()
-        synchronize(gpus)
-        times.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(times)
+    return median_step_ms(sgd_mse_step(runner, model.parameters(), x, y), warmup, steps,
+                          synchronize=lambda: synchronize(gpus))
 
 
 def ddp_worker(rank, gpus, workload, results):
@@ -81,26 +51,12 @@ def ddp_worker(rank, gpus, workload, results):
     dist.init_process_group("nccl", rank=rank, world_size=gpus, device_id=torch.device("cuda", rank))
     torch.manual_seed(0)
     model = DistributedDataParallel(make().cuda(rank), device_ids=[rank])
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     x = torch.randn(batch // gpus, inputs, device=rank)
     y = torch.randn(batch // gpus, outputs, device=rank)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        F.mse_loss(model(x), y).backward()
-        optimizer.step()
-
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize(rank)
-        begin = time.perf_counter()
-        step()
-        torch.cuda.synchronize(rank)
-        times.append((time.perf_counter() - begin) * 1e3)
+    median_ms = median_step_ms(sgd_mse_step(model, model.parameters(), x, y), warmup, steps,
+                               synchronize=lambda: torch.cuda.synchronize(rank))
     if rank == 0:
-        results.put(statistics.median(times))
+        results.put(median_ms)
     dist.destroy_process_group()
 
 

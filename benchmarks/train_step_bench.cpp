@@ -13,19 +13,17 @@
 #include <tandem/tandem.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#if TANDEM_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "bench_support.h"
 
 namespace {
+
+namespace bench = tandem::bench;
 
 struct Workload {
   std::string name;
@@ -43,16 +41,8 @@ struct Workload {
 std::vector<Workload> workloads() {
   using namespace tandem;
   auto seed = [] { return trainers::make_mlp(10, 20); };
-  auto wide = [] {
-    auto net = std::make_shared<nn::Sequential>();
-    for (int layer = 0; layer < 4; ++layer) {
-      if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
-      net->push_back(std::make_shared<nn::Linear>(4096, 4096));
-    }
-    return net;
-  };
   return {{"seed net, batch 4096", 4096, 10, 1, 50, 500, seed, 0.82, 3.24, 0.49, 1.62, 0.5},
-          {"wide MLP, batch 8192", 8192, 4096, 4096, 5, 30, wide, 60.0, 33.5, 59.7, 760.0, 33.0}};
+          {"wide MLP, batch 8192", 8192, 4096, 4096, 5, 30, bench::wide_mlp, 60.0, 33.5, 59.7, 760.0, 33.0}};
 }
 
 struct Options {
@@ -62,28 +52,13 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--gpus" && i + 1 < argc) {
-      options.gpus = std::stoi(argv[++i]);
-    } else if (flag == "--markdown" && i + 1 < argc) {
-      options.markdown = argv[++i];
-    } else {
-      std::cerr << "usage: train_step_bench [--gpus N] [--markdown PATH]\n";
-      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
-    }
-  }
+  bench::parse_flags(
+      argc, argv, "train_step_bench", "usage: train_step_bench [--gpus N] [--markdown PATH]",
+      {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown)});
   return options;
 }
 
 #if TANDEM_WITH_CUDA
-
-void synchronize(const std::vector<tandem::Device>& devices) {
-  for (const tandem::Device& device : devices) {
-    cudaSetDevice(device.index());
-    cudaDeviceSynchronize();
-  }
-}
 
 // Median milliseconds of one step of `workload` on `devices`.
 double time_step(const Workload& workload, const std::vector<tandem::Device>& devices) {
@@ -96,24 +71,12 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
   const Tensor x = Tensor::randn({workload.batch, workload.inputs}, devices.front());
   const Tensor y = Tensor::randn({workload.batch, workload.outputs}, devices.front());
 
-  for (int i = 0; i < workload.warmup; ++i) trainers::train_step(replicas, sgd, x, y);
-  std::vector<double> times;
-  for (int i = 0; i < workload.steps; ++i) {
-    synchronize(devices);
-    const auto begin = std::chrono::steady_clock::now();
-    trainers::train_step(replicas, sgd, x, y);
-    synchronize(devices);
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
-  }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  return bench::median_ms_per_call(devices, {.warmup = workload.warmup, .samples = workload.steps},
+                                   [&] { trainers::train_step(replicas, sgd, x, y); });
 }
 
-std::string cell(double ms) {
-  char text[32];
-  std::snprintf(text, sizeof(text), ms < 10 ? "%.3f" : "%.1f", ms);
-  return text;
-}
+// Milliseconds as the table prints them.
+std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
 
 int run(const Options& options) {
   const int gpus = std::min(options.gpus, tandem::cuda_device_count());
@@ -132,8 +95,8 @@ int run(const Options& options) {
     const double one = time_step(workload, {devices.front()});
     const double many = gpus > 1 ? time_step(workload, devices) : one;
     table << "| " << workload.name << " | " << cell(one) << " | " << (gpus > 1 ? cell(many) : "-") << " | "
-          << cell(workload.target_two) << " | " << cell(workload.torch_one) << " | " << cell(workload.torch_dp)
-          << " | " << cell(workload.libtorch_one) << " | " << cell(workload.libtorch_dp) << " |\n";
+          << cell(workload.target_two) << " | " << cell(workload.torch_one) << " | " << cell(workload.torch_dp) << " | "
+          << cell(workload.libtorch_one) << " | " << cell(workload.libtorch_dp) << " |\n";
     std::cerr << "measured " << workload.name << "\n";
   }
   std::cout << "Milliseconds per training step (median; PyTorch and LibTorch: reference numbers on 2x H200)\n\n"
@@ -154,10 +117,5 @@ int run(const Options&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::cerr << "train_step_bench: " << e.what() << "\n";
-    return 1;
-  }
+  return bench::exit_status("train_step_bench", [&] { return run(parse(argc, argv)); });
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Element conversions between the dtypes' C++ types, the one rule behind Tensor::to(DType) and copy_ between dtypes
-// on every device (cpu/convert.cpp, cuda/convert.cu). Usable in host code and in CUDA kernels.
+// on every device (cpu/convert.cpp, cuda/convert.cu). Usable in host code and in CUDA kernels, but for
+// with_element_type, which picks the types on the host.
 //
 // Note [Conversions]: as PyTorch converts elements,
 //   - float32 / bfloat16 -> int64 truncates toward zero. PyTorch leaves NaN and values outside int64's range
@@ -16,6 +17,8 @@
 #include <type_traits>
 
 #include "tandem/core/bfloat16.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
 
 namespace tandem::detail {
 
@@ -53,6 +56,20 @@ TANDEM_HOST_DEVICE T element_from_bits(uint64_t bits) {
     std::memcpy(&value, &narrow, sizeof(T));
     return value;
   }
+}
+
+// Calls fn(T{}) with T the C++ element type of `dtype`; `caller` names the function for a dtype it does not know.
+template <typename Fn>
+void with_element_type(DType dtype, const char* caller, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32:
+      return fn(float{});
+    case DType::Int64:
+      return fn(int64_t{});
+    case DType::BFloat16:
+      return fn(BFloat16{});
+  }
+  TANDEM_INTERNAL_ASSERT(false, caller, ": unknown dtype ", static_cast<int>(dtype));
 }
 
 }  // namespace tandem::detail

@@ -3,6 +3,7 @@
 // buckets completed replica by replica, idle replicas, leftover buckets, accumulation) gives one device's numbers.
 
 #include <atomic>
+#include <functional>
 
 #include "parallel/parallel_test_helpers.h"
 
@@ -23,33 +24,46 @@ Batch batch(size_t step, Device device) {
           seeded_randn({kBatchRows[step], 1}, device, 950 + step)};
 }
 
-// The replicas' weighted MSE (each chunk's mean weighted by its share of the rows): summed over replicas, the
-// gradient of the mean over the whole batch.
-std::vector<Tensor> forward_backward_step(parallel::ReplicatedModule& model, const Batch& b) {
-  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
+// A batch cut into the replicas' shares: inputs over every device, targets over the devices that got rows.
+struct Shards {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> targets;
+};
+
+Shards shard(const parallel::ReplicatedModule& model, const Batch& b) {
+  Shards shards{.inputs = comm::scatter(b.x, model.devices())};
   const std::vector<Device> used(model.devices().begin(),
-                                 model.devices().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
-  const std::vector<Tensor> targets = comm::scatter(b.y, used);
-  const auto rows = static_cast<float>(b.x.size(0));
-  return model.forward_backward(inputs, [&](size_t i, const Tensor& output) {
-    return nn::mse_loss(output, targets[i]) * (static_cast<float>(targets[i].size(0)) / rows);
-  });
+                                 model.devices().begin() + static_cast<std::ptrdiff_t>(shards.inputs.size()));
+  shards.targets = comm::scatter(b.y, used);
+  return shards;
 }
 
+// A replica's MSE weighted by its share of the batch's rows: summed over replicas, the mean over the whole batch.
+Tensor weighted_loss(const Tensor& output, const Tensor& target, const Batch& b) {
+  return nn::mse_loss(output, target) * (static_cast<float>(target.size(0)) / static_cast<float>(b.x.size(0)));
+}
+
+// One step through forward_backward with the weighted losses; `reduce` as forward_backward's.
+std::vector<Tensor> forward_backward_step(parallel::ReplicatedModule& model, const Batch& b, bool reduce = true) {
+  const Shards shards = shard(model, b);
+  return model.forward_backward(
+      shards.inputs, [&](size_t i, const Tensor& output) { return weighted_loss(output, shards.targets[i], b); },
+      reduce);
+}
+
+// How manual_step opens its step: not at all, or with prepare_for_backward(n, reduce).
+enum class Prepare { No, Reducing, NotReducing };
+
 // The same step without forward_backward: forward, one backward over every replica's loss, reduce_gradients().
-// With `prepared`, prepare_for_backward() opens a step between forward and backward.
-void manual_step(parallel::ReplicatedModule& model, const Batch& b, bool prepared = false) {
-  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
-  const std::vector<Device> used(model.devices().begin(),
-                                 model.devices().begin() + static_cast<std::ptrdiff_t>(inputs.size()));
-  const std::vector<Tensor> targets = comm::scatter(b.y, used);
-  const std::vector<Tensor> outputs = model.forward(inputs);
-  if (prepared) model.prepare_for_backward(outputs.size());
-  std::vector<Tensor> losses;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    losses.push_back(nn::mse_loss(outputs[i], targets[i]) *
-                     (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0))));
+void manual_step(parallel::ReplicatedModule& model, const Batch& b, Prepare prepare = Prepare::No) {
+  const Shards shards = shard(model, b);
+  const std::vector<Tensor> outputs = model.forward(shards.inputs);
+  if (prepare != Prepare::No) {
+    model.prepare_for_backward(outputs.size(), /*reduce=*/prepare == Prepare::Reducing);
+    EXPECT_EQ(model.step_open(), prepare == Prepare::Reducing) << "only a reducing backward opens a step";
   }
+  std::vector<Tensor> losses;
+  for (size_t i = 0; i < outputs.size(); ++i) losses.push_back(weighted_loss(outputs[i], shards.targets[i], b));
   autograd::backward(losses);
   model.reduce_gradients();
 }
@@ -61,62 +75,65 @@ void expect_every_replica_has(const parallel::ReplicatedModule& model, const std
   }
 }
 
+// Trains `model`, replicas of make_net(devices[0], 10, 20, 1), beside that net on one device over the batches of
+// kBatchRows, with SGD (kOptions) on both. Each step, `run_step` does the replicas' forward and backward and
+// returns their losses, if it has them. Then every replica must hold the one-device gradients, the losses must add
+// up to the one-device loss, and after the SGD steps the master must hold the one-device parameters and every other
+// replica exactly the master's.
+void expect_training_like_one_device(
+    parallel::ReplicatedModule& model,
+    const std::function<std::vector<Tensor>(parallel::ReplicatedModule&, const Batch&)>& run_step) {
+  const Device device = model.devices().front();
+  auto reference = make_net(device, 10, 20, 1);
+  parallel::ReplicatedSGD sgd(model, kOptions);
+  optim::SGD reference_sgd(reference->parameters(), kOptions);
+  for (size_t step = 0; step < kBatchRows.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Batch b = batch(step, device);
+    model.zero_grad();
+    const std::vector<Tensor> losses = run_step(model, b);
+    reference_sgd.zero_grad();
+    const Tensor reference_loss = nn::mse_loss(reference->forward(b.x), b.y);
+    reference_loss.backward();
+    expect_every_replica_has(model, gradients_of(*reference));
+    if (!losses.empty()) {
+      double total = 0.0;
+      for (const Tensor& loss : losses) total += loss.item();
+      EXPECT_NEAR(total, reference_loss.item(), 1e-5);
+    }
+    sgd.step();
+    reference_sgd.step();
+    expect_parameters_close(*model.module(), *reference);
+    for (size_t d = 1; d < model.size(); ++d) expect_parameters_close(*model.replicas()[d], *model.module(), 0.0, 0.0);
+  }
+}
+
 class OverlappedReduction : public EveryDeviceSet {};
 
 // Several buckets (128 bytes: [fc2.bias, fc2.weight], [fc1.bias], [fc1.weight]), idle replicas on the small
 // batches; reduce_gradients() after forward_backward must not sum a second time.
 TEST_P(OverlappedReduction, ForwardBackwardGivesOneDevicesGradientsAndParametersEachStep) {
   const auto devices = this->devices();
-  auto net = make_net(devices[0], 10, 20, 1);
-  auto reference = make_net(devices[0], 10, 20, 1);
-  parallel::ReplicatedModule model(net, devices, {.bucket_size = 128});
+  parallel::ReplicatedModule model(make_net(devices[0], 10, 20, 1), devices, {.bucket_size = 128});
   ASSERT_EQ(model.bucket_count(), 3u);
-  parallel::ReplicatedSGD sgd(model, kOptions);
-  optim::SGD reference_sgd(reference->parameters(), kOptions);
-  for (size_t step = 0; step < kBatchRows.size(); ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    const Batch b = batch(step, devices[0]);
-    model.zero_grad();
-    const std::vector<Tensor> losses = forward_backward_step(model, b);
-    model.reduce_gradients();
-    reference_sgd.zero_grad();
-    const Tensor reference_loss = nn::mse_loss(reference->forward(b.x), b.y);
-    reference_loss.backward();
-    expect_every_replica_has(model, gradients_of(*reference));
-    double total = 0.0;
-    for (const Tensor& loss : losses) total += loss.item();
-    EXPECT_NEAR(total, reference_loss.item(), 1e-5);
-    sgd.step();
-    reference_sgd.step();
-    expect_parameters_close(*net, *reference);
-    for (size_t d = 1; d < model.size(); ++d) expect_parameters_close(*model.replicas()[d], *net, 0.0, 0.0);
-  }
+  expect_training_like_one_device(model, [](parallel::ReplicatedModule& replicas, const Batch& b) {
+    std::vector<Tensor> losses = forward_backward_step(replicas, b);
+    replicas.reduce_gradients();
+    return losses;
+  });
 }
 
 // The hooks stay installed but only act inside forward_backward: steps without it still sum exactly once.
 TEST_P(OverlappedReduction, StepsWithAndWithoutForwardBackwardMix) {
   const auto devices = this->devices();
-  auto net = make_net(devices[0], 10, 20, 1);
-  auto reference = make_net(devices[0], 10, 20, 1);
-  parallel::ReplicatedModule model(net, devices, {.bucket_size = 64});
-  parallel::ReplicatedSGD sgd(model, kOptions);
-  optim::SGD reference_sgd(reference->parameters(), kOptions);
-  for (size_t step = 0; step < kBatchRows.size(); ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    const Batch b = batch(step, devices[0]);
-    model.zero_grad();
-    if (step % 2 == 0) {
-      forward_backward_step(model, b);
-    } else {
-      manual_step(model, b);
-    }
-    reference_sgd.zero_grad();
-    nn::mse_loss(reference->forward(b.x), b.y).backward();
-    expect_every_replica_has(model, gradients_of(*reference));
-    sgd.step();
-    reference_sgd.step();
-  }
-  expect_parameters_close(*net, *reference);
+  parallel::ReplicatedModule model(make_net(devices[0], 10, 20, 1), devices, {.bucket_size = 64});
+  bool through_forward_backward = false;
+  expect_training_like_one_device(model, [&](parallel::ReplicatedModule& replicas, const Batch& b) {
+    through_forward_backward = !through_forward_backward;
+    if (through_forward_backward) return forward_backward_step(replicas, b);
+    manual_step(replicas, b);
+    return std::vector<Tensor>();
+  });
 }
 
 // Note [Accumulating onto sums]: two forward_backward calls without zero_grad() in between give the gradient of
@@ -220,28 +237,17 @@ parallel::GradientCollective counting(std::shared_ptr<std::atomic<int>> starts) 
 // every replica's part of it is final, and reduce_gradients() closes the step with the numbers of one device.
 TEST_P(OverlappedReduction, APreparedBackwardIsSummedWhileItRuns) {
   const auto devices = this->devices();
-  auto net = make_net(devices[0], 10, 20, 1);
-  auto reference = make_net(devices[0], 10, 20, 1);
   const auto starts = std::make_shared<std::atomic<int>>(0);
-  parallel::ReplicatedModule model(net, devices, {.bucket_size = 128, .collective = counting(starts)});
+  parallel::ReplicatedModule model(make_net(devices[0], 10, 20, 1), devices,
+                                   {.bucket_size = 128, .collective = counting(starts)});
   ASSERT_EQ(model.bucket_count(), 3u);
-  parallel::ReplicatedSGD sgd(model, kOptions);
-  optim::SGD reference_sgd(reference->parameters(), kOptions);
-  for (size_t step = 0; step < kBatchRows.size(); ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    const Batch b = batch(step, devices[0]);
-    model.zero_grad();
+  expect_training_like_one_device(model, [&](parallel::ReplicatedModule& replicas, const Batch& b) {
     *starts = 0;
-    manual_step(model, b, /*prepared=*/true);
+    manual_step(replicas, b, Prepare::Reducing);
     EXPECT_EQ(*starts, 3) << "every bucket started during backward";
-    EXPECT_FALSE(model.step_open());
-    reference_sgd.zero_grad();
-    nn::mse_loss(reference->forward(b.x), b.y).backward();
-    expect_every_replica_has(model, gradients_of(*reference));
-    sgd.step();
-    reference_sgd.step();
-  }
-  expect_parameters_close(*net, *reference);
+    EXPECT_FALSE(replicas.step_open());
+    return std::vector<Tensor>();
+  });
 }
 
 TEST_P(OverlappedReduction, AStepLeftOpenRefusesTheNextUntilReduceGradientsClosesIt) {
@@ -282,20 +288,8 @@ TEST_P(OverlappedReduction, BackwardWithoutReductionAccumulatesUntilTheNextSum) 
   model.zero_grad();
   forward_backward_step(model, batch(0, devices[0]));  // sums
   const int summed = *starts;
-  const auto accumulate = [&](const Batch& b) {
-    const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
-    const std::vector<Device> used(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
-    const std::vector<Tensor> targets = comm::scatter(b.y, used);
-    model.forward_backward(
-        inputs,
-        [&](size_t i, const Tensor& output) {
-          return nn::mse_loss(output, targets[i]) *
-                 (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0)));
-        },
-        /*reduce=*/false);
-  };
-  accumulate(batch(1, devices[0]));
-  accumulate(batch(2, devices[0]));
+  forward_backward_step(model, batch(1, devices[0]), /*reduce=*/false);
+  forward_backward_step(model, batch(2, devices[0]), /*reduce=*/false);
   EXPECT_EQ(*starts, summed) << "no collective while accumulating";
   EXPECT_FALSE(model.step_open());
   model.reduce_gradients();
@@ -307,17 +301,7 @@ TEST_P(OverlappedReduction, BackwardWithoutReductionAccumulatesUntilTheNextSum) 
 
   // The same with the caller's backward: prepare_for_backward(n, false) opens no step.
   const Batch b = batch(3, devices[0]);
-  const std::vector<Tensor> inputs = comm::scatter(b.x, model.devices());
-  const std::vector<Tensor> outputs = model.forward(inputs);
-  model.prepare_for_backward(outputs.size(), /*reduce=*/false);
-  EXPECT_FALSE(model.step_open());
-  std::vector<Tensor> losses;
-  const std::vector<Tensor> targets = comm::scatter(b.y, devices);
-  for (size_t i = 0; i < outputs.size(); ++i)
-    losses.push_back(nn::mse_loss(outputs[i], targets[i]) *
-                     (static_cast<float>(targets[i].size(0)) / static_cast<float>(b.x.size(0))));
-  autograd::backward(losses);
-  model.reduce_gradients();
+  manual_step(model, b, Prepare::NotReducing);
   nn::mse_loss(reference->forward(b.x), b.y).backward();
   expect_every_replica_has(model, gradients_of(*reference));
 }

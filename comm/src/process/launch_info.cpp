@@ -88,7 +88,8 @@ std::optional<int> tasks_on_node(const char* name, std::string_view list, int no
 }
 
 // Both or neither: `names` lists the variables they come from, for the message.
-void set_local(LaunchInfo& info, std::optional<int> local_rank, std::optional<int> local_size, const char* names) {
+void set_local(LaunchInfo& info, std::optional<int> local_rank, std::optional<int> local_size,
+               const std::string& names) {
   if (local_rank || local_size) {
     TANDEM_CHECK(local_rank && local_size, kFn, ": got a local ", local_rank ? "rank" : "size", " but no local ",
                  local_rank ? "size" : "rank", " (expected both or neither of ", names, ")");
@@ -97,31 +98,35 @@ void set_local(LaunchInfo& info, std::optional<int> local_rank, std::optional<in
   }
 }
 
-LaunchInfo from_openmpi() {
+// The local placement from a launcher's pair of variables, both or neither.
+void set_local(LaunchInfo& info, const char* local_rank_name, const char* local_size_name) {
+  set_local(info, optional_int(local_rank_name, 0), optional_int(local_size_name, 1),
+            std::string(local_rank_name) + " and " + local_size_name);
+}
+
+// An MPI launcher's rank and size, from a pair of variables that come together.
+LaunchInfo mpi_world(const char* rank_name, const char* size_name) {
   LaunchInfo info;
   info.channel = LaunchInfo::Channel::Mpi;
-  info.rank = required_int("OMPI_COMM_WORLD_RANK", 0, "OpenMPI's other OMPI_COMM_WORLD_* variables");
-  info.size = required_int("OMPI_COMM_WORLD_SIZE", 1, "OpenMPI's other OMPI_COMM_WORLD_* variables");
-  set_local(info, optional_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), optional_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1),
-            "OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE");
+  info.rank = required_int(rank_name, 0, size_name);
+  info.size = required_int(size_name, 1, rank_name);
+  return info;
+}
+
+LaunchInfo from_openmpi() {
+  LaunchInfo info = mpi_world("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+  set_local(info, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   return info;
 }
 
 LaunchInfo from_pmi() {
-  LaunchInfo info;
-  info.channel = LaunchInfo::Channel::Mpi;
-  info.rank = required_int("PMI_RANK", 0, "PMI_SIZE");
-  info.size = required_int("PMI_SIZE", 1, "PMI_RANK");
-  set_local(info, optional_int("MPI_LOCALRANKID", 0), optional_int("MPI_LOCALNRANKS", 1),
-            "MPI_LOCALRANKID and MPI_LOCALNRANKS");
+  LaunchInfo info = mpi_world("PMI_RANK", "PMI_SIZE");
+  set_local(info, "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
   return info;
 }
 
 LaunchInfo from_slurm() {
-  LaunchInfo info;
-  info.channel = LaunchInfo::Channel::Mpi;
-  info.rank = required_int("SLURM_PROCID", 0, "SLURM_NTASKS");
-  info.size = required_int("SLURM_NTASKS", 1, "SLURM_PROCID");
+  LaunchInfo info = mpi_world("SLURM_PROCID", "SLURM_NTASKS");
   std::optional<int> local_size = optional_int("SLURM_NTASKS_PER_NODE", 1);
   if (!local_size) {
     if (const auto list = variable("SLURM_STEP_TASKS_PER_NODE")) {
@@ -165,8 +170,7 @@ std::optional<LaunchInfo> from_torchrun() {
   LaunchInfo info;
   info.rank = required_int("RANK", 0, "torchrun-style variables");
   info.size = required_int("WORLD_SIZE", 1, "torchrun-style variables");
-  set_local(info, optional_int("LOCAL_RANK", 0), optional_int("LOCAL_WORLD_SIZE", 1),
-            "LOCAL_RANK and LOCAL_WORLD_SIZE");
+  set_local(info, "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   if (method) {
     info.channel = LaunchInfo::Channel::File;
     info.rendezvous_path = rendezvous_path(*method);

@@ -9,17 +9,6 @@
 namespace tandem::cpu {
 namespace {
 
-// Calls fn(T{}) with T the C++ element type of `dtype`.
-template <typename Fn>
-void with_element_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::BFloat16: return fn(BFloat16{});
-  }
-  TANDEM_INTERNAL_ASSERT(false, "cpu::convert: unknown dtype ", static_cast<int>(dtype));
-}
-
 template <typename To, typename From>
 void convert_typed(const Tensor& src, const Tensor& dst) {
   const From* ps = static_cast<const From*>(src.data_ptr());
@@ -43,13 +32,15 @@ void fill_typed(const Tensor& out, uint64_t bits) {
 }  // namespace
 
 void convert(const Tensor& src, const Tensor& dst) {
-  with_element_type(src.dtype(), [&](auto from) {
-    with_element_type(dst.dtype(), [&](auto to) { convert_typed<decltype(to), decltype(from)>(src, dst); });
+  detail::with_element_type(src.dtype(), "cpu::convert", [&](auto from) {
+    detail::with_element_type(dst.dtype(), "cpu::convert",
+                              [&](auto to) { convert_typed<decltype(to), decltype(from)>(src, dst); });
   });
 }
 
 void fill_bits(const Tensor& out, uint64_t bits) {
-  with_element_type(out.dtype(), [&](auto element) { fill_typed<decltype(element)>(out, bits); });
+  detail::with_element_type(out.dtype(), "cpu::fill_bits",
+                            [&](auto element) { fill_typed<decltype(element)>(out, bits); });
 }
 
 }  // namespace tandem::cpu

@@ -45,25 +45,14 @@ __global__ void fill_kernel(int64_t n, Strided s, T* out, uint64_t bits) {
   }
 }
 
-// Calls fn(T{}) with T the C++ element type of `dtype`.
-template <typename Fn>
-void with_element_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::BFloat16: return fn(BFloat16{});
-  }
-  TANDEM_INTERNAL_ASSERT(false, "cuda convert: unknown dtype ", static_cast<int>(dtype));
-}
-
 }  // namespace
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, const Strided& layout,
              cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  with_element_type(src_dtype, [&](auto from) {
-    with_element_type(dst_dtype, [&](auto to) {
+  detail::with_element_type(src_dtype, "cuda::kernels::convert", [&](auto from) {
+    detail::with_element_type(dst_dtype, "cuda::kernels::convert", [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
       convert_kernel<To, From><<<blocks_for(n), kThreads, 0, stream>>>(n, layout, static_cast<To*>(dst),
@@ -76,7 +65,7 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, const
 void fill_bits(void* out, DType dtype, const Strided& layout, uint64_t bits, cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  with_element_type(dtype, [&](auto element) {
+  detail::with_element_type(dtype, "cuda::kernels::fill_bits", [&](auto element) {
     using T = decltype(element);
     fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, layout, static_cast<T*>(out), bits);
   });

@@ -1,0 +1,201 @@
+#pragma once
+// What the benchmark programs share: their `--flag value` command lines, the wide MLP workload, the host-clock
+// timing of work on the devices, and the pieces of their tables. Header only: every .cpp file in benchmarks/ is a
+// program of its own.
+
+#include <tandem/tandem.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace tandem::bench {
+
+// ---- command lines
+
+// One flag of a program: its name and what its value does; `set` throws tandem::Error for a bad value.
+struct Flag {
+  std::string_view name;
+  std::function<void(std::string_view value)> set;
+};
+
+// A flag whose value is a decimal integer from `least` to `most`, stored in `target`.
+inline Flag int_flag(std::string_view name, int& target, int least, int most) {
+  return {name, [name, &target, least, most](std::string_view text) {
+            int value = 0;
+            const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+            TANDEM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= least && value <= most,
+                         name, " is ", excerpt(text), " but expected an integer from ", least, " to ", most);
+            target = value;
+          }};
+}
+
+// A flag whose value is stored in `target` as it is (a path, say).
+inline Flag text_flag(std::string_view name, std::string& target) {
+  return {name, [&target](std::string_view text) { target = text; }};
+}
+
+// Reads argv as `--flag value` pairs of `flags`. --help or -h prints `usage` on stdout and exits 0. An unknown
+// flag, one without its value, or a value its flag refuses prints "<program>: <what is wrong>" and `usage` on
+// stderr and exits 2.
+inline void parse_flags(int argc, char** argv, std::string_view program, std::string_view usage,
+                        const std::vector<Flag>& flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view name = argv[i];
+    if (name == "--help" || name == "-h") {
+      std::cout << usage << "\n";
+      std::exit(0);
+    }
+    try {
+      const auto flag = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return f.name == name; });
+      TANDEM_CHECK(flag != flags.end(), "got flag ", excerpt(name), " but expected one of its flags (see --help)");
+      TANDEM_CHECK(i + 1 < argc, excerpt(name), " is last but expected a value after it");
+      flag->set(argv[++i]);
+    } catch (const Error& error) {
+      std::cerr << program << ": " << error.what() << "\n" << usage << "\n";
+      std::exit(2);
+    }
+  }
+}
+
+// The exit status of a program whose work is body(): body()'s own, or 1 after "<program>: <what>" on stderr for
+// what body() throws.
+template <typename Body>
+int exit_status(std::string_view program, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& error) {
+    std::cerr << program << ": " << error.what() << "\n";
+    return 1;
+  }
+}
+
+// ---- workloads
+
+// The wide MLP of train_step_bench and ddp_step_bench: 4 x Linear(4096, 4096) with ReLU between.
+inline std::shared_ptr<nn::Module> wide_mlp() {
+  auto net = std::make_shared<nn::Sequential>();
+  for (int layer = 0; layer < 4; ++layer) {
+    if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Linear>(4096, 4096));
+  }
+  return net;
+}
+
+// ---- timing
+
+// Blocks until every CUDA device in `devices` has finished its work (work on a CPU device is finished when its call
+// returns).
+inline void synchronize(const std::vector<Device>& devices) {
+#if TANDEM_WITH_CUDA
+  for (const Device& device : devices) {
+    if (!device.is_cuda()) continue;
+    cudaError_t status = cudaSetDevice(device.index());
+    if (status == cudaSuccess) status = cudaDeviceSynchronize();
+    TANDEM_CHECK(status == cudaSuccess, "bench::synchronize: synchronizing ", device,
+                 " failed: ", cudaGetErrorString(status));
+  }
+#else
+  (void)devices;
+#endif
+}
+
+// Milliseconds of the host's wall clock that body() takes.
+template <typename Body>
+double host_ms(Body&& body) {
+  const auto begin = std::chrono::steady_clock::now();
+  body();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// Milliseconds of the host's wall clock from every device in `devices` idle to the work of body() done on all of
+// them.
+template <typename Body>
+double synchronized_ms(const std::vector<Device>& devices, Body&& body) {
+  synchronize(devices);
+  return host_ms([&] {
+    body();
+    synchronize(devices);
+  });
+}
+
+// The middle element (the upper one of an even count); `values` must not be empty.
+inline double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+struct Sampling {
+  int warmup;          // untimed calls first
+  int samples;         // timed samples, at least 1
+  int iterations = 1;  // back-to-back calls in each sample
+};
+
+// Milliseconds per call of body(), the median over the samples: after the warm-up calls, each sample times
+// `iterations` calls with synchronized_ms on `devices` and divides by `iterations`.
+template <typename Body>
+double median_ms_per_call(const std::vector<Device>& devices, const Sampling& sampling, Body&& body) {
+  for (int i = 0; i < sampling.warmup; ++i) body();
+  std::vector<double> per_call;
+  for (int s = 0; s < sampling.samples; ++s) {
+    const double ms = synchronized_ms(devices, [&] {
+      for (int i = 0; i < sampling.iterations; ++i) body();
+    });
+    per_call.push_back(ms / sampling.iterations);
+  }
+  return median(per_call);
+}
+
+// ---- tables
+
+// printf's formatting of `args` by `pattern`, as a string (a table cell or line; at most 255 characters).
+template <typename... Args>
+std::string formatted(const char* pattern, Args... args) {
+  char text[256];
+  std::snprintf(text, sizeof(text), pattern, args...);
+  return text;
+}
+
+// "4 KB", "64 MB": a buffer size as the tables print it.
+inline std::string size_label(size_t bytes) {
+  return bytes >= (size_t{1} << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
+}
+
+#if TANDEM_WITH_CUDA
+
+inline void check(cudaError_t status, const char* call) {
+  TANDEM_CHECK(status == cudaSuccess, call, " failed: ", cudaGetErrorString(status));
+}
+inline void check(ncclResult_t status, const char* call) {
+  TANDEM_CHECK(status == ncclSuccess, call, " failed: ", ncclGetErrorString(status));
+}
+
+// What a table says it ran on: the name of a GPU and the NCCL version (as ncclGetVersion gives it).
+inline std::string gpu_name(int device) {
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  return properties.name;
+}
+inline int nccl_version() {
+  int version = 0;
+  check(ncclGetVersion(&version), "ncclGetVersion");
+  return version;
+}
+
+#endif
+
+}  // namespace tandem::bench
