@@ -24,19 +24,29 @@ constexpr double kTestFraction = 0.2;
 
 // What a flag left out means, per task. Regression keeps the seed net's SGD. Classification's defaults train the
 // digits data (data/README.md) to test accuracy 0.93 or more on its last 20% of rows (docs/tandem-train.md).
+// Their lr and weight decay go with their optimizer; another optimizer gets its own defaults (default_lr).
 struct TaskDefaults {
+  int64_t epochs;
   Optimizer optimizer;
+  double lr;
+  double weight_decay;
   const char* layers;
   const char* activation;
   const char* lr_schedule;
 };
-constexpr TaskDefaults kRegressionDefaults{Optimizer::SGD, "20", "none", "none"};
-constexpr TaskDefaults kClassificationDefaults{Optimizer::AdamW, "128", "relu", "cosine"};
+constexpr TaskDefaults kRegressionDefaults{100, Optimizer::SGD, 0.01, 0.0, "20", "none", "none"};
+constexpr TaskDefaults kClassificationDefaults{50, Optimizer::AdamW, 0.002, 1.0, "512,256", "relu", "cosine"};
 
-// The learning rate and weight decay an optimizer gets unless --lr / --weight-decay say otherwise (PyTorch's
-// defaults for Adam and AdamW; the seed net's lr for SGD).
-double default_lr(Optimizer optimizer) { return optimizer == Optimizer::SGD ? trainers::TrainerOptions{}.sgd.lr : 1e-3; }
-double default_weight_decay(Optimizer optimizer) { return optimizer == Optimizer::AdamW ? 1e-2 : 0.0; }
+// The learning rate and weight decay an optimizer gets unless --lr / --weight-decay say otherwise: the task's when it
+// is the task's optimizer, else PyTorch's defaults for Adam and AdamW and the seed net's lr for SGD.
+double default_lr(Optimizer optimizer, const TaskDefaults& task) {
+  if (optimizer == task.optimizer) return task.lr;
+  return optimizer == Optimizer::SGD ? kRegressionDefaults.lr : 1e-3;
+}
+double default_weight_decay(Optimizer optimizer, const TaskDefaults& task) {
+  if (optimizer == task.optimizer) return task.weight_decay;
+  return optimizer == Optimizer::AdamW ? 1e-2 : 0.0;
+}
 
 void check(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
@@ -175,13 +185,12 @@ ParsedFlags parse_flags(int argc, char** argv) {
   ParsedFlags parsed;
   Flags& flags = parsed.flags;
   const trainers::TrainerOptions defaults;
-  flags.epochs = defaults.epochs;
   flags.batch_size = defaults.batch_size;
   flags.lr = defaults.sgd.lr;
   flags.momentum = defaults.sgd.momentum;
   flags.test_fraction = kTestFraction;
   // Integers are read as text and parsed here: CLI11 would clamp out-of-range values and accept hex.
-  std::string epochs = std::to_string(flags.epochs);
+  std::string epochs;
   std::string batch_size = std::to_string(flags.batch_size);
   std::string hidden;
   std::string layers;
@@ -219,7 +228,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--timeout", timeout,
                  "Under a launcher: seconds a collective may take before the whole job ends with an error")
       ->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs in all (a resumed run continues up to this)")->capture_default_str();
+  app.add_option("--epochs", epochs,
+                 "Epochs in all (a resumed run continues up to this; default: 100 for regression, 50 for "
+                 "classification)");
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sgd|adam|adamw (default: sgd for regression, adamw for classification)");
   CLI::Option* lr = app.add_option("--lr", flags.lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
@@ -255,15 +266,15 @@ ParsedFlags parse_flags(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-    flags.epochs = parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs);
     flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
     flags.task = parse_task(task);
     const TaskDefaults& defaults =
         flags.task == trainers::Task::Regression ? kRegressionDefaults : kClassificationDefaults;
+    flags.epochs = epochs.empty() ? defaults.epochs : parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs);
     if (!features.empty()) flags.features = parse_names("--features", features);
     flags.optimizer = optimizer.empty() ? defaults.optimizer : parse_optimizer(optimizer);
-    if (lr->count() == 0) flags.lr = default_lr(flags.optimizer);
-    if (weight_decay->count() == 0) flags.weight_decay = default_weight_decay(flags.optimizer);
+    if (lr->count() == 0) flags.lr = default_lr(flags.optimizer, defaults);
+    if (weight_decay->count() == 0) flags.weight_decay = default_weight_decay(flags.optimizer, defaults);
     check(momentum->count() == 0 || flags.optimizer == Optimizer::SGD,
           "--momentum applies to --optimizer sgd only, got --optimizer " + to_string(flags.optimizer));
     flags.layers = !hidden.empty() ? std::vector<int64_t>{parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden)}
