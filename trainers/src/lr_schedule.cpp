@@ -76,6 +76,7 @@ std::optional<LrSchedule> parse_lr_schedule(std::string_view text, int64_t epoch
   const std::string_view rest = text.substr(7);
   const size_t plus = rest.find('+');
   const bool then_decay = plus != std::string_view::npos;
+  if (then_decay && epochs < 2) parser.fail("needs at least 2 epochs (a warm-up, then a decay), but epochs is 1");
   const int64_t warmup = parser.count(rest.substr(0, plus), "warm-up epochs", 1, then_decay ? epochs - 1 : epochs);
   // lr * (start + (1 - start) * min(e, N) / N) with start = 1 / (N + 1) is lr * (e + 1) / (N + 1) for e < N.
   const double start = 1.0 / static_cast<double>(warmup + 1);
