@@ -35,12 +35,12 @@ std::string demangle(const char* mangled) {
   return result;
 }
 
-// A detached copy of `parameter` on `device` (a fresh buffer even when it is already there), a leaf that requires
-// grad as the original does (frozen parameters stay frozen).
-Tensor copy_parameter(const Tensor& parameter, std::optional<Device> device) {
-  Tensor detached = parameter.detach();
-  Tensor copy = !device || *device == parameter.device() ? detached.clone() : detached.to(*device);
-  copy.set_requires_grad(parameter.requires_grad());
+// A detached copy of `tensor` (a parameter or a buffer) on `device` (a fresh one even when it is already there), a
+// leaf that requires grad as the original does (frozen parameters stay frozen, buffers never require grad).
+Tensor copy_leaf(const Tensor& tensor, std::optional<Device> device) {
+  Tensor detached = tensor.detach();
+  Tensor copy = !device || *device == tensor.device() ? detached.clone() : detached.to(*device);
+  copy.set_requires_grad(tensor.requires_grad());
   return copy;
 }
 
@@ -108,6 +108,8 @@ void Module::check_new_name(const std::string& name, const char* caller) const {
                " contains '.', which separates the parts of parameter names");
   for (const auto& slot : parameter_slots_)
     TANDEM_CHECK(slot.name != name, caller, ": ", this->name(), " already has a parameter named '", name, "'");
+  for (const auto& slot : buffer_slots_)
+    TANDEM_CHECK(slot.name != name, caller, ": ", this->name(), " already has a buffer named '", name, "'");
   for (const auto& slot : module_slots_)
     TANDEM_CHECK(slot.name != name, caller, ": ", this->name(), " already has a submodule named '", name, "'");
 }
@@ -122,6 +124,16 @@ void Module::register_parameter(const std::string& name, Tensor& parameter) {
       member_offset(&parameter, sizeof(parameter), "parameter", name, "nn::Module::register_parameter");
   parameter.set_requires_grad(true);
   parameter_slots_.push_back({name, offset});
+}
+
+void Module::register_buffer(const std::string& name, Tensor& buffer) {
+  check_new_name(name, "nn::Module::register_buffer");
+  TANDEM_CHECK(buffer.defined(), "nn::Module::register_buffer: buffer '", name, "' of ", this->name(),
+               " is undefined");
+  TANDEM_CHECK(!buffer.requires_grad(), "nn::Module::register_buffer: buffer '", name, "' of ", this->name(),
+               " requires grad, but buffers are not trained (register it as a parameter, or detach() it)");
+  const std::ptrdiff_t offset = member_offset(&buffer, sizeof(buffer), "buffer", name, "nn::Module::register_buffer");
+  buffer_slots_.push_back({name, offset});
 }
 
 void Module::register_module(const std::string& name, std::shared_ptr<Module>&& module) {
@@ -144,21 +156,42 @@ std::shared_ptr<Module> Module::child(size_t index) const {
 
 // ---- queries --------------------------------------------------------------------------------------------------
 
-void Module::collect_parameters(const std::string& prefix,
-                                std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& slot : parameter_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
-  for (const auto& slot : module_slots_) module_at(slot)->collect_parameters(prefix + slot.name + ".", out);
+void Module::collect_named(const std::string& prefix, TensorKinds kinds,
+                           std::vector<std::pair<std::string, Tensor>>& out) const {
+  if (kinds.parameters)
+    for (const auto& slot : parameter_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
+  if (kinds.buffers)
+    for (const auto& slot : buffer_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
+  for (const auto& slot : module_slots_) module_at(slot)->collect_named(prefix + slot.name + ".", kinds, out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect_parameters("", out);
+  collect_named("", {.parameters = true, .buffers = false}, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect_named("", {.parameters = false, .buffers = true}, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect_named("", {.parameters = true, .buffers = true}, out);
   return out;
 }
 
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& named : named_parameters()) out.push_back(std::move(named.second));
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& named : named_buffers()) out.push_back(std::move(named.second));
   return out;
 }
 
@@ -186,10 +219,13 @@ Device Module::device() const {
   return all.front().device();
 }
 
-// Every parameter slot of this module and its descendants, in parameters() order, with its owner.
-void Module::collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>& out) {
-  for (const auto& slot : parameter_slots_) out.emplace_back(this, &slot);
-  for (const auto& slot : module_slots_) module_at(slot)->collect_slots(out);
+// Every parameter or buffer slot of this module and its descendants, in collect_named order, with its owner.
+void Module::collect_slots(TensorKinds kinds, std::vector<std::pair<Module*, const ParameterSlot*>>& out) {
+  if (kinds.parameters)
+    for (const auto& slot : parameter_slots_) out.emplace_back(this, &slot);
+  if (kinds.buffers)
+    for (const auto& slot : buffer_slots_) out.emplace_back(this, &slot);
+  for (const auto& slot : module_slots_) module_at(slot)->collect_slots(kinds, out);
 }
 
 // ---- state ----------------------------------------------------------------------------------------------------
@@ -202,7 +238,7 @@ void Module::to(Device device) {
     Tensor grad;  // on `device`, or undefined
   };
   std::vector<Move> moves;
-  for (const auto& [name, parameter] : named_parameters()) {
+  for (const auto& [name, parameter] : state_dict()) {
     if (parameter.device() == device) continue;
     TANDEM_CHECK(parameter.is_leaf(), "nn::Module::to: parameter '", name, "' of ", this->name(),
                  " is the result of ", parameter.grad_fn()->name(), " but only leaf parameters can be moved");
@@ -210,7 +246,7 @@ void Module::to(Device device) {
     moves.push_back({parameter, parameter.detach().to(device), grad.defined() ? grad.to(device) : Tensor()});
   }
   for (const Move& move : moves) {
-    if (move.parameter.device() == device) continue;  // a parameter registered twice, moved already
+    if (move.parameter.device() == device) continue;  // a tensor registered twice, moved already
     move.parameter.set_grad(Tensor());
     move.parameter.set_data(move.data);
     move.parameter.set_grad(move.grad);
@@ -279,17 +315,17 @@ std::shared_ptr<Module> Module::clone(std::optional<Device> device) const {
   NoGradGuard no_grad;
   std::shared_ptr<Module> copy = structural_copy("nn::Module::clone");
   std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  copy->collect_slots(slots);
+  copy->collect_slots({.parameters = true, .buffers = true}, slots);
   for (const auto& [owner, slot] : slots) {
-    Tensor& parameter = owner->parameter_at(*slot);
-    parameter = copy_parameter(parameter, device);
+    Tensor& tensor = owner->parameter_at(*slot);
+    tensor = copy_leaf(tensor, device);
   }
   return copy;
 }
 
 void Module::set_parameters(const std::vector<Tensor>& parameters) {
   std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  collect_slots(slots);
+  collect_slots({.parameters = true, .buffers = false}, slots);
   TANDEM_CHECK(parameters.size() == slots.size(), "nn::Module::set_parameters: ", name(), " has ", slots.size(),
                " parameters but ", parameters.size(), " tensors were given");
   std::vector<std::pair<std::string, Tensor>> named = named_parameters();
@@ -301,6 +337,25 @@ void Module::set_parameters(const std::vector<Tensor>& parameters) {
                  to_string(parameters[i].shape()));
   }
   for (size_t i = 0; i < slots.size(); ++i) slots[i].first->parameter_at(*slots[i].second) = parameters[i];
+}
+
+void Module::set_buffers(const std::vector<Tensor>& buffers) {
+  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
+  collect_slots({.parameters = false, .buffers = true}, slots);
+  TANDEM_CHECK(buffers.size() == slots.size(), "nn::Module::set_buffers: ", name(), " has ", slots.size(),
+               " buffers but ", buffers.size(), " tensors were given");
+  std::vector<std::pair<std::string, Tensor>> named = named_buffers();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto& [buffer_name, buffer] = named[i];
+    TANDEM_CHECK(buffers[i].defined(), "nn::Module::set_buffers: the tensor for '", buffer_name, "' is undefined");
+    TANDEM_CHECK(buffers[i].shape() == buffer.shape() && buffers[i].dtype() == buffer.dtype(),
+                 "nn::Module::set_buffers: '", buffer_name, "' is ", buffer.dtype(), " of shape ",
+                 to_string(buffer.shape()), " but the tensor given for it is ", buffers[i].dtype(), " of shape ",
+                 to_string(buffers[i].shape()));
+    TANDEM_CHECK(!buffers[i].requires_grad(), "nn::Module::set_buffers: the tensor for '", buffer_name,
+                 "' requires grad, but buffers are not trained");
+  }
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].first->parameter_at(*slots[i].second) = buffers[i];
 }
 
 std::shared_ptr<Module> Module::clone_with_parameters(const std::vector<Tensor>& parameters) const {

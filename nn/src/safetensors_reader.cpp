@@ -94,7 +94,7 @@ void load(nn::Module& module, const std::string& path) {
   std::map<std::string, const Tensor*> in_file;
   for (const auto& [name, tensor] : file.tensors) in_file[name] = &tensor;
 
-  std::vector<std::pair<std::string, Tensor>> parameters = module.named_parameters();
+  std::vector<std::pair<std::string, Tensor>> parameters = module.state_dict();
   std::vector<const Tensor*> sources;
   for (const auto& [name, parameter] : parameters) {
     auto found = in_file.find(name);

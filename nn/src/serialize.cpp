@@ -83,7 +83,7 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
 }
 
 void save(const nn::Module& module, const std::string& path) {
-  write_safetensors(module.named_parameters(), path, {{"format", "pt"}}, "save");
+  write_safetensors(module.state_dict(), path, {{"format", "pt"}}, "save");
 }
 
 }  // namespace tandem

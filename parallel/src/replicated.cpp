@@ -34,6 +34,7 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   std::vector<Tensor> buffers;
   for (size_t d = 0; d < replicas_.size(); ++d) {
     parameters_.push_back(replicas_[d]->parameters());
+    buffers_.push_back(replicas_[d]->buffers());
     buffers.push_back(Tensor::zeros({layout.numel()}, devices_[d]));
     std::vector<Tensor> views(layout.parameter_count());
     for (size_t i = 0; i < views.size(); ++i) {
@@ -59,6 +60,7 @@ void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const cha
 std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs) {
   check_inputs(inputs, "forward");
   follow_master_modes();
+  sync_buffers();
   const std::vector<std::shared_ptr<nn::Module>> used(replicas_.begin(),
                                                       replicas_.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   return parallel_apply(used, inputs);
@@ -102,6 +104,7 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
   follow_master_modes();
+  sync_buffers();
   prepare_buffers(inputs.size(), reduce);
 
   std::vector<Tensor> losses(inputs.size());
@@ -171,6 +174,12 @@ void ReplicatedModule::sync_parameters() {
   NoGradGuard no_grad;
   for (size_t d = 1; d < replicas_.size(); ++d)
     for (size_t i = 0; i < parameters_[d].size(); ++i) parameters_[d][i].copy_(parameters_[0][i]);
+}
+
+void ReplicatedModule::sync_buffers() {
+  NoGradGuard no_grad;
+  for (size_t d = 1; d < replicas_.size(); ++d)
+    for (size_t i = 0; i < buffers_[d].size(); ++i) buffers_[d][i].copy_(buffers_[0][i]);
 }
 
 const Tensor& ReplicatedModule::gradient_buffer(size_t replica) const {

@@ -1,12 +1,10 @@
 // tandem's optimizers, LR schedulers and clip_grad_norm_ replaying PyTorch's own results: the file that
 // tests/nn/torch_replay/make_replay.py writes where PyTorch is installed (float64 trajectories of torch.optim.Adam
 // and AdamW, the lrs of torch.optim.lr_scheduler's schedulers, torch.nn.utils.clip_grad_norm_'s results). The
-// environment variable TANDEM_TORCH_REPLAY names the file; without it the tests skip, saying how to make one.
-#include <cstdlib>
-#include <fstream>
+// environment variable TANDEM_TORCH_REPLAY names the file (nn/torch_replay/replay_file.h); without it the tests skip.
 #include <limits>
-#include <nlohmann/json.hpp>
 
+#include "nn/torch_replay/replay_file.h"
 #include "support/test_support.h"
 
 namespace tandem {
@@ -14,35 +12,6 @@ namespace {
 
 using Json = nlohmann::json;
 using testing::expect_values;
-
-// The replay file, or a reason to skip.
-const Json* replay(std::string& reason) {
-  static Json file;
-  static std::string why_not;
-  static const bool loaded = [] {
-    const char* path = std::getenv("TANDEM_TORCH_REPLAY");
-    if (path == nullptr || *path == '\0') {
-      why_not =
-          "TANDEM_TORCH_REPLAY is not set: run tests/nn/torch_replay/make_replay.py OUT.json where PyTorch is "
-          "installed and point TANDEM_TORCH_REPLAY at OUT.json";
-      return false;
-    }
-    std::ifstream in(path);
-    if (!in) {
-      why_not = std::string("TANDEM_TORCH_REPLAY names '") + path + "', which cannot be opened";
-      return false;
-    }
-    file = Json::parse(in);  // a broken file fails the test that reads it
-    return true;
-  }();
-  reason = why_not;
-  return loaded ? &file : nullptr;
-}
-
-#define TANDEM_REQUIRE_REPLAY(name)       \
-  std::string skip_reason;                \
-  const Json* name = replay(skip_reason); \
-  if (name == nullptr) GTEST_SKIP() << skip_reason
 
 std::vector<float> floats(const Json& values) { return values.get<std::vector<float>>(); }
 

@@ -290,7 +290,19 @@ TEST(TandemTrain, CheckpointsSurviveKillNine) {
     if (std::filesystem::exists(checkpoint)) arguments.insert(arguments.end(), {"--resume", checkpoint});
     const pid_t pid = spawn_tool(arguments);
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 200));
+    // The kill comes at a random instant after the run has written a checkpoint of its own (so that a slow start on a
+    // loaded machine cannot make every run die before its first write), while it goes on writing more.
+    const auto written = [&checkpoint] {
+      std::error_code missing;
+      const auto time = std::filesystem::last_write_time(checkpoint, missing);
+      return missing ? std::filesystem::file_time_type::min() : time;
+    };
+    const auto written_before = written();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (written() == written_before && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 200));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);

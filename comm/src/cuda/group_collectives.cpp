@@ -5,6 +5,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -79,6 +80,13 @@ using Tracker = LaunchTracker<DeviceEvents>;
 // no string, no lock shared with the watchdog. The watch shares the communicators' state with the collectives object:
 // a poll after the communicators were destroyed or aborted finds them gone and reports nothing instead of touching
 // released handles.
+//
+// Note [Watching NCCL's host calls]: NCCL may also wait on the HOST inside a launch: the first collective of a
+// communicator connects to its peers there (NCCL connects lazily), and waits for peers that never come. The launch
+// cannot be published before its events are recorded behind it, so while the launching thread is inside NCCL's calls
+// it marks the launch as being issued (issue time, name, number and size, in atomics: no lock, no allocation), and
+// the poll reports that launch as pending from its issue time. Its deadline is then the same as if it had been
+// published, and the watchdog's abort ends the job.
 class Communicators {
  public:
   enum class Phase { Live, Destroyed, Aborted };
@@ -92,6 +100,12 @@ class Communicators {
   std::vector<ncclComm_t> comms;   // the communicator of local rank i
   int first_rank = 0;              // the global rank of local rank 0
   Tracker tracker;                 // launching side: the collectives object, under the collective launch lock
+  // The launch inside NCCL's host calls now (Note [Watching NCCL's host calls]): issuing_since is its issue time in
+  // Clock ticks, 0 when none; written by the launching thread, read by the poll.
+  std::atomic<Watchdog::Clock::rep> issuing_since{0};
+  std::atomic<const char*> issuing_name{""};
+  std::atomic<uint64_t> issuing_number{0};
+  std::atomic<uint64_t> issuing_bytes{0};
 
   // Moves from Live to `next`; false when another caller already left Live (then releasing the communicators is not
   // this caller's job).
@@ -122,6 +136,12 @@ bool Communicators::live() {
 std::optional<Watchdog::Pending> Communicators::poll() {
   std::lock_guard<std::mutex> lock(mutex_);  // keeps destroy and abort from releasing the communicators meanwhile
   if (phase_ != Phase::Live) return std::nullopt;
+  if (const Watchdog::Clock::rep since = issuing_since.load(std::memory_order_acquire); since != 0) {
+    return Watchdog::Pending{Watchdog::Clock::time_point(Watchdog::Clock::duration(since)),
+                             tandem::detail::concat(issuing_name.load(std::memory_order_relaxed), " #",
+                                                    issuing_number.load(std::memory_order_relaxed), " of ",
+                                                    issuing_bytes.load(std::memory_order_relaxed), " bytes")};
+  }
   std::optional<Watchdog::Pending> pending = tracker.poll([](const DeviceEvents& events) { return events.complete(); });
   if (!pending) return std::nullopt;
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -284,6 +304,25 @@ class NcclCollectives final : public DeviceCollectives {
   void abort() noexcept override;
 
  private:
+  // Marks a launch as inside NCCL's host calls for its scope (Note [Watching NCCL's host calls]), also when one of
+  // them throws.
+  class Issuing {
+   public:
+    Issuing(Communicators& communicators, const char* name, uint64_t number, uint64_t bytes)
+        : communicators_(communicators) {
+      communicators_.issuing_name.store(name, std::memory_order_relaxed);
+      communicators_.issuing_number.store(number, std::memory_order_relaxed);
+      communicators_.issuing_bytes.store(bytes, std::memory_order_relaxed);
+      communicators_.issuing_since.store(Watchdog::Clock::now().time_since_epoch().count(), std::memory_order_release);
+    }
+    ~Issuing() { communicators_.issuing_since.store(0, std::memory_order_release); }
+    Issuing(const Issuing&) = delete;
+    Issuing& operator=(const Issuing&) = delete;
+
+   private:
+    Communicators& communicators_;
+  };
+
   // One collective on `streams` (one per local rank), with issue(local rank, communicator, stream) for each local
   // rank inside one NCCL group: each stream first waits for ready[rank] when given, and for the previous launch when
   // it ran on other streams (Note [Group collective streams]); then the launch's events are recorded behind it and
@@ -301,8 +340,11 @@ class NcclCollectives final : public DeviceCollectives {
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], previous_->markers[r], 0));
       }
     }
-    collective_.launch_one(lock, streams,
-                           [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
+    {
+      Issuing issuing(*communicators_, name, tracker.published() + 1, count * sizeof(float));
+      collective_.launch_one(lock, streams,
+                             [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
+    }
     for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(events[r], streams[r]));
     previous_ = &tracker.publish(name, count * sizeof(float));
     previous_streams_ = &streams;

@@ -2,11 +2,13 @@
 // a mistake is an Error on the rank that made it instead of a mismatch on the others), and ProcessGroup::Impl.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "process_group_impl.h"
 #include "tandem/core/error.h"
@@ -131,7 +133,14 @@ void ProcessGroup::Impl::check_devices_agree(const std::vector<Device>& devices)
   }
 }
 
+// Note [The first failure names the job's end]: aborting the NCCL communicators makes a collective that waits inside
+// NCCL on another thread fail, and that failure (an exception, then std::terminate's handler) would abort the job a
+// second time with NCCL's message instead of the reason that started it. So only the first abort proceeds; a later
+// caller waits for it to end the process (which it does: the channel's abort does not return).
 void ProcessGroup::Impl::abort(std::string_view message) {
+  if (aborting_.exchange(true)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   if (detail::DeviceCollectives* collectives = abort_collectives_.load()) collectives->abort();
   if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(message);
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());

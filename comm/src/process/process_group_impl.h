@@ -50,6 +50,7 @@ class ProcessGroup::Impl {
   std::unique_ptr<detail::HostChannel> channel_;
   std::atomic<detail::HostChannel*> abort_channel_{nullptr};  // channel_ once it is up, for the watchdog's thread
   std::atomic<detail::DeviceCollectives*> abort_collectives_{nullptr};  // collectives_ once they are up, likewise
+  std::atomic<bool> aborting_{false};  // Note [The first failure names the job's end] in process_group.cpp
   detail::Watchdog watchdog_;
   std::unique_ptr<detail::TerminateAbort> terminate_abort_;  // size() > 1 only
   std::unique_ptr<detail::DeviceCollectives> collectives_;

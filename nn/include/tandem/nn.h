@@ -3,9 +3,13 @@
 
 #include "tandem/nn/activation.h"
 #include "tandem/nn/clip_grad.h"
+#include "tandem/nn/dropout.h"
+#include "tandem/nn/embedding.h"
+#include "tandem/nn/init.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/loss.h"
 #include "tandem/nn/module.h"
+#include "tandem/nn/normalization.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/nn/serialize.h"
 #include "tandem/optim/optimizer.h"

@@ -6,8 +6,9 @@
 
 The file holds: Adam and AdamW trajectories (parameter values after every step) on a fixed quadratic problem, with
 and without weight decay and amsgrad, over parameter groups; the learning rates that StepLR, CosineAnnealingLR,
-LinearLR and SequentialLR set at each epoch; and clip_grad_norm_'s totals and clipped gradients. Only torch is
-needed.
+LinearLR and SequentialLR set at each epoch; clip_grad_norm_'s totals and clipped gradients; and cross_entropy's values
+and gradients (with class weights, ignore_index, label smoothing, every reduction, class-probability targets) for fixed
+logits, a row of them near 1e4. Only torch is needed.
 """
 import json
 import sys
@@ -58,6 +59,51 @@ CLIPS = [
     {"norm_type": "inf", "max_norm": 0.5},
 ]
 CLIP_GRADS = [[3.0, -4.0, 0.5, 2.0, -1.25, 7.0], [12.0, -0.75, 1.5]]
+
+
+# Logits exactly representable in float32, so that tandem starts from the same numbers; the last row is near 1e4.
+LOGITS = [[0.5, -1.25, 2.0, 0.75, -0.5],
+          [1.5, 0.25, -2.0, 3.0, 0.125],
+          [-0.75, -1.5, 0.0, 0.5, 2.25],
+          [2.5, 2.5, -1.0, 0.0, 1.0],
+          [-3.0, 0.375, 1.25, -0.25, 0.625],
+          [10000.5, -9999.25, 9998.0, 4096.0, -1.5]]
+TARGETS = [3, 0, 4, 1, 2, 2]
+IGNORED_TARGETS = [3, -100, 4, 1, -100, 0]
+PROBABILITIES = [[0.1, 0.2, 0.3, 0.25, 0.15], [0.0, 1.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5],
+                 [0.2, 0.2, 0.2, 0.2, 0.2], [0.0, 0.0, 0.75, 0.25, 0.0], [0.125, 0.0, 0.625, 0.25, 0.0]]
+CLASS_WEIGHT = [0.5, 2.0, 1.0, 0.25, 1.5]
+COTANGENT = [1.0, -0.5, 2.0, 0.25, 1.5, -1.0]  # the gradient of reduction "none"'s row losses in backward
+CROSS_ENTROPY = [
+    {"name": "defaults", "targets": TARGETS},
+    {"name": "sum", "targets": TARGETS, "reduction": "sum"},
+    {"name": "none", "targets": TARGETS, "reduction": "none"},
+    {"name": "ignored_rows", "targets": IGNORED_TARGETS},
+    {"name": "ignore_index_1", "targets": TARGETS, "ignore_index": 1, "reduction": "none"},
+    {"name": "class_weights", "targets": IGNORED_TARGETS, "weight": CLASS_WEIGHT},
+    {"name": "smoothing", "targets": TARGETS, "label_smoothing": 0.2},
+    {"name": "smoothing_weights_ignored", "targets": IGNORED_TARGETS, "weight": CLASS_WEIGHT, "label_smoothing": 0.3},
+    {"name": "smoothing_weights_ignored_sum", "targets": IGNORED_TARGETS, "weight": CLASS_WEIGHT,
+     "label_smoothing": 0.3, "reduction": "sum"},
+    {"name": "smoothing_weights_ignore_index_2_none", "targets": TARGETS, "weight": CLASS_WEIGHT, "ignore_index": 2,
+     "label_smoothing": 0.1, "reduction": "none"},
+    {"name": "probabilities", "targets": PROBABILITIES},
+    {"name": "probabilities_smoothing_weights", "targets": PROBABILITIES, "weight": CLASS_WEIGHT,
+     "label_smoothing": 0.25, "reduction": "none"},
+]
+CROSS_ENTROPY_DEFAULTS = {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
+
+
+def cross_entropy(case):
+    case = dict(CROSS_ENTROPY_DEFAULTS, **case)  # the file states every option
+    logits = torch.tensor(LOGITS, requires_grad=True)
+    probabilities = isinstance(case["targets"][0], list)
+    target = torch.tensor(case["targets"]) if probabilities else torch.tensor(case["targets"], dtype=torch.int64)
+    weight = None if case["weight"] is None else torch.tensor(case["weight"])
+    loss = torch.nn.functional.cross_entropy(logits, target, weight=weight, ignore_index=case["ignore_index"],
+                                             reduction=case["reduction"], label_smoothing=case["label_smoothing"])
+    loss.backward(torch.tensor(COTANGENT) if case["reduction"] == "none" else None)
+    return dict(case, loss=loss.tolist(), grad=logits.grad.tolist())
 
 
 def make_parameters():
@@ -135,6 +181,8 @@ def main():
         "optimizers": [trajectory(case) for case in OPTIMIZERS],
         "schedulers": [schedule(spec) for spec in SCHEDULERS],
         "clips": [clip(spec) for spec in CLIPS],
+        "cross_entropy": {"logits": LOGITS, "cotangent": COTANGENT,
+                          "cases": [cross_entropy(case) for case in CROSS_ENTROPY]},
     }
     with open(sys.argv[1], "w") as out:
         json.dump(replay, out, indent=1)

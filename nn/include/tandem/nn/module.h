@@ -1,7 +1,7 @@
 #pragma once
-// nn::Module: the base of every layer. A module keeps an ordered registry of its parameters and submodules, from
-// which parameters(), named_parameters() (PyTorch state_dict names such as "fc1.weight"), to(), zero_grad(),
-// clone() and save/load all work. User layers derive from nn::Cloneable<Self> (one line) to get clone() and with
+// nn::Module: the base of every layer. A module keeps an ordered registry of its parameters, buffers and submodules,
+// from which parameters(), named_parameters() (PyTorch state_dict names such as "fc1.weight"), buffers(), to(),
+// zero_grad(), clone() and save/load all work. User layers derive from nn::Cloneable<Self> (one line) to get clone() and with
 // it parallel::replicate:
 //
 //   class Net : public nn::Cloneable<Net> {
@@ -124,13 +124,21 @@ class Module {
   std::vector<std::shared_ptr<Module>> children() const;                 // direct submodules, registration order
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
   int64_t num_parameters() const;                                         // total number of elements
+  // Buffers: state that is not trained (BatchNorm's running statistics), in the same order and naming as parameters.
+  // As in PyTorch they are saved and loaded with the parameters, moved by to() and copied by clone(), but they are
+  // not parameters (an optimizer never sees them) and never require grad.
+  std::vector<Tensor> buffers() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;  // "bn.running_mean", ...
+  // Every tensor of the module's state, as PyTorch's state_dict(): for each module in pre-order, its own parameters,
+  // then its own buffers, then its children's. What save() writes and load() reads.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
 
   // ---- state ----
-  // Moves every parameter to `device` in place, as PyTorch's module.to(): each parameter tensor keeps its identity
+  // Moves every parameter and buffer to `device` in place, as PyTorch's module.to(): each tensor keeps its identity
   // and takes a copy of its data on `device` (Tensor::set_data), so optimizers, hooks and handles taken before the
   // move stay valid and see the new device and values. requires_grad is kept; a .grad is moved along (as a new
-  // tensor). Parameters already on `device` are left untouched. All or nothing: every copy is made before the first
-  // parameter changes. Optimizer state (momentum buffers) is not moved, as in PyTorch.
+  // tensor). Tensors already on `device` are left untouched. All or nothing: every copy is made before the first
+  // tensor changes. Optimizer state (momentum buffers) is not moved, as in PyTorch.
   // Errors: a device that does not exist; a parameter to move that is not a leaf (a replica's, see
   // parallel::replicate).
   void to(Device device);
@@ -140,7 +148,7 @@ class Module {
   // gradients. set_to_none = false: existing gradients are zeroed in place (their storage is kept).
   void zero_grad(bool set_to_none = true);
   // ---- training mode ----
-  // A flag per module that layers may consult in forward (none of the built-in ones do). train() and eval() set it
+  // A flag per module that layers consult in forward (Dropout, BatchNorm1d). train() and eval() set it
   // on this module and every descendant; replicas kept by parallel::ReplicatedModule follow the master's flags.
   void train(bool training = true);
   void eval() { train(false); }
@@ -157,19 +165,27 @@ class Module {
 
   // ---- copies ----
   // Deep copy: same structure, every parameter copied to `device` (default: where it is) as a new leaf with the
-  // original's requires_grad (true unless it was frozen). Modules that do not derive from Cloneable<Self> throw.
+  // original's requires_grad (true unless it was frozen), every buffer copied there too. Modules that do not derive
+  // from Cloneable<Self> throw.
   virtual std::shared_ptr<Module> clone(std::optional<Device> device = std::nullopt) const;
   // Structural copy whose parameters (in parameters() order) are exactly `parameters`: no data is copied and the
   // tensors are used as given (for parallel::replicate, whose broadcast outputs carry gradient edges back to the
-  // master). The count and every shape must match.
+  // master). The count and every shape must match. The copy's buffers are the original's tensors (shared, not
+  // copied); give it others with set_buffers.
   std::shared_ptr<Module> clone_with_parameters(const std::vector<Tensor>& parameters) const;
   // Replaces the parameter tensors (in parameters() order) by `parameters`, as given; count and shapes must match.
   void set_parameters(const std::vector<Tensor>& parameters);
+  // Replaces the buffer tensors (in buffers() order) by `buffers`, as given; count, shapes and dtypes must match and
+  // none may require grad.
+  void set_buffers(const std::vector<Tensor>& buffers);
 
  protected:
   // Registers the member tensor `parameter` under `name` and sets requires_grad on it. It must be a defined leaf
   // and a direct member of this module (see Note [Member slots]; checked here for modules derived from Cloneable).
   void register_parameter(const std::string& name, Tensor& parameter);
+  // Registers the member tensor `buffer` under `name` as a buffer (see buffers()). It must be defined, not require
+  // grad, and be a direct member, as a parameter. Names are shared with parameters and submodules: no two alike.
+  void register_buffer(const std::string& name, Tensor& buffer);
   // Registers the member `module` (a std::shared_ptr<M> with M derived from Module, not null) under `name`; as for
   // parameters, it must be a direct member.
   template <class M>
@@ -194,7 +210,7 @@ class Module {
   template <class Derived>
   friend class Cloneable;
 
-  struct ParameterSlot {
+  struct ParameterSlot {  // a parameter's or a buffer's
     std::string name;
     std::ptrdiff_t offset;  // of the Tensor member from this Module subobject
   };
@@ -218,13 +234,20 @@ class Module {
   void replace_module(ModuleSlot& slot, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* caller) const;
   void add_module_slot(ModuleSlot slot);
-  void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-  void collect_slots(std::vector<std::pair<Module*, const ParameterSlot*>>& out);
+  // Which registered tensors a walk over the tree collects.
+  struct TensorKinds {
+    bool parameters;
+    bool buffers;
+  };
+  void collect_named(const std::string& prefix, TensorKinds kinds,
+                     std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_slots(TensorKinds kinds, std::vector<std::pair<Module*, const ParameterSlot*>>& out);
   void collect_training_modes(std::vector<bool>& out) const;
   bool apply_training_modes(const std::vector<bool>& modes, size_t& next);  // returns whether a flag changed
   std::shared_ptr<Module> structural_copy(const char* caller) const;
 
   std::vector<ParameterSlot> parameter_slots_;
+  std::vector<ParameterSlot> buffer_slots_;
   std::vector<ModuleSlot> module_slots_;
   bool training_ = true;
 };

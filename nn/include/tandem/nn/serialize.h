@@ -30,10 +30,10 @@
 
 namespace tandem {
 
-// Writes module.named_parameters().
+// Writes module.state_dict(): the parameters and the buffers.
 void save(const nn::Module& module, const std::string& path);
-// Copies the file's tensors into the module's existing parameters, in place (on their devices), so optimizers that
-// hold them stay valid. The names must match exactly (no missing, no unexpected ones) and so must the shapes and the
+// Copies the file's tensors into the module's existing parameters and buffers, in place (on their devices), so
+// optimizers that hold them stay valid. The names must match exactly (no missing, no unexpected ones) and so must the shapes and the
 // dtypes (an I64 or BF16 tensor in the file is not converted into a float32 parameter);
 // everything is checked before any parameter is written.
 void load(nn::Module& module, const std::string& path);

@@ -19,6 +19,9 @@ namespace tandem::parallel {
 // gradients it brings and adding them to the master's .grad, since the Broadcast saves no tensors (Note [Replica
 // gradient edges]); each replica's own graph still runs once unless retain_graph. On the master's own device the
 // replica's parameters share storage with the master's. With grad mode off the replicas are plain copies.
+// Buffers (nn::Module::buffers) are not differentiated: a replica on the device of a master buffer uses that very
+// tensor, so what it writes there (BatchNorm's running statistics) is the master's; the other replicas get copies
+// (Note [Replica buffers] in replicate.cpp).
 // The module must be clonable (derive from nn::Cloneable<Self>). Empty `devices` returns an empty list.
 // Errors: null module; a device listed twice; a device that does not exist; parameters on different devices; a
 // module that is not clonable.

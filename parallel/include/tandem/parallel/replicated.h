@@ -45,9 +45,15 @@ class ReplicatedModule {
   // that do not require grad get no gradient view and are left alone. Do not move the replicas (Module::to) or
   // replace their parameter tensors (set_parameters) afterwards: the buffers and optimizers hold the ones seen here.
   // Every replica parameter that requires grad gets a gradient hook, removed when the ReplicatedModule is destroyed.
+  // Do not replace the buffer tensors either (Module::set_buffers); load() and in-place writes are fine.
   // The replicas run in the master's training modes: forward and forward_backward first copy the master's flags
   // (train(), eval(), per submodule) onto the other replicas when any flag changed (Note [Following the master's
-  // modes] in nn/module.h).
+  // modes] in nn/module.h). Buffers, as in PyTorch's DataParallel: the master's (replica 0's) are the ones that
+  // count; forward and forward_backward first copy them onto the other replicas (device-to-device copies, none when
+  // the module has no buffers), so every replica normalizes with the master's running statistics, and what the other
+  // replicas write into their copies (BatchNorm's updates from their shares of the batch) is overwritten at the next
+  // step. DistributedDataParallel does not broadcast buffers between processes: each process's master keeps its own
+  // (PyTorch's DDP with broadcast_buffers=False).
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0; a collective function missing.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
@@ -107,6 +113,8 @@ class ReplicatedModule {
   // Copies the master's parameter values into every other replica (after changing the master outside of the
   // replicated optimizer, e.g. loading a checkpoint into module()).
   void sync_parameters();
+  // Copies the master's buffer values into every other replica (forward and forward_backward do it themselves).
+  void sync_buffers();
 
   size_t bucket_count() const { return reducer_->layout().buckets().size(); }
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order).
@@ -122,6 +130,7 @@ class ReplicatedModule {
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
   std::vector<std::vector<Tensor>> parameters_;      // [replica][parameter]
+  std::vector<std::vector<Tensor>> buffers_;         // [replica][buffer]
   std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into the replica's flat buffer
   std::unique_ptr<GradientReducer> reducer_;         // owns the flat buffers and the hooks (built after them)
   uint64_t modes_generation_ = ~uint64_t{0};         // nn::Module::training_mode_generation() at the last copy

@@ -1,0 +1,82 @@
+#pragma once
+// Normalization layers: LayerNorm (over the trailing dimensions of each sample) and BatchNorm1d (over the batch, with
+// running statistics kept as buffers). Both are written in tandem's ops, so they run on the input's device and are
+// differentiated by autograd.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tandem/core/shape.h"
+#include "tandem/nn/module.h"
+
+namespace tandem::nn {
+
+// y = (x - mean) / sqrt(var + eps) * weight + bias, with mean and the population variance taken over the last
+// normalized_shape.size() dimensions, which must equal normalized_shape; weight (ones) and bias (zeros) have
+// normalized_shape, as torch.nn.LayerNorm.
+class LayerNorm : public Cloneable<LayerNorm> {
+ public:
+  // Errors: an empty normalized_shape or a size < 1; eps negative or NaN.
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     Device device = Device::cpu());
+
+  // input: [..., normalized_shape] -> the same shape. Errors: any other shape (naming the layer).
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  const Shape& normalized_shape() const { return normalized_shape_; }
+
+  Tensor weight;  // undefined (and not a parameter) without elementwise_affine
+  Tensor bias;
+
+ private:
+  Shape normalized_shape_;
+  double eps_;
+};
+
+// Batch normalization of [N, C] or [N, C, L] inputs per channel C, as torch.nn.BatchNorm1d:
+//   training (or without running statistics): y = (x - mean_B) / sqrt(var_B + eps) * weight + bias, with the batch's
+//     mean and population variance over N (and L);
+//   eval with running statistics: the same with running_mean and running_var.
+// Each training forward with track_running_stats updates, as PyTorch does,
+//   num_batches_tracked += 1
+//   running_mean = (1 - f) * running_mean + f * mean_B
+//   running_var  = (1 - f) * running_var  + f * var_B * n / (n - 1)     (the unbiased variance, n = N * L)
+// with f = momentum, or f = 1 / num_batches_tracked (a cumulative average) when momentum is nullopt. The update runs
+// on the device, under no grad; num_batches_tracked (int64) is counted in float32 there, exact up to 2^24 batches.
+//
+// Buffers under data parallelism, as PyTorch's DataParallel: the master's buffers (replica 0's) are the ones that
+// count. parallel::replicate gives the replica on the master's device the master's own buffer tensors and the others
+// copies, and parallel::ReplicatedModule copies the master's buffers onto the other replicas before each forward; so
+// running statistics are those of replica 0's share of each batch, and the other replicas' updates are overwritten.
+class BatchNorm1d : public Cloneable<BatchNorm1d> {
+ public:
+  // weight ones, bias zeros ([C], parameters when affine); running_mean zeros, running_var ones ([C]) and
+  // num_batches_tracked 0 (int64, []) as buffers when track_running_stats.
+  // Errors: num_features < 1; eps negative or NaN; momentum outside [0, 1].
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true, Device device = Device::cpu());
+
+  // Errors: an input that is not [N, num_features] or [N, num_features, L]; a training batch with one value per
+  // channel (N * L == 1), whose variance is undefined.
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  int64_t num_features() const { return num_features_; }
+
+  Tensor weight;  // undefined (and not parameters) without affine
+  Tensor bias;
+  Tensor running_mean;  // undefined (and not buffers) without track_running_stats
+  Tensor running_var;
+  Tensor num_batches_tracked;
+
+ private:
+  void update_running_stats(const Tensor& batch_mean, const Tensor& batch_var, int64_t count);
+
+  int64_t num_features_;
+  double eps_;
+  std::optional<double> momentum_;
+};
+
+}  // namespace tandem::nn

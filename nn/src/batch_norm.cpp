@@ -1,0 +1,86 @@
+#include <cmath>
+#include <sstream>
+
+#include "tandem/core/grad_mode.h"
+#include "tandem/core/ops.h"
+#include "tandem/nn/normalization.h"
+
+namespace tandem::nn {
+
+BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+                         bool track_running_stats, Device device)
+    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+  TANDEM_CHECK(num_features >= 1, "nn::BatchNorm1d: num_features is ", num_features, " but expected at least 1");
+  TANDEM_CHECK(eps >= 0.0, "nn::BatchNorm1d: eps is ", eps, " but expected a non-negative number");
+  TANDEM_CHECK(!momentum || (*momentum >= 0.0 && *momentum <= 1.0), "nn::BatchNorm1d: momentum is ",
+               momentum.value_or(0.0), " but expected a value in [0, 1] (or nullopt for a cumulative average)");
+  if (affine) {
+    weight = Tensor::ones({num_features}, device);
+    bias = Tensor::zeros({num_features}, device);
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+  if (track_running_stats) {
+    running_mean = Tensor::zeros({num_features}, device);
+    running_var = Tensor::ones({num_features}, device);
+    num_batches_tracked = Tensor::zeros({}, DType::Int64, device);
+    register_buffer("running_mean", running_mean);
+    register_buffer("running_var", running_var);
+    register_buffer("num_batches_tracked", num_batches_tracked);
+  }
+}
+
+Tensor BatchNorm1d::forward(const Tensor& input) {
+  TANDEM_CHECK(input.defined(), "nn::BatchNorm1d: the input is undefined");
+  TANDEM_CHECK((input.dim() == 2 || input.dim() == 3) && input.size(1) == num_features_,
+               "nn::BatchNorm1d: input has shape ", to_string(input.shape()), " but expected [N, ", num_features_,
+               "] or [N, ", num_features_, ", L] (num_features = ", num_features_, ")");
+  // Per-channel tensors of shape [C] broadcast against [N, C] as they are and against [N, C, L] as [C, 1].
+  const Shape channel_shape = input.dim() == 2 ? Shape{num_features_} : Shape{num_features_, 1};
+  const std::vector<int64_t> dims = input.dim() == 2 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2};
+  const int64_t count = input.numel() / num_features_;
+
+  Tensor normalized;
+  if (is_training() || !running_mean.defined()) {
+    TANDEM_CHECK(count > 1, "nn::BatchNorm1d: input has shape ", to_string(input.shape()),
+                 ", one value per channel, but training needs more than one to estimate a variance");
+    const Tensor batch_mean = mean(input, dims);
+    const Tensor batch_var = var(input, dims, /*correction=*/0.0);
+    normalized = (input - batch_mean.reshape(channel_shape)) *
+                 rsqrt(batch_var.reshape(channel_shape) + static_cast<float>(eps_));
+    if (is_training() && running_mean.defined()) update_running_stats(batch_mean, batch_var, count);
+  } else {
+    normalized = (input - running_mean.reshape(channel_shape)) *
+                 rsqrt(running_var.reshape(channel_shape) + static_cast<float>(eps_));
+  }
+  if (!weight.defined()) return normalized;
+  return normalized * weight.reshape(channel_shape) + bias.reshape(channel_shape);
+}
+
+void BatchNorm1d::update_running_stats(const Tensor& batch_mean, const Tensor& batch_var, int64_t count) {
+  NoGradGuard no_grad;
+  const Tensor batches = num_batches_tracked.to(DType::Float32) + 1.0f;
+  num_batches_tracked.copy_(batches);
+  const Tensor unbiased_var = batch_var.detach() * static_cast<float>(static_cast<double>(count) / (count - 1));
+  // f is a float (momentum) or a one-element tensor (1 / num_batches_tracked, kept on the device).
+  const auto blend = [&](const auto& f) {
+    running_mean.copy_(running_mean * (1.0f - f) + batch_mean.detach() * f);
+    running_var.copy_(running_var * (1.0f - f) + unbiased_var * f);
+  };
+  if (momentum_) {
+    blend(static_cast<float>(*momentum_));
+  } else {
+    blend(1.0f / batches);
+  }
+}
+
+std::string BatchNorm1d::extra_repr() const {
+  std::ostringstream os;
+  os << num_features_ << ", eps=" << eps_ << ", momentum=";
+  if (momentum_) os << *momentum_; else os << "None";
+  os << ", affine=" << (weight.defined() ? "true" : "false")
+     << ", track_running_stats=" << (running_mean.defined() ? "true" : "false");
+  return os.str();
+}
+
+}  // namespace tandem::nn
