@@ -7,6 +7,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/ops.h"
+#include "tandem/nn/loss.h"
 
 namespace tandem::trainers {
 namespace {
@@ -120,8 +121,9 @@ Tensor class_cross_entropy(const Tensor& scores, const Tensor& classes) {
   TANDEM_CHECK(scores.dim() == 2 && classes.dim() == 2 && classes.size(1) == 1 && scores.size(0) == classes.size(0),
                "class_cross_entropy: scores of shape ", to_string(scores.shape()), " and classes of shape ",
                to_string(classes.shape()), " but expected [n, classes] and [n, 1]");
-  // gather checks on the host that every class is an integer index into the scores' row.
-  return neg(mean(gather(log_softmax(scores, 1), 1, classes)));
+  // The loader's targets are float32 [n, 1]; nn::cross_entropy takes int64 [n] (class indices convert exactly) and
+  // checks each against the number of scores.
+  return nn::cross_entropy(scores, classes.reshape({classes.size(0)}).to(DType::Int64));
 }
 
 }  // namespace tandem::trainers

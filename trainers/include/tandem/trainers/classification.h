@@ -60,10 +60,10 @@ struct ClassificationMetrics {
 ClassificationMetrics classification_metrics(const std::vector<float>& scores, const std::vector<int64_t>& classes,
                                              int64_t num_classes);
 
-// The training loss of a classifier: mean over the rows of -log softmax(scores)[class], for scores [n, C] and
-// classes [n, 1] (float32 holding class indices, as DataLoader's targets are), on one device; differentiable in
-// the scores. Errors: scores that are not [n, C] for the n rows of classes (naming both shapes); a class that is not
-// an integer in [0, C).
+// The training loss of a classifier: nn::cross_entropy (the mean over the rows of -log softmax(scores)[class]) of
+// scores [n, C] and classes [n, 1] (float32 holding class indices, as DataLoader's targets are), on one device;
+// differentiable in the scores. Errors: scores that are not [n, C] for the n rows of classes (naming both shapes);
+// a class outside [0, C) (nn::cross_entropy's message, naming the row and value).
 Tensor class_cross_entropy(const Tensor& scores, const Tensor& classes);
 
 }  // namespace tandem::trainers
