@@ -33,6 +33,20 @@ TEST(Dataset, UnknownTargetAndSingleColumnAreErrors) {
   EXPECT_ERROR(make_dataset(parse_csv("a\n1\n")), "the table has 1 columns but expected at least two");
 }
 
+TEST(Dataset, FeatureColumnsByNameInTheGivenOrder) {
+  const CsvTable table = parse_csv(kSmall);
+  const Dataset chosen = make_dataset(table, "y", {"x2"});
+  EXPECT_EQ(chosen.feature_names, (std::vector<std::string>{"x2"}));
+  EXPECT_EQ(chosen.features, (std::vector<double>{5, 5, 5, 5, 5}));
+  const Dataset swapped = make_dataset(table, "y", {"x2", "x1"});
+  EXPECT_EQ(swapped.feature(0, 0), 5.0);
+  EXPECT_EQ(swapped.feature(0, 1), 1.0);
+  EXPECT_ERROR(make_dataset(table, "y", {"x3"}),
+               "make_dataset: feature column \"x3\" is not in the table (columns: x1, y, x2)");
+  EXPECT_ERROR(make_dataset(table, "y", {"y"}), "feature column \"y\" is the target");
+  EXPECT_ERROR(make_dataset(table, "y", {"x1", "x1"}), "feature column \"x1\" is named twice");
+}
+
 TEST(Split, LastFractionIsTheTestSet) {
   Dataset data = make_dataset(parse_csv(kSmall), "y");
   Split split = train_test_split(data, 0.4);

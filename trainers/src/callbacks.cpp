@@ -12,6 +12,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/trainers/svg_chart.h"
 #include "tandem/trainers/trainer.h"
 
 namespace tandem::trainers {
@@ -40,6 +41,11 @@ std::string epoch_line(const EpochReport& report) {
                      format_loss(report.train_loss);
   if (report.test) {
     line += "  test_mse " + format_loss(report.test->mse) + format("  test_r2 %.4f", report.test->r2);
+  }
+  if (report.train_classes) line += format("  train_acc %.4f", report.train_classes->accuracy);
+  if (report.test_classes) {
+    line += "  test_loss " + format_loss(report.test_classes->cross_entropy) +
+            format("  test_acc %.4f", report.test_classes->accuracy);
   }
   return line + "  " + format_seconds(report.seconds);
 }
@@ -95,6 +101,11 @@ void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
     line["test_mse"] = report.test->mse;
     line["test_r2"] = report.test->r2;
   }
+  if (report.train_classes) line["train_accuracy"] = report.train_classes->accuracy;
+  if (report.test_classes) {
+    line["test_loss"] = report.test_classes->cross_entropy;
+    line["test_accuracy"] = report.test_classes->accuracy;
+  }
   line["seconds"] = report.seconds;
   lines_.push_back({report.epoch, line.dump()});
   write_lines();
@@ -126,6 +137,28 @@ void MetricsLogger::write_lines() const {
   std::string text;
   for (const Line& line : lines_) text.append(line.json).push_back('\n');
   write_file_atomically(path_, text, "MetricsLogger");
+}
+
+PlotWriter::PlotWriter(std::string path) : path_(std::move(path)) { check_writable(path_, "PlotWriter"); }
+
+void PlotWriter::on_epoch_end(const Trainer& trainer, const EpochReport& report) {
+  const bool classifier = trainer.options().task == Task::Classification;
+  epochs_.push_back(static_cast<double>(report.epoch));
+  train_loss_.push_back(report.train_loss);
+  test_loss_.push_back(report.test_classes ? report.test_classes->cross_entropy
+                       : report.test       ? report.test->mse
+                                           : NAN);
+  train_metric_.push_back(report.train_classes ? report.train_classes->accuracy : NAN);
+  test_metric_.push_back(report.test_classes ? report.test_classes->accuracy : report.test ? report.test->r2 : NAN);
+  const std::string loss_name = trainer.options().loss.name;
+  LineChart loss{"loss (" + loss_name + ")", "epoch", loss_name, epochs_, {{"train", train_loss_}}};
+  if (report.test || report.test_classes) loss.series.push_back({"test", test_loss_});
+  LineChart metric{classifier ? "accuracy" : "R^2", "epoch", classifier ? "accuracy" : "R^2", epochs_, {}};
+  if (classifier) metric.series.push_back({"train", train_metric_});
+  if (report.test || report.test_classes) metric.series.push_back({"test", test_metric_});
+  std::vector<LineChart> charts = {loss};
+  if (!metric.series.empty()) charts.push_back(metric);
+  write_file_atomically(path_, render_svg(charts), "PlotWriter");
 }
 
 CheckpointSaver::CheckpointSaver(std::string path, int64_t every) : path_(std::move(path)), every_(every) {

@@ -1,5 +1,6 @@
 #include "tandem/trainers/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tandem/core/error.h"
@@ -16,33 +17,50 @@ Dataset Dataset::slice(int64_t start, int64_t count) const {
   return part;
 }
 
-Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target) {
+namespace {
+
+// The index of the column `name`; Error naming `what` and listing the columns when there is none.
+int64_t column_index(const CsvTable& table, const std::string& name, const char* what) {
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    if (table.columns[c] == name) return static_cast<int64_t>(c);
+  }
+  std::string names;
+  for (const std::string& column : table.columns) names += (names.empty() ? "" : ", ") + column;
+  TANDEM_FAIL("make_dataset: ", what, " column \"", excerpt(name), "\" is not in the table (columns: ",
+              excerpt(names, 400), ")");
+}
+
+}  // namespace
+
+Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target,
+                     const std::vector<std::string>& features) {
   const int64_t width = static_cast<int64_t>(table.columns.size());
   TANDEM_CHECK(width >= 2, "make_dataset: the table has ", width,
                " columns but expected at least two (features and a target)");
-  int64_t target_column = width - 1;
-  if (target) {
-    std::string names;
-    for (const std::string& name : table.columns) names += (names.empty() ? "" : ", ") + name;
-    target_column = -1;
+  const int64_t target_column = target ? column_index(table, *target, "target") : width - 1;
+  std::vector<int64_t> feature_columns;
+  for (const std::string& name : features) {
+    const int64_t column = column_index(table, name, "feature");
+    TANDEM_CHECK(column != target_column, "make_dataset: feature column \"", excerpt(name),
+                 "\" is the target; expected features other than the target");
+    TANDEM_CHECK(std::find(feature_columns.begin(), feature_columns.end(), column) == feature_columns.end(),
+                 "make_dataset: feature column \"", excerpt(name), "\" is named twice");
+    feature_columns.push_back(column);
+  }
+  if (features.empty()) {
     for (int64_t c = 0; c < width; ++c) {
-      if (table.columns[c] == *target) target_column = c;
+      if (c != target_column) feature_columns.push_back(c);
     }
-    TANDEM_CHECK(target_column >= 0, "make_dataset: target column \"", *target, "\" is not in the table (columns: ",
-                 names, ")");
   }
 
   Dataset data;
   data.target_name = table.columns[target_column];
-  for (int64_t c = 0; c < width; ++c) {
-    if (c != target_column) data.feature_names.push_back(table.columns[c]);
-  }
-  data.features.reserve(table.rows() * (width - 1));
+  for (int64_t c : feature_columns) data.feature_names.push_back(table.columns[c]);
+  data.features.reserve(table.rows() * feature_columns.size());
   data.targets.reserve(table.rows());
   for (int64_t r = 0; r < table.rows(); ++r) {
-    for (int64_t c = 0; c < width; ++c) {
-      (c == target_column ? data.targets : data.features).push_back(table.at(r, c));
-    }
+    for (int64_t c : feature_columns) data.features.push_back(table.at(r, c));
+    data.targets.push_back(table.at(r, target_column));
   }
   return data;
 }

@@ -25,11 +25,24 @@ std::string to_string(Activation activation) {
 std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, int64_t hidden, Activation activation) {
   TANDEM_CHECK(inputs >= 1 && hidden >= 1, "make_mlp: inputs ", inputs, " and hidden ", hidden,
                " but expected both at least 1");
+  return make_mlp(inputs, std::vector<int64_t>{hidden}, 1, activation);
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, const std::vector<int64_t>& hidden, int64_t outputs,
+                                         Activation activation) {
+  TANDEM_CHECK(!hidden.empty(), "make_mlp: no hidden widths; expected at least one");
+  TANDEM_CHECK(inputs >= 1 && outputs >= 1, "make_mlp: inputs ", inputs, " and outputs ", outputs,
+               " but expected both at least 1");
   auto model = std::make_shared<nn::Sequential>();
-  model->push_back(std::make_shared<nn::Linear>(inputs, hidden));
-  if (activation == Activation::ReLU) model->push_back(std::make_shared<nn::ReLU>());
-  if (activation == Activation::Tanh) model->push_back(std::make_shared<nn::Tanh>());
-  model->push_back(std::make_shared<nn::Linear>(hidden, 1));
+  int64_t width = inputs;
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    TANDEM_CHECK(hidden[i] >= 1, "make_mlp: hidden width ", i + 1, " is ", hidden[i], " but expected at least 1");
+    model->push_back(std::make_shared<nn::Linear>(width, hidden[i]));
+    if (activation == Activation::ReLU) model->push_back(std::make_shared<nn::ReLU>());
+    if (activation == Activation::Tanh) model->push_back(std::make_shared<nn::Tanh>());
+    width = hidden[i];
+  }
+  model->push_back(std::make_shared<nn::Linear>(width, outputs));
   return model;
 }
 

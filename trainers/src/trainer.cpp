@@ -1,5 +1,6 @@
 #include "tandem/trainers/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -36,6 +37,20 @@ TrainerOptions validated(TrainerOptions options) {
                  "optimizer needs a name and a factory but got ",
                  options.optimizer->name.empty() ? "no name" : "no factory");
   }
+  if (options.task == Task::Classification) {
+    TANDEM_CHECK(!options.classes.empty(), "Trainer: task is classification but options.classes is empty; expected ",
+                 "the labels of the target (ClassLabels::of(data))");
+    if (options.loss.name == Loss::mse().name) options.loss = Loss::cross_entropy();
+    options.standardize_target = false;
+  } else {
+    TANDEM_CHECK(options.classes.empty(), "Trainer: options.classes holds ", options.classes.size(),
+                 " labels but task is regression; expected none");
+  }
+  if (options.lr_schedule) {
+    TANDEM_CHECK(!options.lr_schedule->name.empty() && options.lr_schedule->make != nullptr, "Trainer: the ",
+                 "lr_schedule needs a name and a function but got ",
+                 options.lr_schedule->name.empty() ? "no name" : "no function");
+  }
   if (options.group) {
     TANDEM_CHECK(options.devices.empty() || options.devices == options.group->devices(), "Trainer: devices ",
                  to_string(options.devices), " but the group's are ", to_string(options.group->devices()),
@@ -70,6 +85,15 @@ std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::Replicate
   return std::make_unique<parallel::ReplicatedSGD>(model, options.sgd);
 }
 
+// One schedule per replica's optimizer, so that every replica steps at the same lr.
+std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::ReplicatedOptimizer& optimizer,
+                                                               const TrainerOptions& options) {
+  std::vector<std::unique_ptr<optim::LRScheduler>> schedules;
+  if (!options.lr_schedule) return schedules;
+  for (size_t d = 0; d < optimizer.size(); ++d) schedules.push_back(options.lr_schedule->make(optimizer.optimizer(d)));
+  return schedules;
+}
+
 // Predictions in batches of this many rows (no gradients, so the size only bounds memory).
 constexpr int64_t kPredictBatch = 65536;
 
@@ -81,6 +105,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       distributed_(distributed(model_, options_)),
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
+      schedules_(schedules_for(*optimizer_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -96,10 +121,13 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
                "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
   check_same_training_data(train);
-  if (!standardizer_) standardizer_ = Standardizer::fit(train, options_.standardize_target);
-  const Dataset standardized = standardizer_->apply(train);
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
+  const Dataset encoded = classifier() ? options_.classes.encode(train) : Dataset{};
+  if (classifier() && test.rows() > 0) options_.classes.encode(test);  // refuses unknown labels before training
+  const Dataset& train_set = classifier() ? encoded : train;
+  if (!standardizer_) standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
+  const Dataset standardized = standardizer_->apply(train_set);
 
   DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed,
                     options_.group ? DistributedSampler(*options_.group)
@@ -109,6 +137,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   while (epoch_ < options_.epochs) {
     const Clock::time_point epoch_begin = Clock::now();
     EpochReport report;
+    for (const auto& schedule : schedules_) schedule->set_last_epoch(epoch_);
     report.train_loss = train_epoch(loader);
     ++epoch_;
     shuffle_state_ = loader.shuffle_state();
@@ -116,14 +145,24 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
     report.epoch = epoch_;
     report.epochs = options_.epochs;
     report.step = step_;
-    if (test.rows() > 0) report.test = evaluate(test);
+    if (classifier()) {
+      report.train_classes = evaluate_classes(train);
+      if (test.rows() > 0) report.test_classes = evaluate_classes(test);
+    } else if (test.rows() > 0) {
+      report.test = evaluate(test);
+    }
     report.seconds = seconds_since(epoch_begin);
     notify([&](Callback& callback) { callback.on_epoch_end(*this, report); });
   }
 
   FitResult result;
-  result.train = evaluate(train);
-  if (test.rows() > 0) result.test = evaluate(test);
+  if (classifier()) {
+    result.train_classes = evaluate_classes(train);
+    if (test.rows() > 0) result.test_classes = evaluate_classes(test);
+  } else {
+    result.train = evaluate(train);
+    if (test.rows() > 0) result.test = evaluate(test);
+  }
   result.epochs = epoch_;
   result.steps = step_;
   result.seconds = seconds_since(begin);
@@ -163,6 +202,11 @@ SetupFacts Trainer::setup() const {
   add("shuffle_seed", std::to_string(options_.shuffle_seed));
   add("standardize_target", options_.standardize_target ? "true" : "false");
   add("epochs", std::to_string(options_.epochs));
+  if (options_.lr_schedule) add("lr_schedule", options_.lr_schedule->name);
+  if (classifier()) {
+    add("task", "classification");
+    add("classes", options_.classes.str());
+  }
   if (train_data_) add("train_data", *train_data_);
   return facts;
 }
@@ -229,12 +273,9 @@ std::string Trainer::stopped_note() const {
          std::to_string(last_checkpoint_->epoch) + "), holds the last good state (try a smaller learning rate)";
 }
 
-std::vector<double> Trainer::predict(const Dataset& data) const {
-  TANDEM_CHECK(standardizer_.has_value(), "Trainer::predict: no standardization yet; call fit() or load_checkpoint()",
-               " first");
-  std::vector<double> predictions;
-  if (data.rows() == 0) return predictions;
-  const Dataset standardized = standardizer_->apply(data);
+std::vector<float> Trainer::outputs(const Dataset& standardized, int64_t width, const char* who) const {
+  std::vector<float> values;
+  if (standardized.rows() == 0) return values;
   DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);
   loader.begin_epoch();
   NoGradGuard no_grad;
@@ -242,16 +283,54 @@ std::vector<double> Trainer::predict(const Dataset& data) const {
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
     Batch batch = loader.batch(b);
     Tensor output = model_->forward(batch.features.to(options_.devices.front()));
-    TANDEM_CHECK(output.numel() == batch.targets.numel(), "Trainer::predict: the model's output has shape ",
-                 to_string(output.shape()), " for ", batch.targets.numel(), " rows but expected one value per row");
-    for (float value : output.to_vector()) predictions.push_back(standardizer_->target_to_original(value));
+    const int64_t rows = batch.targets.numel();
+    const bool fits = width == 1 ? output.numel() == rows : output.dim() == 2 && output.size(0) == rows &&
+                                                                output.size(1) == width;
+    TANDEM_CHECK(fits, who, ": the model's output has shape ", to_string(output.shape()), " for ", rows,
+                 " rows but expected ", width == 1 ? "one value per row" : "[rows, " + std::to_string(width) +
+                 "] (a score per class)");
+    const std::vector<float> part = output.contiguous().to_vector();
+    values.insert(values.end(), part.begin(), part.end());
+  }
+  return values;
+}
+
+std::vector<double> Trainer::predict(const Dataset& data) const {
+  TANDEM_CHECK(standardizer_.has_value(), "Trainer::predict: no standardization yet; call fit() or load_checkpoint()",
+               " first");
+  std::vector<double> predictions;
+  if (!classifier()) {
+    for (float value : outputs(standardizer_->apply(data), 1, "Trainer::predict")) {
+      predictions.push_back(standardizer_->target_to_original(value));
+    }
+    return predictions;
+  }
+  const int64_t classes = options_.classes.size();
+  const std::vector<float> scores = outputs(standardizer_->apply(data), classes, "Trainer::predict");
+  for (size_t row = 0; row < scores.size(); row += classes) {
+    const auto first = scores.begin() + static_cast<std::ptrdiff_t>(row);
+    const int64_t best = std::max_element(first, first + classes) - first;
+    predictions.push_back(static_cast<double>(options_.classes.labels()[best]));
   }
   return predictions;
 }
 
 RegressionMetrics Trainer::evaluate(const Dataset& data) const {
+  TANDEM_CHECK(!classifier(), "Trainer::evaluate: the task is classification; use evaluate_classes");
   TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate: the data set has no rows");
   return regression_metrics(predict(data), data.targets);
+}
+
+ClassificationMetrics Trainer::evaluate_classes(const Dataset& data) const {
+  TANDEM_CHECK(classifier(), "Trainer::evaluate_classes: the task is regression; use evaluate");
+  TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate_classes: the data set has no rows");
+  TANDEM_CHECK(standardizer_.has_value(), "Trainer::evaluate_classes: no standardization yet; call fit() or ",
+               "load_checkpoint() first");
+  const Dataset encoded = options_.classes.encode(data);
+  const int64_t classes = options_.classes.size();
+  const std::vector<float> scores = outputs(standardizer_->apply(encoded), classes, "Trainer::evaluate_classes");
+  return classification_metrics(scores, std::vector<int64_t>(encoded.targets.begin(), encoded.targets.end()),
+                                classes);
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {

@@ -12,21 +12,30 @@
 #include "tandem/core/device.h"
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/models.h"
+#include "tandem/trainers/trainer.h"
 
 namespace tandem::train_tool {
+
+enum class Optimizer { SGD, Adam, AdamW };
+std::string to_string(Optimizer optimizer);  // "sgd", "adam", "adamw"
 
 struct Flags {
   std::optional<std::string> data;    // none: the built-in diabetes data
   std::optional<std::string> target;  // none: the last column
+  std::vector<std::string> features;  // none: every column but the target
+  trainers::Task task = trainers::Task::Regression;
   trainers::CsvOptions csv;           // the missing-value policy
   comm::LaunchInfo launch;       // how this process was started (a launcher, or none)
   std::vector<Device> devices;  // this process's devices (trainers::process_devices)
   int64_t timeout_seconds = 0;  // a collective of the group not done by then ends the job
   int64_t epochs = 0;
   int64_t batch_size = 0;
+  Optimizer optimizer = Optimizer::SGD;
   double lr = 0.0;
-  double momentum = 0.0;
-  int64_t hidden = 0;
+  double momentum = 0.0;       // SGD only
+  double weight_decay = 0.0;
+  std::string lr_schedule;     // trainers::parse_lr_schedule's grammar, checked against epochs
+  std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   uint64_t seed = 0;
   double test_fraction = 0.0;
@@ -36,6 +45,7 @@ struct Flags {
   std::set<std::string> allow_change;  // "lr", "epochs": what a resume may change
   std::optional<std::string> metrics;
   std::optional<std::string> summary_json;
+  std::optional<std::string> plot;
   bool quiet = false;
 };
 

@@ -1,13 +1,16 @@
-// tandem-train: trains a small regression net with data-parallel SGD and reports train/test MSE and R^2.
+// tandem-train: trains a small regression net (train/test MSE and R^2) or classifier (accuracy, confusion matrix),
+// data parallel, with SGD, Adam or AdamW.
 // Exit status: 0 on success, 2 for a bad flag or value, 1 for any other error (with its message).
 // Under a launcher (mpirun, srun, torchrun-style variables; docs/distributed.md) every process runs this program on
 // its own devices as one comm::ProcessGroup; rank 0 alone prints and writes files, and an error on any process ends
 // every process of the job with status 1 (ProcessGroup::abort) and the message.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "flags.h"
@@ -21,22 +24,62 @@ using namespace trainers;
 CsvTable load_table(const Flags& flags) {
   CsvTable table = flags.data ? read_csv(*flags.data, flags.csv)
                               : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)", flags.csv);
-  if (flags.target) {
-    std::string names;
-    bool found = false;
-    for (const std::string& name : table.columns) {
-      names += (names.empty() ? "" : ", ") + name;
-      found = found || name == *flags.target;
+  std::string names;
+  for (const std::string& name : table.columns) names += (names.empty() ? "" : ", ") + name;
+  const auto check_column = [&](const char* flag, const std::string& wanted) {
+    if (std::find(table.columns.begin(), table.columns.end(), wanted) == table.columns.end()) {
+      throw UsageError(std::string(flag) + ": no column \"" + excerpt(wanted) + "\" (columns: " + excerpt(names, 400) +
+                       ")");
     }
-    if (!found) throw UsageError("--target: no column \"" + *flags.target + "\" (columns: " + names + ")");
+  };
+  if (flags.target) check_column("--target", *flags.target);
+  const std::string target = flags.target ? *flags.target : table.columns.back();
+  for (const std::string& feature : flags.features) {
+    check_column("--features", feature);
+    if (feature == target) throw UsageError("--features: \"" + excerpt(feature) + "\" is the target column");
   }
   return table;
 }
 
-std::string describe_model(int64_t inputs, const Flags& flags) {
-  std::string activation = flags.activation == Activation::None ? "" : " -> " + to_string(flags.activation);
-  return "Linear(" + std::to_string(inputs) + ", " + std::to_string(flags.hidden) + ")" + activation + " -> Linear(" +
-         std::to_string(flags.hidden) + ", 1)";
+// "Linear(10, 20) -> relu -> Linear(20, 1)", as make_mlp builds it.
+std::string describe_model(int64_t inputs, int64_t outputs, const Flags& flags) {
+  const std::string activation = flags.activation == Activation::None ? "" : " -> " + to_string(flags.activation);
+  std::string text;
+  int64_t width = inputs;
+  for (int64_t hidden : flags.layers) {
+    text += "Linear(" + std::to_string(width) + ", " + std::to_string(hidden) + ")" + activation + " -> ";
+    width = hidden;
+  }
+  return text + "Linear(" + std::to_string(width) + ", " + std::to_string(outputs) + ")";
+}
+
+// "adamw: lr 0.001, weight decay 0.01, lr schedule cosine (t_max 100)" and the like.
+std::string describe_optimizer(const Flags& flags, const TrainerOptions& options) {
+  std::ostringstream text;
+  text << to_string(flags.optimizer) << ": epochs " << flags.epochs << ", global batch " << flags.batch_size << ", lr "
+       << flags.lr;
+  if (flags.optimizer == Optimizer::SGD) text << ", momentum " << flags.momentum;
+  if (flags.weight_decay != 0.0 || flags.optimizer != Optimizer::SGD) text << ", weight decay " << flags.weight_decay;
+  if (options.lr_schedule) text << ", lr schedule " << options.lr_schedule->name;
+  text << ", seed " << flags.seed;
+  return text.str();
+}
+
+// The optimizer the flags name: the Trainer's SGD, or Adam / AdamW built per replica.
+void set_optimizer(const Flags& flags, TrainerOptions& options) {
+  options.sgd = optim::SGDOptions{.lr = flags.lr, .momentum = flags.momentum, .weight_decay = flags.weight_decay};
+  if (flags.optimizer == Optimizer::Adam) {
+    const optim::AdamOptions adam{.lr = flags.lr, .weight_decay = flags.weight_decay};
+    options.optimizer = CustomOptimizer{"adam", [adam](std::vector<Tensor> parameters) {
+                                          return std::make_unique<optim::Adam>(std::move(parameters), adam);
+                                        }};
+  }
+  if (flags.optimizer == Optimizer::AdamW) {
+    const optim::AdamWOptions adamw{.lr = flags.lr, .weight_decay = flags.weight_decay};
+    options.optimizer = CustomOptimizer{"adamw", [adamw](std::vector<Tensor> parameters) {
+                                          return std::make_unique<optim::AdamW>(std::move(parameters), adamw);
+                                        }};
+  }
 }
 
 // "[cuda:0, cuda:1]" for one process; "2 processes x [cpu:0]" (this process's devices) for a group.
@@ -63,24 +106,36 @@ std::vector<std::vector<std::string>> rank_devices(comm::ProcessGroup& group) {
 }
 
 void print_banner(const Flags& flags, const CsvTable& table, const Dataset& data, const Split& split,
-                  const Trainer& trainer) {
+                  const Trainer& trainer, int64_t outputs) {
   const std::string dropped =
       table.dropped_rows > 0 ? " (" + std::to_string(table.dropped_rows) + " rows with missing values dropped)" : "";
   std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows"
             << dropped << ", " << data.num_features() << " features, target \"" << data.target_name << "\"; train "
             << split.train.rows() << " rows, test " << split.test.rows() << " rows\n"
-            << "model: " << describe_model(data.num_features(), flags) << " (" << trainer.model()->num_parameters()
-            << " parameters) on " << describe_devices(*trainer.group()) << "\n"
-            << "sgd: epochs " << flags.epochs << ", global batch " << flags.batch_size << ", lr " << flags.lr
-            << ", momentum " << flags.momentum << ", seed " << flags.seed << "\n";
+            << "model: " << describe_model(data.num_features(), outputs, flags) << " ("
+            << trainer.model()->num_parameters() << " parameters) on " << describe_devices(*trainer.group()) << "\n"
+            << describe_optimizer(flags, trainer.options()) << "\n";
+  if (!trainer.options().classes.empty()) {
+    std::cout << "classes: " << trainer.options().classes.size() << " (labels " << excerpt(trainer.options().classes.str())
+              << ")\n";
+  }
   if (flags.resume) std::cout << "resuming from \"" << *flags.resume << "\" at epoch " << trainer.epoch() << "\n";
 }
 
 void print_summary(const FitResult& result, const Trainer& trainer) {
   std::printf("done: %lld epochs, %lld steps in %.3f s on %s\n", static_cast<long long>(result.epochs),
               static_cast<long long>(result.steps), result.seconds, describe_devices(*trainer.group()).c_str());
-  std::printf("train: mse %.4f  r2 %.4f  (%lld rows)\n", result.train.mse, result.train.r2,
-              static_cast<long long>(result.train.rows));
+  if (result.train_classes) {
+    std::printf("train: accuracy %.4f  loss %.4f  (%lld rows)\n", result.train_classes->accuracy,
+                result.train_classes->cross_entropy, static_cast<long long>(result.train_classes->rows));
+  } else {
+    std::printf("train: mse %.4f  r2 %.4f  (%lld rows)\n", result.train.mse, result.train.r2,
+                static_cast<long long>(result.train.rows));
+  }
+  if (result.test_classes) {
+    std::printf("test:  accuracy %.4f  loss %.4f  (%lld rows)\n", result.test_classes->accuracy,
+                result.test_classes->cross_entropy, static_cast<long long>(result.test_classes->rows));
+  }
   if (result.test) {
     std::printf("test:  mse %.4f  r2 %.4f  (%lld rows)\n", result.test->mse, result.test->r2,
                 static_cast<long long>(result.test->rows));
@@ -91,12 +146,26 @@ void print_summary(const FitResult& result, const Trainer& trainer) {
 void write_summary(const std::string& path, const FitResult& result, const Trainer& trainer,
                    const std::vector<std::vector<std::string>>& devices_by_rank) {
   nlohmann::ordered_json summary;
-  summary["train_mse"] = result.train.mse;
-  summary["train_r2"] = result.train.r2;
-  summary["test_mse"] = result.test ? nlohmann::ordered_json(result.test->mse) : nullptr;
-  summary["test_r2"] = result.test ? nlohmann::ordered_json(result.test->r2) : nullptr;
-  summary["train_rows"] = result.train.rows;
-  summary["test_rows"] = result.test ? result.test->rows : 0;
+  if (result.train_classes) {
+    const ClassificationMetrics& train = *result.train_classes;
+    const std::optional<ClassificationMetrics>& test = result.test_classes;
+    summary["train_accuracy"] = train.accuracy;
+    summary["test_accuracy"] = test ? nlohmann::ordered_json(test->accuracy) : nullptr;
+    summary["train_loss"] = train.cross_entropy;
+    summary["test_loss"] = test ? nlohmann::ordered_json(test->cross_entropy) : nullptr;
+    summary["classes"] = trainer.options().classes.labels();
+    summary["confusion_matrix"] = test ? nlohmann::ordered_json(test->confusion) : nullptr;  // [actual][predicted]
+    summary["train_confusion_matrix"] = train.confusion;
+    summary["train_rows"] = train.rows;
+    summary["test_rows"] = test ? test->rows : 0;
+  } else {
+    summary["train_mse"] = result.train.mse;
+    summary["train_r2"] = result.train.r2;
+    summary["test_mse"] = result.test ? nlohmann::ordered_json(result.test->mse) : nullptr;
+    summary["test_r2"] = result.test ? nlohmann::ordered_json(result.test->r2) : nullptr;
+    summary["train_rows"] = result.train.rows;
+    summary["test_rows"] = result.test ? result.test->rows : 0;
+  }
   summary["epochs"] = result.epochs;
   summary["steps"] = result.steps;
   summary["devices"] = nlohmann::ordered_json::array();
@@ -129,7 +198,7 @@ void resume(Trainer& trainer, const std::string& path) {
 int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) {
   const bool primary = group->rank() == 0;  // prints and writes the files
   const CsvTable table = load_table(flags);
-  const Dataset data = make_dataset(table, flags.target);
+  const Dataset data = make_dataset(table, flags.target, flags.features);
   const Split split = train_test_split(data, flags.test_fraction);
 
   manual_seed(flags.seed);
@@ -137,20 +206,25 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.group = group;
   options.epochs = flags.epochs;
   options.batch_size = flags.batch_size;
-  options.sgd = optim::SGDOptions{.lr = flags.lr, .momentum = flags.momentum};
+  set_optimizer(flags, options);
+  options.lr_schedule = parse_lr_schedule(flags.lr_schedule, flags.epochs);
+  options.task = flags.task;
+  if (flags.task == Task::Classification) options.classes = ClassLabels::of(data);
   options.shuffle_seed = flags.seed;
   options.setup = setup_facts(flags, data);
   options.resume_may_change = flags.allow_change;
-  Trainer trainer(make_mlp(data.num_features(), flags.hidden, flags.activation), options);
+  const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();
+  Trainer trainer(make_mlp(data.num_features(), flags.layers, outputs, flags.activation), options);
   if (flags.resume) resume(trainer, *flags.resume);
 
   if (primary && !flags.quiet) {
-    print_banner(flags, table, data, split, trainer);
+    print_banner(flags, table, data, split, trainer, outputs);
     trainer.add_callback(ProgressPrinter::to_stdout());
   }
   if (primary && flags.metrics) {
     trainer.add_callback(std::make_shared<MetricsLogger>(*flags.metrics, flags.resume.has_value()));
   }
+  if (primary && flags.plot) trainer.add_callback(std::make_shared<PlotWriter>(*flags.plot));
   if (primary && flags.checkpoint) {
     trainer.add_callback(std::make_shared<CheckpointSaver>(*flags.checkpoint, flags.checkpoint_every));
   }

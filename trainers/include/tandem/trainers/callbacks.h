@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/trainers/classification.h"
 #include "tandem/trainers/metrics.h"
 
 namespace tandem::trainers {
@@ -31,13 +32,18 @@ struct EpochReport {
   int64_t epochs = 0;
   int64_t step = 0;
   double train_loss = 0.0;                // mean of the epoch's batch losses, weighted by batch rows
-  std::optional<RegressionMetrics> test;  // when the Trainer was given a test set
+  std::optional<RegressionMetrics> test;  // regression, when the Trainer was given a test set
+  // Classification: the training set's and (when given) the test set's metrics after the epoch, in eval mode.
+  std::optional<ClassificationMetrics> train_classes;
+  std::optional<ClassificationMetrics> test_classes;
   double seconds = 0.0;                   // wall time of the epoch (training and evaluation)
 };
 
 struct FitResult {
-  RegressionMetrics train;                // on the whole training set after the last epoch
+  RegressionMetrics train;                // regression: on the whole training set after the last epoch
   std::optional<RegressionMetrics> test;
+  std::optional<ClassificationMetrics> train_classes;  // classification: the same metrics of a classifier
+  std::optional<ClassificationMetrics> test_classes;
   int64_t epochs = 0;                     // epochs completed, counting those before a resume
   int64_t steps = 0;
   double seconds = 0.0;                   // wall time of this fit
@@ -54,7 +60,8 @@ class Callback {
 };
 
 // Per-epoch progress. With `bar` (meant for a terminal) a bar is redrawn in place during each epoch; either way each
-// epoch ends with one line: "epoch  12/150  train_loss 2931.4  test_mse 2950.1  test_r2 0.5423  3.1 ms".
+// epoch ends with one line: "epoch  12/150  train_loss 2931.4  test_mse 2950.1  test_r2 0.5423  3.1 ms", for a
+// classifier "epoch  12/150  train_loss 0.0412  train_acc 0.9986  test_loss 0.2301  test_acc 0.9415  3.1 ms".
 class ProgressPrinter : public Callback {
  public:
   ProgressPrinter(std::ostream& out, bool bar);
@@ -72,6 +79,7 @@ class ProgressPrinter : public Callback {
 
 // Keeps one JSON object per epoch in a file ("JSON lines"):
 //   {"epoch":3,"epochs":150,"step":36,"train_loss":3011.2,"test_mse":2950.1,"test_r2":0.54,"seconds":0.003}
+// (a classifier's lines hold train_accuracy, test_loss and test_accuracy in place of test_mse and test_r2)
 // The whole file is rewritten atomically (write_file_atomically) at the start of each fit and after every epoch, so
 // a reader, a full disk or a killed run never leaves half a line. The file starts empty unless `append` (a resumed
 // run): then on_fit_begin reads the existing file, if any, and keeps its lines whose "epoch" is at most the
@@ -95,6 +103,20 @@ class MetricsLogger : public Callback {
   std::string path_;
   bool append_;
   std::vector<Line> lines_;  // the file's contents, in order
+};
+
+// Draws the run as an SVG image (svg_chart.h), rewritten atomically (write_file_atomically) after every epoch: the
+// loss per epoch (train: the epoch's mean batch loss; test: the test set's, when there is one) beside the metric
+// (a classifier's train and test accuracy; a regression's test R^2). A resumed run draws the epochs it runs. Throws
+// Error when the path cannot be written (checked at construction, see check_writable).
+class PlotWriter : public Callback {
+ public:
+  explicit PlotWriter(std::string path);
+  void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+
+ private:
+  std::string path_;
+  std::vector<double> epochs_, train_loss_, test_loss_, train_metric_, test_metric_;
 };
 
 // Writes a checkpoint (Trainer::save_checkpoint) after every `every`-th epoch and after the last one. Throws Error

@@ -23,9 +23,12 @@ struct Dataset {
   Dataset slice(int64_t start, int64_t count) const;
 };
 
-// Every column but the target becomes a feature. `target` names the target column; without it the last column is
-// the target. Throws Error when the name is not a column or the table has fewer than two columns.
-Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target = std::nullopt);
+// `target` names the target column; without it the last column is the target. `features` names the feature
+// columns, in the order the data set keeps them; empty: every column but the target, in the table's order.
+// Throws Error when the table has fewer than two columns, or a name is not a column (listing the columns), and when
+// a feature is named twice or is the target.
+Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target = std::nullopt,
+                     const std::vector<std::string>& features = {});
 
 // Deterministic split: the last round(test_fraction * rows) rows are the test set, the rest (in order) the
 // training set. test_fraction must lie in [0, 1) and leave at least one training row.

@@ -15,6 +15,11 @@
 // generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
 // uninterrupted one would have.
 //
+// Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
+// ClassLabels::of(data)); fit() maps them to class indices 0..C-1, leaves them unstandardized, and the model, whose
+// output is one score per class ([n, C]), minimizes the cross-entropy. Every epoch reports the accuracy and
+// cross-entropy of the training and test sets (ClassificationMetrics, with their confusion matrices).
+//
 // Under a process group (TrainerOptions::group, docs/distributed.md) every process of the group runs the same code:
 // each trains on its shard of every global batch (DistributedSampler) with parallel::DistributedDataParallel, and the
 // result equals one process's run on every device of the group (the same steps, within float rounding). Every
@@ -36,8 +41,10 @@
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/trainers/callbacks.h"
+#include "tandem/trainers/classification.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/loader.h"
+#include "tandem/trainers/lr_schedule.h"
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
@@ -54,7 +61,14 @@ struct Loss {
   // errors). 0 reports them as computed, on the standardized target when options.standardize_target.
   int units_power = 0;
 
-  static Loss mse() { return {"mse", nn::mse_loss, 2}; }  // the default
+  static Loss mse() { return {"mse", nn::mse_loss, 2}; }  // the default for regression
+  // The default for classification: class_cross_entropy (classification.h) over the class indices.
+  static Loss cross_entropy() { return {"cross_entropy", class_cross_entropy, 0}; }
+};
+
+enum class Task {
+  Regression,      // one output per row, compared with the (standardized) target
+  Classification,  // one score per class, the target holding class labels
 };
 
 // An optimizer in place of SGD: `make` builds one over a parameter list, and the Trainer builds one per replica
@@ -77,6 +91,14 @@ struct TrainerOptions {
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
   Loss loss = Loss::mse();                             // what fit() minimizes
+  // Classification: `classes` (at least 2) are the labels the target column holds; a `loss` left at the default
+  // (named "mse") becomes Loss::cross_entropy(), and standardize_target becomes false (class indices are not
+  // standardized). Regression: `classes` must be empty.
+  Task task = Task::Regression;
+  ClassLabels classes;
+  // The learning rate per epoch (lr_schedule.h); none: the optimizer's lr throughout. Its optimizer must have
+  // learning rates (SGD, Adam, AdamW do).
+  std::optional<LrSchedule> lr_schedule;
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
@@ -93,7 +115,8 @@ class Trainer {
   // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process
   // constructs its Trainer with a model of the same structure and the same options. Throws Error for bad options
   // (epochs < 1, batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without
-  // parameters, a loss or custom optimizer without a name or a function, units_power < 0).
+  // parameters, a loss or custom optimizer without a name or a function, units_power < 0, classes that do not fit
+  // the task, an lr_schedule without a name or a function).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
   // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
@@ -107,11 +130,15 @@ class Trainer {
   // epoch, so the last checkpoint written stays the last good one.
   FitResult fit(const Dataset& train, const Dataset& test = {});
 
-  // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint).
+  // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint);
+  // a classifier's are the labels (ClassLabels::labels) of the highest-scoring classes.
   // Both run the model in eval mode and give every module its previous mode back afterwards (also on an error), so
   // fit()'s training steps run in the mode the model had (training, unless the caller changed it).
   std::vector<double> predict(const Dataset& data) const;
-  RegressionMetrics evaluate(const Dataset& data) const;
+  RegressionMetrics evaluate(const Dataset& data) const;  // regression only
+  // A classifier's metrics on `data`, whose targets are labels of options.classes. Errors: a regression Trainer; a
+  // target that is not one of the labels (naming the row); a model whose output is not [rows, classes].
+  ClassificationMetrics evaluate_classes(const Dataset& data) const;
 
   // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
   // nothing.
@@ -125,8 +152,9 @@ class Trainer {
   void load_checkpoint(const std::string& path);
   // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
   // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
-  // "batch_size", "shuffle_seed", "standardize_target", "epochs", and "train_data" (a fingerprint of the training
-  // set) once fit() has seen it.
+  // "batch_size", "shuffle_seed", "standardize_target", "epochs", with a schedule "lr_schedule" (its name), for
+  // classification "task" ("classification") and "classes" (ClassLabels::str(): the label of each class index),
+  // and "train_data" (a fingerprint of the training set) once fit() has seen it.
   SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
@@ -140,6 +168,9 @@ class Trainer {
 
  private:
   double train_epoch(DataLoader& loader);
+  bool classifier() const { return options_.task == Task::Classification; }
+  // The model's outputs for standardized `data`, row-major, checked to be `width` per row; eval mode, no gradients.
+  std::vector<float> outputs(const Dataset& standardized, int64_t width, const char* who) const;
   double global_loss(const Tensor& local) const;  // the sum over the group's processes of a one-element tensor
   template <class Event>
   void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
@@ -153,6 +184,7 @@ class Trainer {
   std::unique_ptr<parallel::DistributedDataParallel> distributed_;  // with a group
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
+  std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;  // options.lr_schedule over each replica's optimizer
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
   int64_t epoch_ = 0;
