@@ -1,7 +1,9 @@
-// Fuzzes trainer checkpoints, in two modes chosen by the first byte of the input:
-//   - any byte but 0x00: the whole input is the trainer metadata (the JSON text under "tandem.trainer"). It is
-//     saved with tandem::save_tensors next to valid "model.*" and "momentum.*" tensors for the trainer's model, so
-//     every input reaches the metadata checks instead of dying in the tensor part;
+// Fuzzes trainer checkpoints, in three modes chosen by the first byte of the input:
+//   - any byte but 0x00 and 0x03: the whole input is the trainer metadata (the JSON text under "tandem.trainer"). It
+//     is saved with tandem::save_tensors next to a valid version 4 body for the trainer's model ("model.*" tensors
+//     and an SGD optimizer state: "optimizer.*" tensors and "tandem.optimizer" metadata), so every input reaches the
+//     metadata checks instead of dying in the tensor part;
+//   - 0x03: the same with the rest of the input as the metadata and a version 3 body ("model.*" and "momentum.*");
 //   - 0x00: the rest of the input is the whole checkpoint file, tensors included.
 // Either way the checkpoint is loaded into one Trainer (make_mlp(10, 20) on cpu:0) with Trainer::load_checkpoint and,
 // when it loads, used as a resumed run uses it: predict() on a few rows, then fit() up to epoch 2.
@@ -20,6 +22,7 @@
 #include "memory_file.h"
 #include "tandem/core/random.h"
 #include "tandem/nn/serialize.h"
+#include "tandem/optim/optimizer_state.h"
 #include "tandem/trainers/models.h"
 #include "tandem/trainers/trainer.h"
 
@@ -30,6 +33,7 @@ using trainers::Dataset;
 using trainers::Trainer;
 
 constexpr uint8_t kWholeFileMode = 0x00;
+constexpr uint8_t kVersion3MetadataMode = 0x03;
 constexpr const char* kTrainerMetadataKey = "tandem.trainer";
 constexpr int64_t kFeatures = 10;
 constexpr int64_t kHidden = 20;
@@ -39,18 +43,21 @@ std::shared_ptr<nn::Module> seeded_model() {
   return trainers::make_mlp(kFeatures, kHidden);
 }
 
-// Tensors of the trainer's checkpoints, copied (so that training does not change them): the model's parameters and
-// a zero momentum buffer for each.
-std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const nn::Module& model) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
+// The tensors (and the optimizer metadata) of the trainer's checkpoints of `version` (3 or 4), copied so that
+// training does not change them: the model's parameters and a zero momentum buffer for each.
+TensorFile checkpoint_body(const nn::Module& model, int version) {
+  TensorFile body;
   const auto parameters = model.named_parameters();
   for (const auto& [name, parameter] : parameters) {
-    tensors.emplace_back("model." + name, Tensor::from_vector(parameter.to_vector(), parameter.shape()));
+    body.tensors.emplace_back("model." + name, Tensor::from_vector(parameter.to_vector(), parameter.shape()));
   }
+  optim::OptimizerState sgd{.kind = "optim::SGD", .version = 1, .parameters = {}};
   for (const auto& [name, parameter] : parameters) {
-    tensors.emplace_back("momentum." + name, Tensor::zeros(parameter.shape()));
+    if (version == 3) body.tensors.emplace_back("momentum." + name, Tensor::zeros(parameter.shape()));
+    sgd.parameters.push_back({.step = 0, .tensors = {{"momentum_buffer", Tensor::zeros(parameter.shape())}}});
   }
-  return tensors;
+  if (version == 4) optim::write_optimizer_state(sgd, body);
+  return body;
 }
 
 // The first rows of the diabetes data: what predict() and fit() run on after a checkpoint loads.
@@ -78,7 +85,8 @@ class CheckpointHarness {
  public:
   CheckpointHarness()
       : trainer_(seeded_model(), {.devices = {Device::cpu(0)}, .epochs = 2}),
-        tensors_(checkpoint_tensors(*trainer_.model())),
+        version4_(checkpoint_body(*trainer_.model(), 4)),
+        version3_(checkpoint_body(*trainer_.model(), 3)),
         probe_(probe_rows()),
         scratch_path_(scratch_path()),
         whole_file_("checkpoint_fuzz") {}
@@ -89,8 +97,11 @@ class CheckpointHarness {
       resume_from(whole_file_.path());
       return;
     }
-    const std::string metadata(reinterpret_cast<const char*>(data), size);
-    save_tensors(tensors_, scratch_path_, {{kTrainerMetadataKey, metadata}});
+    const bool version3 = size > 0 && data[0] == kVersion3MetadataMode;
+    const size_t skipped = version3 ? 1 : 0;
+    TensorFile file = version3 ? version3_ : version4_;
+    file.metadata[kTrainerMetadataKey] = std::string(reinterpret_cast<const char*>(data) + skipped, size - skipped);
+    save_tensors(file.tensors, scratch_path_, file.metadata);
     // The file is unlinked before it is loaded (through its descriptor), so an input that crashes the process
     // leaves nothing behind.
     const int fd = ::open(scratch_path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -114,7 +125,8 @@ class CheckpointHarness {
   }
 
   Trainer trainer_;
-  std::vector<std::pair<std::string, Tensor>> tensors_;
+  TensorFile version4_;
+  TensorFile version3_;
   Dataset probe_;
   std::string scratch_path_;
   MemoryFile whole_file_;

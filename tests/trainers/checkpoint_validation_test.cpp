@@ -220,20 +220,123 @@ TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
   // Valid parameters first, then a momentum buffer of the wrong shape: nothing may be applied.
   TensorFile edited = file_;
   for (auto& [name, tensor] : edited.tensors) {
-    if (name == "momentum.1.bias") tensor = Tensor::zeros({2});
+    if (name == "optimizer.3.momentum_buffer") tensor = Tensor::zeros({2});
   }
   save_tensors(edited.tensors, edited_, edited.metadata);
-  EXPECT_CONTAINS(resume_error(edited_), "momentum buffer 1.bias has shape [2] in '");
+  EXPECT_CONTAINS(resume_error(edited_), "holds an optimizer state that does not fit the optimizer: optim::SGD::"
+                                         "load_state_dict: momentum_buffer of parameter 3 has shape [2] but the "
+                                         "parameter has shape [1]");
 
   edited = file_;
-  edited.tensors.emplace_back("momentum.2.weight", Tensor::zeros({1}));
+  edited.tensors.emplace_back("model.2.weight", Tensor::zeros({1}));
   save_tensors(edited.tensors, edited_, edited.metadata);
-  EXPECT_CONTAINS(resume_error(edited_), "has a momentum buffer for 2.weight which the model does not have");
+  EXPECT_CONTAINS(resume_error(edited_), "has a model tensor for 2.weight which the model does not have");
 
   edited = file_;
   edited.tensors.erase(edited.tensors.begin() + 1);
   save_tensors(edited.tensors, edited_, edited.metadata);
   EXPECT_CONTAINS(resume_error(edited_), "has no parameter 0.bias");
+}
+
+// The same checks for a version 3 file, whose optimizer state is one momentum buffer per parameter name.
+TEST_F(CheckpointValidation, Version3MomentumBuffersAreCheckedAllOrNothing) {
+  TensorFile version3 = file_;
+  const optim::OptimizerState state = optim::read_optimizer_state(version3, good_);
+  const std::vector<std::string> names = {"0.weight", "0.bias", "1.weight", "1.bias"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    version3.tensors.emplace_back("momentum." + names[i], state.parameters[i].tensors.at(0).second);
+  }
+  nlohmann::json metadata = state_;
+  metadata["version"] = 3;
+  version3.metadata["tandem.trainer"] = metadata.dump();
+
+  TensorFile edited = version3;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "momentum.1.bias") tensor = Tensor::zeros({2});
+  }
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "momentum buffer 1.bias has shape [2] in '");
+
+  edited = version3;
+  edited.tensors.emplace_back("momentum.2.weight", Tensor::zeros({1}));
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "has a momentum buffer for 2.weight which the model does not have");
+
+  edited = version3;
+  edited.tensors.emplace_back("optimizer.0.momentum_buffer", Tensor::zeros({20, 10}));
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_),
+                  "has an unexpected tensor \"optimizer.0.momentum_buffer\" for a version 3 checkpoint");
+
+  save_tensors(version3.tensors, edited_, version3.metadata);
+  Trainer resumed = seed_net();
+  resumed.load_checkpoint(edited_);
+  EXPECT_EQ(resumed.epoch(), 2);
+}
+
+TEST_F(CheckpointValidation, CorruptOptimizerStateIsRefused) {
+  TensorFile edited = file_;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "optimizer.2.momentum_buffer") {
+      std::vector<float> values = tensor.to_vector();
+      values[3] = INFINITY;
+      tensor = Tensor::from_vector(values, tensor.shape());
+    }
+  }
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_),
+                  "holds inf at element 3 of optimizer state momentum_buffer of parameter 1.weight; the checkpoint is "
+                  "corrupt");
+
+  edited = file_;
+  edited.metadata.erase("tandem.optimizer");
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "holds no optimizer state (no \"tandem.optimizer\" metadata)");
+
+  nlohmann::json optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
+  edited = file_;
+  optimizer["kind"] = "optim::Adam";
+  edited.metadata["tandem.optimizer"] = optimizer.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "got the state of \"optim::Adam\" version 1 but expected \"optim::SGD\"");
+
+  optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
+  optimizer["steps"].erase(3);
+  edited = file_;
+  edited.metadata["tandem.optimizer"] = optimizer.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "the tensor \"optimizer.3.momentum_buffer\" is not named optimizer.");
+
+  optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
+  optimizer["steps"] = {1, 2, 3, 4, 5};
+  edited = file_;
+  edited.metadata["tandem.optimizer"] = optimizer.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "got the state of 5 parameters for 4");
+
+  optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
+  optimizer["steps"][0] = -1;
+  edited = file_;
+  edited.metadata["tandem.optimizer"] = optimizer.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "steps[0] is -1 but expected an integer in [0, ");
+
+  edited = file_;
+  edited.tensors.emplace_back("momentum.0.weight", Tensor::zeros({20, 10}));
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "has an unexpected tensor \"momentum.0.weight\" for a version 4 checkpoint");
+
+  edited = file_;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "optimizer.0.momentum_buffer") name = "optimizer.0.exp_avg";
+  }
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "has the slot \"exp_avg\" but expected at most one \"momentum_buffer\"");
+
+  nlohmann::json state = state_;
+  state["version"] = 5;
+  EXPECT_CONTAINS(resume_error(with_state(state)),
+                  "version 5 but expected \"tandem-trainer-checkpoint\" version 3 to 4");
 }
 
 TEST_F(CheckpointValidation, AnotherSetupIsRefusedWithTheDifferences) {

@@ -49,9 +49,43 @@ Trainer dropout_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_
   return Trainer(model, test_options(std::move(devices), epochs));
 }
 
+// The seed net with AdamW and a warm-up + cosine schedule over 10 epochs (whatever `epochs` this run stops at), so
+// that a resumed run must restore Adam's moments and step counts and continue the schedule at its epoch.
+Trainer adamw_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
+  manual_seed(init_seed);
+  TrainerOptions options = test_options(std::move(devices), epochs);
+  options.optimizer = CustomOptimizer{"adamw", [](std::vector<Tensor> parameters) {
+                                        return std::make_unique<optim::AdamW>(std::move(parameters),
+                                                                              optim::AdamWOptions{.lr = 3e-3});
+                                      }};
+  options.lr_schedule = parse_lr_schedule("warmup:2+cosine", 10);
+  return Trainer(make_mlp(10, 20), options);
+}
+
+// Linear(10, 20) -> BatchNorm1d(20) -> Linear(20, 1): its running statistics are buffers a checkpoint must keep.
+std::shared_ptr<nn::Module> batch_norm_net() {
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(10, 20));
+  model->push_back(std::make_shared<nn::BatchNorm1d>(20));
+  model->push_back(std::make_shared<nn::Linear>(20, 1));
+  return model;
+}
+
+Trainer batch_norm_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
+  manual_seed(init_seed);
+  return Trainer(batch_norm_net(), test_options(std::move(devices), epochs));
+}
+
 std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
   std::vector<std::vector<float>> values;
   for (const Tensor& p : trainer.model()->parameters()) values.push_back(p.to_vector());
+  return values;
+}
+
+// Every buffer's values (as float32: BatchNorm's step count converts exactly).
+std::vector<std::vector<float>> buffer_values(const Trainer& trainer) {
+  std::vector<std::vector<float>> values;
+  for (const Tensor& b : trainer.model()->buffers()) values.push_back(b.to(DType::Float32).to_vector());
   return values;
 }
 
@@ -155,9 +189,11 @@ TEST(Trainer, SameResultOnOneGpu_CUDA) {
 
 // Trains `make(devices, 10 epochs, seed 0)` without a break, and again for 4 epochs with a checkpoint that a third
 // trainer (other initial values) resumes and takes to 10 epochs: both must end with the same parameters and metrics.
+// `rewrite`, when given, turns the checkpoint written after epoch 4 into the file that is resumed (another version).
 void expect_resume_continues_exactly(
     const std::function<Trainer(std::vector<Device>, int64_t epochs, uint64_t init_seed)>& make,
-    const std::vector<Device>& devices) {
+    const std::vector<Device>& devices,
+    const std::function<std::string(const std::string& path, const Trainer& written)>& rewrite = nullptr) {
   SCOPED_TRACE(to_string(devices));
   Trainer uninterrupted = make(devices, 10, 0);
   FitResult expected = uninterrupted.fit(diabetes().train, diabetes().test);
@@ -170,7 +206,7 @@ void expect_resume_continues_exactly(
   first.fit(diabetes().train, diabetes().test);
 
   Trainer resumed = make(devices, 10, /*init_seed=*/123);  // other initial values, overwritten
-  resumed.load_checkpoint(path);
+  resumed.load_checkpoint(rewrite ? rewrite(path, first) : path);
   EXPECT_EQ(resumed.epoch(), 4);
   EXPECT_EQ(resumed.step(), 24);
   EXPECT_EQ(generator_state(), saved->state);
@@ -183,6 +219,7 @@ void expect_resume_continues_exactly(
   EXPECT_EQ(actual.epochs, 10);
   EXPECT_EQ(actual.steps, expected.steps);
   EXPECT_EQ(parameter_values(resumed), parameter_values(uninterrupted));
+  EXPECT_EQ(buffer_values(resumed), buffer_values(uninterrupted));
   EXPECT_EQ(actual.test->mse, expected.test->mse);
   EXPECT_EQ(actual.train.mse, expected.train.mse);
 }
@@ -205,6 +242,117 @@ TEST(Trainer, ResumeContinuesExactlyWithRandomLayersOnCpu) {
   for (const auto& [device, counter] : state.device_counters) EXPECT_GT(counter, 0u) << device;
 }
 
+TEST(Trainer, ResumeContinuesExactlyWithAdamWAndAScheduleOnCpu) {
+  for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
+                                             std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
+    expect_resume_continues_exactly(
+        [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return adamw_net_trainer(on, epochs, seed); },
+        devices);
+  }
+}
+
+TEST(Trainer, ResumeContinuesExactlyWithBatchNormBuffersOnCpu) {
+  expect_resume_continues_exactly(
+      [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return batch_norm_net_trainer(on, epochs, seed); },
+      {Device::cpu(0), Device::cpu(1)});
+}
+
+// A version 4 checkpoint of an SGD run rewritten as version 3 wrote it: parameters as model.<name>, the momentum
+// buffers as momentum.<name>, no optimizer metadata.
+std::string as_version3(const std::string& path, const Trainer& written) {
+  TensorFile file = load_tensors(path);
+  const optim::OptimizerState state = optim::read_optimizer_state(file, path);
+  const auto parameters = written.model()->named_parameters();
+  for (size_t i = 0; i < state.parameters.size(); ++i) {
+    for (const auto& [slot, tensor] : state.parameters[i].tensors) {
+      EXPECT_EQ(slot, "momentum_buffer");
+      file.tensors.emplace_back("momentum." + parameters[i].first, tensor);
+    }
+  }
+  nlohmann::json metadata = nlohmann::json::parse(file.metadata.at("tandem.trainer"));
+  metadata["version"] = 3;
+  file.metadata["tandem.trainer"] = metadata.dump();
+  const std::string version3 = temp_path("version3.safetensors");
+  save_tensors(file.tensors, version3, file.metadata);
+  return version3;
+}
+
+TEST(Trainer, Version3CheckpointsStillResumeExactly) {
+  expect_resume_continues_exactly(
+      [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return seed_net_trainer(on, epochs, seed); },
+      {Device::cpu(0), Device::cpu(1)}, as_version3);
+  const Checkpoint loaded = load_checkpoint(temp_path("version3.safetensors"));
+  EXPECT_EQ(loaded.version, 3);
+  EXPECT_EQ(loaded.momentum_buffers.size(), 4u);
+
+  // Version 3 kept no buffers: a model with running statistics cannot continue exactly from one.
+  Trainer with_buffers = batch_norm_net_trainer({Device::cpu(0)}, 4);
+  with_buffers.fit(diabetes().train);
+  const std::string path = temp_path("buffers.safetensors");
+  with_buffers.save_checkpoint(path);
+  TensorFile file = load_tensors(path);
+  optim::read_optimizer_state(file, path);
+  nlohmann::json metadata = nlohmann::json::parse(file.metadata.at("tandem.trainer"));
+  metadata["version"] = 3;
+  file.metadata["tandem.trainer"] = metadata.dump();
+  save_tensors(file.tensors, path, file.metadata);
+  EXPECT_ERROR(batch_norm_net_trainer({Device::cpu(0)}, 4).load_checkpoint(path),
+               "is a version 3 checkpoint, which keeps no buffers, but the model has 3 (1.running_mean, ...)");
+}
+
+TEST(Trainer, CheckpointRoundTripsAdamStateAndBuffers) {
+  const std::string path = temp_path("adam_buffers.safetensors");
+  manual_seed(0);
+  TrainerOptions options = test_options({Device::cpu(0), Device::cpu(1)}, 2);
+  options.optimizer = CustomOptimizer{"adam", [](std::vector<Tensor> parameters) {
+                                        return std::make_unique<optim::Adam>(std::move(parameters));
+                                      }};
+  Trainer trainer(batch_norm_net(), options);
+  trainer.fit(diabetes().train);
+  trainer.save_checkpoint(path);
+
+  const Checkpoint checkpoint = load_checkpoint(path);
+  EXPECT_EQ(checkpoint.version, 4);
+  const auto state = trainer.model()->state_dict();
+  ASSERT_EQ(checkpoint.model_state.size(), state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    SCOPED_TRACE(state[i].first);
+    EXPECT_EQ(checkpoint.model_state[i].first, state[i].first);
+    EXPECT_EQ(checkpoint.model_state[i].second.dtype(), state[i].second.dtype());
+    EXPECT_EQ(checkpoint.model_state[i].second.to(DType::Float32).to_vector(),
+              state[i].second.to(DType::Float32).to_vector());
+  }
+  EXPECT_EQ(checkpoint.model_state[4].first, "1.running_mean");
+  EXPECT_EQ(checkpoint.model_state[6].first, "1.num_batches_tracked");
+  EXPECT_GT(checkpoint.model_state[6].second.to_vector_as<int64_t>().at(0), 0);
+
+  const optim::OptimizerState adam = trainer.optimizer().state_dict();
+  EXPECT_EQ(checkpoint.optimizer.kind, "optim::Adam");
+  ASSERT_EQ(checkpoint.optimizer.parameters.size(), adam.parameters.size());
+  for (size_t i = 0; i < adam.parameters.size(); ++i) {
+    EXPECT_EQ(checkpoint.optimizer.parameters[i].step, 12);
+    ASSERT_EQ(checkpoint.optimizer.parameters[i].tensors.size(), 2u);
+    for (size_t t = 0; t < 2; ++t) {
+      EXPECT_EQ(checkpoint.optimizer.parameters[i].tensors[t].first, adam.parameters[i].tensors[t].first);
+      EXPECT_EQ(checkpoint.optimizer.parameters[i].tensors[t].second.to_vector(),
+                adam.parameters[i].tensors[t].second.to_vector());
+    }
+  }
+
+  // Loaded into a fresh trainer, every replica's optimizer holds the state and the model the buffers.
+  manual_seed(5);
+  Trainer resumed(batch_norm_net(), options);
+  resumed.load_checkpoint(path);
+  EXPECT_EQ(buffer_values(resumed), buffer_values(trainer));
+  for (size_t d = 0; d < 2; ++d) {
+    const optim::OptimizerState restored = resumed.optimizer().optimizer(d).state_dict();
+    for (size_t i = 0; i < adam.parameters.size(); ++i) {
+      EXPECT_EQ(restored.parameters[i].step, 12);
+      EXPECT_EQ(restored.parameters[i].tensors[1].second.to_vector(), adam.parameters[i].tensors[1].second.to_vector());
+    }
+  }
+}
+
 TEST(Trainer, CheckpointHoldsTheTrainingState) {
   const std::string path = temp_path("state.safetensors");
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
@@ -214,12 +362,17 @@ TEST(Trainer, CheckpointHoldsTheTrainingState) {
   Checkpoint checkpoint = load_checkpoint(path);
   EXPECT_EQ(checkpoint.epoch, 2);
   EXPECT_EQ(checkpoint.step, 12);
-  ASSERT_EQ(checkpoint.parameters.size(), 4u);
-  EXPECT_EQ(checkpoint.parameters[0].first, "0.weight");
-  EXPECT_EQ(checkpoint.parameters[0].second.to_vector(), trainer.model()->parameters()[0].to_vector());
-  ASSERT_EQ(checkpoint.momentum_buffers.size(), 4u);
-  EXPECT_EQ(checkpoint.momentum_buffers[3].first, "1.bias");
-  EXPECT_EQ(checkpoint.momentum_buffers[3].second.to_vector(), trainer.optimizer().state()[3].to_vector());
+  EXPECT_EQ(checkpoint.version, 4);
+  ASSERT_EQ(checkpoint.model_state.size(), 4u);
+  EXPECT_EQ(checkpoint.model_state[0].first, "0.weight");
+  EXPECT_EQ(checkpoint.model_state[0].second.to_vector(), trainer.model()->parameters()[0].to_vector());
+  EXPECT_TRUE(checkpoint.momentum_buffers.empty());
+  EXPECT_EQ(checkpoint.optimizer.kind, "optim::SGD");
+  ASSERT_EQ(checkpoint.optimizer.parameters.size(), 4u);
+  ASSERT_EQ(checkpoint.optimizer.parameters[3].tensors.size(), 1u);
+  EXPECT_EQ(checkpoint.optimizer.parameters[3].tensors[0].first, "momentum_buffer");
+  EXPECT_EQ(checkpoint.optimizer.parameters[3].tensors[0].second.to_vector(),
+            trainer.optimizer().state()[3].to_vector());
   EXPECT_EQ(checkpoint.standardizer.feature_mean, trainer.standardizer()->feature_mean);
   EXPECT_EQ(checkpoint.standardizer.target_scale, trainer.standardizer()->target_scale);
 

@@ -15,9 +15,10 @@ namespace {
 
 constexpr const char* kMetadataKey = "tandem.trainer";
 constexpr const char* kFormat = "tandem-trainer-checkpoint";
-constexpr int64_t kVersion = 3;  // 3: the generator's device streams
-constexpr std::string_view kParameterPrefix = "model.";
-constexpr std::string_view kMomentumPrefix = "momentum.";
+// 3: the generator's device streams; 4: the model's buffers and the optimizer's state by name (checkpoint.h).
+constexpr int64_t kOldestVersion = 3;
+constexpr std::string_view kModelPrefix = "model.";
+constexpr std::string_view kMomentumPrefix = "momentum.";  // version 3
 // Bounds of the metadata: far above any real run, low enough that a hostile file cannot make us allocate much.
 constexpr size_t kMaxFeatures = 1'000'000;
 constexpr size_t kMaxSetupFacts = 1'000;
@@ -124,9 +125,12 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
                                              "standardizer", "setup"});
   const std::string format = read.string(state, "format");
   const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
-  TANDEM_CHECK(format == kFormat && version == kVersion, read.where(), "format \"", excerpt(format), "\" version ",
-               version, " but expected \"", kFormat, "\" version ", kVersion,
-               version < kVersion && format == kFormat ? " (written by an older tandem; retrain or convert it)" : "");
+  TANDEM_CHECK(
+      format == kFormat && version >= kOldestVersion && version <= kCheckpointVersion, read.where(), "format \"",
+      excerpt(format), "\" version ", version, " but expected \"", kFormat, "\" version ", kOldestVersion, " to ",
+      kCheckpointVersion,
+      version < kOldestVersion && format == kFormat ? " (written by an older tandem; retrain or convert it)" : "");
+  checkpoint.version = static_cast<int64_t>(version);
 
   constexpr uint64_t kMaxCounter = std::numeric_limits<int64_t>::max();
   checkpoint.epoch = static_cast<int64_t>(read.count(state, "epoch", kMaxCounter));
@@ -162,19 +166,21 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
 }  // namespace
 
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, tensor] : checkpoint.parameters) {
-    tensors.emplace_back(std::string(kParameterPrefix) + name, tensor);
+  TANDEM_CHECK(checkpoint.version == kCheckpointVersion && checkpoint.momentum_buffers.empty(),
+               "save_checkpoint: got a version ", checkpoint.version, " checkpoint",
+               checkpoint.momentum_buffers.empty() ? "" : " with momentum_buffers", " but only version ",
+               kCheckpointVersion, " (the optimizer's state in `optimizer`) is written");
+  TensorFile file;
+  for (const auto& [name, tensor] : checkpoint.model_state) {
+    file.tensors.emplace_back(std::string(kModelPrefix) + name, tensor);
   }
-  for (const auto& [name, tensor] : checkpoint.momentum_buffers) {
-    tensors.emplace_back(std::string(kMomentumPrefix) + name, tensor);
-  }
+  optim::write_optimizer_state(checkpoint.optimizer, file);
   Json device_counters = Json::object();
   for (const auto& [device, counter] : checkpoint.generator.device_counters) device_counters[device.str()] = counter;
   const Standardizer& s = checkpoint.standardizer;
   const Json state = {
       {"format", kFormat},
-      {"version", kVersion},
+      {"version", kCheckpointVersion},
       {"epoch", checkpoint.epoch},
       {"step", checkpoint.step},
       {"generator",
@@ -189,7 +195,8 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
         {"target_scale", s.target_scale}}},
       {"setup", checkpoint.setup},
   };
-  save_tensors(tensors, path, {{kMetadataKey, state.dump()}});
+  file.metadata[kMetadataKey] = state.dump();
+  save_tensors(file.tensors, path, file.metadata);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -199,13 +206,16 @@ Checkpoint load_checkpoint(const std::string& path) {
                "' is a tensor file but not a trainer checkpoint (no \"", kMetadataKey, "\" metadata)");
   Checkpoint checkpoint;
   read_metadata(entry->second, path, checkpoint);
+  const bool with_optimizer_state = checkpoint.version >= 4;
+  if (with_optimizer_state) checkpoint.optimizer = optim::read_optimizer_state(file, "load_checkpoint: '" + path + "'");
   for (auto& [name, tensor] : file.tensors) {
-    if (name.starts_with(kParameterPrefix)) {
-      checkpoint.parameters.emplace_back(name.substr(kParameterPrefix.size()), std::move(tensor));
-    } else if (name.starts_with(kMomentumPrefix)) {
+    if (name.starts_with(kModelPrefix)) {
+      checkpoint.model_state.emplace_back(name.substr(kModelPrefix.size()), std::move(tensor));
+    } else if (!with_optimizer_state && name.starts_with(kMomentumPrefix)) {
       checkpoint.momentum_buffers.emplace_back(name.substr(kMomentumPrefix.size()), std::move(tensor));
     } else {
-      TANDEM_FAIL("load_checkpoint: '", path, "' has an unexpected tensor \"", excerpt(name), "\"");
+      TANDEM_FAIL("load_checkpoint: '", path, "' has an unexpected tensor \"", excerpt(name), "\" for a version ",
+                  checkpoint.version, " checkpoint");
     }
   }
   return checkpoint;

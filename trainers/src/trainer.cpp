@@ -336,11 +336,8 @@ ClassificationMetrics Trainer::evaluate_classes(const Dataset& data) const {
 void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
-  checkpoint.parameters = model_->named_parameters();
-  const std::vector<Tensor> buffers = optimizer_->state();
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    if (buffers[i].defined()) checkpoint.momentum_buffers.emplace_back(checkpoint.parameters[i].first, buffers[i]);
-  }
+  checkpoint.model_state = model_->state_dict();
+  checkpoint.optimizer = optimizer_->state_dict();
   checkpoint.epoch = epoch_;
   checkpoint.step = step_;
   checkpoint.generator = generator_state();
@@ -353,43 +350,73 @@ void Trainer::save_checkpoint(const std::string& path) const {
 
 namespace {
 
-// Throws unless every element of `tensor` is finite, naming the first that is not.
+// Throws unless every element of `tensor` is finite (integer tensors always are), naming the first that is not.
 void check_finite(const Tensor& tensor, const std::string& what, const std::string& path) {
-  const std::vector<float> values = tensor.to_vector();
+  if (!is_floating_point(tensor.dtype())) return;
+  const std::vector<float> values = tensor.to(DType::Float32).to_vector();
   for (size_t i = 0; i < values.size(); ++i) {
     TANDEM_CHECK(std::isfinite(values[i]), "Trainer::load_checkpoint: '", path, "' holds ", values[i], " at element ",
                  i, " of ", what, "; the checkpoint is corrupt (a run stops before it would save non-finite values)");
   }
 }
 
-// The checkpoint's tensors in the order of `named`, checked by name and shape; entries stay undefined for names the
-// checkpoint does not hold (allowed only for momentum buffers).
-std::vector<Tensor> matched(const std::vector<std::pair<std::string, Tensor>>& named,
-                            const std::vector<std::pair<std::string, Tensor>>& stored, const char* kind,
+// A tensor the model expects in a checkpoint: a parameter, a buffer or (version 3) a parameter's momentum buffer.
+struct Expected {
+  std::string name;
+  Tensor tensor;  // the model's: the shape and dtype the checkpoint's must have
+  const char* kind;
+};
+
+std::vector<Expected> expected(const std::vector<std::pair<std::string, Tensor>>& named, const char* kind) {
+  std::vector<Expected> slots;
+  for (const auto& [name, tensor] : named) slots.push_back({name, tensor, kind});
+  return slots;
+}
+
+// The checkpoint's tensors in the order of `slots`, checked by name, shape, dtype and finite values; entries stay
+// undefined for names the checkpoint does not hold. `stored_kind` names the checkpoint's tensors in messages.
+std::vector<Tensor> matched(const std::vector<Expected>& slots,
+                            const std::vector<std::pair<std::string, Tensor>>& stored, const char* stored_kind,
                             const std::string& path) {
   std::map<std::string, size_t> index;
-  for (size_t i = 0; i < named.size(); ++i) index[named[i].first] = i;
-  std::vector<Tensor> values(named.size());
+  for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
+  std::vector<Tensor> values(slots.size());
   for (const auto& [name, tensor] : stored) {
     const auto found = index.find(name);
-    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: '", path, "' has a ", kind, " for ", excerpt(name),
-                 " which the model does not have");
-    const Tensor& parameter = named[found->second].second;
-    TANDEM_CHECK(tensor.shape() == parameter.shape(), "Trainer::load_checkpoint: ", kind, " ", name, " has shape ",
-                 to_string(tensor.shape()), " in '", path, "' but ", to_string(parameter.shape()), " in the model");
-    TANDEM_CHECK(tensor.dtype() == parameter.dtype(), "Trainer::load_checkpoint: ", kind, " ", name, " is ",
-                 tensor.dtype(), " in '", path, "' but ", parameter.dtype(), " in the model");
-    check_finite(tensor, std::string(kind) + " " + name, path);
+    TANDEM_CHECK(found != index.end(), "Trainer::load_checkpoint: '", path, "' has a ", stored_kind, " for ",
+                 excerpt(name), " which the model does not have");
+    const Expected& slot = slots[found->second];
+    TANDEM_CHECK(tensor.shape() == slot.tensor.shape(), "Trainer::load_checkpoint: ", slot.kind, " ", name,
+                 " has shape ", to_string(tensor.shape()), " in '", path, "' but ", to_string(slot.tensor.shape()),
+                 " in the model");
+    TANDEM_CHECK(tensor.dtype() == slot.tensor.dtype(), "Trainer::load_checkpoint: ", slot.kind, " ", name, " is ",
+                 tensor.dtype(), " in '", path, "' but ", slot.tensor.dtype(), " in the model");
+    check_finite(tensor, std::string(slot.kind) + " " + name, path);
     values[found->second] = tensor;
   }
   return values;
+}
+
+// Every value of the optimizer state finite, each named by its parameter (the state's count and shapes are checked
+// by the optimizer's load_state_dict).
+void check_finite(const optim::OptimizerState& state, const std::vector<std::pair<std::string, Tensor>>& parameters,
+                  const std::string& path) {
+  for (size_t i = 0; i < state.parameters.size(); ++i) {
+    const std::string parameter = i < parameters.size() ? parameters[i].first : "#" + std::to_string(i);
+    for (const auto& [slot, tensor] : state.parameters[i].tensors) {
+      check_finite(tensor, "optimizer state " + slot + " of parameter " + parameter, path);
+    }
+  }
 }
 
 }  // namespace
 
 void Trainer::load_checkpoint(const std::string& path) {
   // Note [All-or-nothing resume]: everything that can be wrong with the file is checked before the first write to
-  // the model, the optimizer or the counters, so a refused checkpoint leaves the Trainer exactly as it was.
+  // the model, the optimizer or the counters, so a refused checkpoint leaves the Trainer exactly as it was. The
+  // optimizer's load_state_dict (set_state for version 3) is the last check and the first write: it checks the whole
+  // state before it writes anything, and every replica's optimizer takes the same state over parameters of the same
+  // shapes, so once the first accepts it, the rest does too.
   Checkpoint checkpoint = trainers::load_checkpoint(path);
   const std::vector<std::string> differences = setup_differences(checkpoint.setup, setup(), [&] {
     std::set<std::string> ignored = options_.resume_may_change;
@@ -408,23 +435,47 @@ void Trainer::load_checkpoint(const std::string& path) {
                checkpoint.epoch, " but epochs is ", options_.epochs,
                "; epochs counts all epochs (those before a resume too)");
 
-  auto named = model_->named_parameters();
-  const std::vector<Tensor> values = matched(named, checkpoint.parameters, "parameter", path);
-  for (size_t i = 0; i < named.size(); ++i) {
-    TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: '", path, "' has no parameter ", named[i].first);
+  const auto parameters = model_->named_parameters();
+  const auto buffers = model_->named_buffers();
+  const bool version3 = checkpoint.version == 3;
+  if (version3 && !buffers.empty()) {
+    TANDEM_FAIL("Trainer::load_checkpoint: '", path, "' is a version 3 checkpoint, which keeps no buffers, but the ",
+                "model has ", buffers.size(), " (", buffers.front().first, ", ...); its running statistics cannot be ",
+                "restored, so the run would not continue exactly");
   }
-  const std::vector<Tensor> buffers = matched(named, checkpoint.momentum_buffers, "momentum buffer", path);
+  std::vector<Expected> slots = expected(parameters, "parameter");
+  for (Expected& slot : expected(buffers, "buffer")) slots.push_back(std::move(slot));
+  const std::vector<Tensor> values = matched(slots, checkpoint.model_state, "model tensor", path);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: '", path, "' has no ", slots[i].kind, " ",
+                 slots[i].name);
+  }
+  const std::vector<Tensor> momentum_buffers =
+      matched(expected(parameters, "momentum buffer"), checkpoint.momentum_buffers, "momentum buffer", path);
+  if (!version3) check_finite(checkpoint.optimizer, parameters, path);
+  try {
+    if (version3) {
+      optimizer_->set_state(momentum_buffers);
+    } else {
+      optimizer_->load_state_dict(checkpoint.optimizer);
+    }
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    TANDEM_FAIL("Trainer::load_checkpoint: '", path, "' holds an optimizer state that does not fit the optimizer: ",
+                e.what());
+  }
 
   {
     NoGradGuard no_grad;
-    for (size_t i = 0; i < named.size(); ++i) named[i].second.copy_(values[i]);
+    for (size_t i = 0; i < slots.size(); ++i) slots[i].tensor.copy_(values[i]);
   }
   if (distributed_) {
     distributed_->sync_parameters();  // rank 0's values, to every process and replica
   } else {
     replicas_->sync_parameters();
   }
-  optimizer_->set_state(buffers);
+  (distributed_ ? distributed_->replicated() : *replicas_).sync_buffers();  // each process read the same buffers
   epoch_ = checkpoint.epoch;
   step_ = checkpoint.step;
   shuffle_state_ = checkpoint.shuffle_state;

@@ -83,10 +83,6 @@ void validate(const Flags& flags) {
   check(flags.momentum >= 0.0 && flags.momentum < 1.0, "--momentum must lie in [0, 1), got " + text(flags.momentum));
   check(flags.weight_decay >= 0.0 && std::isfinite(flags.weight_decay),
         "--weight-decay must be a number >= 0, got " + text(flags.weight_decay));
-  // Checkpoints keep one state tensor per parameter (SGD's momentum); Adam's moments and step counts do not fit.
-  check(flags.optimizer == Optimizer::SGD || (!flags.checkpoint && !flags.resume),
-        "--checkpoint and --resume need --optimizer sgd (checkpoints do not keep Adam's state yet), got --optimizer " +
-            to_string(flags.optimizer));
   check(flags.test_fraction >= 0.0 && flags.test_fraction < 1.0,
         "--test-fraction must lie in [0, 1), got " + text(flags.test_fraction));
   check(flags.checkpoint_every <= flags.epochs, "--checkpoint-every must be at most --epochs (" +

@@ -177,14 +177,20 @@ void write_summary(const std::string& path, const FitResult& result, const Train
 }
 
 // What a checkpoint of this tool records beyond the Trainer's own facts (model, optimizer, batch size, epochs and a
-// fingerprint of the training rows): the data's provenance and column choices, which a resume must keep.
+// fingerprint of the training rows): the data's provenance and column choices, which a resume must keep, and for
+// Adam and AdamW (custom optimizers to the Trainer, which records SGD's options only) the lr and the weight decay.
 SetupFacts setup_facts(const Flags& flags, const Dataset& data) {
   std::string features;
   for (const std::string& name : data.feature_names) features += (features.empty() ? "" : ",") + name;
-  return {{"features", features},
-          {"target", data.target_name},
-          {"missing", flags.csv.missing == MissingValues::Error ? "error" : "drop-row"},
-          {"test_fraction", exact_text(flags.test_fraction)}};
+  SetupFacts facts = {{"features", features},
+                      {"target", data.target_name},
+                      {"missing", flags.csv.missing == MissingValues::Error ? "error" : "drop-row"},
+                      {"test_fraction", exact_text(flags.test_fraction)}};
+  if (flags.optimizer != Optimizer::SGD) {
+    facts["lr"] = exact_text(flags.lr);
+    facts["weight_decay"] = exact_text(flags.weight_decay);
+  }
+  return facts;
 }
 
 void resume(Trainer& trainer, const std::string& path) {

@@ -1,9 +1,20 @@
 #pragma once
-// Training checkpoints: everything needed to continue a run exactly where it stopped. One safetensors file (see
-// nn/serialize.h) holding the model's parameters as "model.<name>", the optimizer's state (optim::Optimizer::state(),
-// SGD's momentum buffers) as "momentum.<name>" and, in its metadata under "tandem.trainer", a JSON object with the
-// counters, the generator and shuffle states, the standardization and the run's setup facts (see run_setup.h).
-// Written atomically (a temporary file renamed over the path).
+// Training checkpoints: everything needed to continue a run exactly where it stopped, in one safetensors file (see
+// nn/serialize.h), written atomically (a temporary file renamed over the path).
+//
+// Version 4 (what save_checkpoint writes):
+//   - "model.<name>": the model's state_dict(), its parameters and its buffers (BatchNorm's running statistics);
+//   - the optimizer's state by name, as optim::write_optimizer_state embeds it: tensors "optimizer.<index>.<slot>"
+//     and the metadata entry "tandem.optimizer" (any optimizer: SGD's momentum, Adam's moments and step counts);
+//   - under the metadata key "tandem.trainer", a JSON object with the counters, the generator and shuffle states,
+//     the standardization and the run's setup facts (see run_setup.h).
+// Version 3 (still read): "model.<name>" for the parameters only (no buffers), SGD's momentum buffers (or a custom
+// optimizer's Optimizer::state()) as "momentum.<name>", no optimizer metadata, and the same trainer metadata.
+//
+// Note [Schedule position]: an LR schedule needs no state of its own in a checkpoint. The Trainer's schedules
+// (lr_schedule.h) are optim::LRScheduler closed forms of the epoch over the optimizer's initial lrs, which the
+// resumed Trainer's options give again (the setup facts "lr" and "lr_schedule" must match), and fit() moves them to
+// the current epoch (set_last_epoch) before every epoch: the epoch counter is the schedule's position.
 
 #include <cstdint>
 #include <string>
@@ -12,25 +23,36 @@
 
 #include "tandem/core/random.h"
 #include "tandem/core/tensor.h"
+#include "tandem/optim/optimizer_state.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
 
 namespace tandem::trainers {
 
+inline constexpr int64_t kCheckpointVersion = 4;
+
 struct Checkpoint {
-  std::vector<std::pair<std::string, Tensor>> parameters;        // named as model.named_parameters()
-  std::vector<std::pair<std::string, Tensor>> momentum_buffers;  // by parameter name; only those that exist
-  int64_t epoch = 0;             // epochs completed
-  int64_t step = 0;              // optimizer steps completed
-  GeneratorState generator;      // tandem::generator_state()
-  uint64_t shuffle_state = 0;    // DataLoader::shuffle_state() before the next epoch
+  int64_t version = kCheckpointVersion;  // of the file read; save_checkpoint writes kCheckpointVersion only
+  // Version 4: named as model.state_dict() (parameters and buffers); version 3: as model.named_parameters().
+  std::vector<std::pair<std::string, Tensor>> model_state;
+  optim::OptimizerState optimizer;  // version 4: Optimizer::state_dict()
+  // Version 3 only: Optimizer::state() by parameter name, only the tensors that exist.
+  std::vector<std::pair<std::string, Tensor>> momentum_buffers;
+  int64_t epoch = 0;           // epochs completed
+  int64_t step = 0;            // optimizer steps completed
+  GeneratorState generator;    // tandem::generator_state()
+  uint64_t shuffle_state = 0;  // DataLoader::shuffle_state() before the next epoch
   Standardizer standardizer;
-  SetupFacts setup;              // Trainer::setup() when it was written
+  SetupFacts setup;  // Trainer::setup() when it was written
 };
 
+// Writes `checkpoint` as version 4. Errors: a checkpoint of another version or with momentum_buffers (version 3's
+// form, which is read but never written); write_optimizer_state's and save_tensors' errors.
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
-// Throws Error when the file cannot be read or is not a trainer checkpoint. The metadata is validated field by field
-// (types, ranges, lengths, no unknown fields); the tensors are checked against a model by Trainer::load_checkpoint.
+// Throws Error when the file cannot be read or is not a trainer checkpoint of version 3 or 4. The metadata (the
+// trainer's and the optimizer's) is validated field by field (types, ranges, lengths, no unknown fields) and every
+// tensor name must belong to the version's layout; the tensors are checked against a model and an optimizer by
+// Trainer::load_checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
 
 }  // namespace tandem::trainers

@@ -11,9 +11,10 @@
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
 // epochs of shuffled batches; each step is data parallel over the devices (see train_step.h). Metrics (and losses,
 // see Loss::units_power) are reported in the target's original units. A checkpoint (save_checkpoint /
-// load_checkpoint) holds the model, the optimizer's state (SGD's momentum buffers), the counters, the global
-// generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
-// uninterrupted one would have.
+// load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by name (SGD's
+// momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global generator's
+// and the loader's states and the standardization, so a fit resumed from it continues exactly as the uninterrupted
+// one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
 //
 // Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
 // ClassLabels::of(data)); fit() maps them to class indices 0..C-1, leaves them unstandardized, and the model, whose
@@ -73,7 +74,7 @@ enum class Task {
 
 // An optimizer in place of SGD: `make` builds one over a parameter list, and the Trainer builds one per replica
 // (parallel::ReplicatedOptimizer), so it must update from the parameters, their gradients and its own state only.
-// Its state() is what checkpoints keep for it.
+// Its state_dict() (optim::Optimizer's default wraps state()) is what checkpoints keep for it.
 struct CustomOptimizer {
   std::string name;  // recorded as the setup fact "optimizer": a resume must use an optimizer of the same name
   parallel::ReplicatedOptimizer::Factory make;
@@ -145,10 +146,12 @@ class Trainer {
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
   // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
-  // nothing: the file's metadata, every parameter and optimizer state tensor (names, shapes, finite values) and the
-  // setup are checked before anything is changed. A checkpoint of another setup (model, loss, optimizer, batch size,
-  // shuffle seed, epochs, options.setup) is refused with the list of differences, except for the facts in
-  // options.resume_may_change; the training data is compared at the start of fit().
+  // nothing: the file's metadata, every parameter, buffer and optimizer state tensor (names, shapes, dtypes, finite
+  // values), the optimizer state's fit (its load_state_dict) and the setup are checked before anything is changed.
+  // Reads checkpoint versions 4 and 3 (checkpoint.h); a version 3 file, which keeps no buffers, is refused for a
+  // model with buffers. A checkpoint of another setup (model, loss, optimizer, batch size, shuffle seed, epochs,
+  // options.setup) is refused with the list of differences, except for the facts in options.resume_may_change; the
+  // training data is compared at the start of fit().
   void load_checkpoint(const std::string& path);
   // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
   // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
