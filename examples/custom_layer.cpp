@@ -1,13 +1,16 @@
-// custom_layer: a layer written by a user, with its own parameters and a hand-written backward, trained
-// data-parallel.
+// custom_layer: two layers written by a user, checked with autograd::gradcheck, then trained data-parallel.
 //
-// ScaledTanh computes y = scale * tanh(gain * x) per feature. Its forward and backward are an autograd::Function;
-// deriving the layer from nn::Cloneable<ScaledTanh> (the one extra line) is all that replicate, DataParallel,
-// to(), parameters() and save/load need. The model Linear(4, 16) -> ScaledTanh(16) -> Linear(16, 1) learns
-// y = sin(x0) + x1 * x2 - x3 with DataParallel and SGD; the loss is printed as it goes, then the learned gains.
+// ScaledTanh computes y = scale * tanh(gain * x) per feature, with its forward and backward written by hand as an
+// autograd::Function. RMSNorm computes y = x / sqrt(mean(x^2) + eps) * weight over each row's features, written in
+// tandem's ops only, so autograd derives its backward. Before training, gradcheck compares both layers' gradients
+// (for the input and every parameter) with finite differences. Deriving a layer from nn::Cloneable<Self> (the one
+// extra line) is all that replicate, DataParallel, to(), parameters() and save/load need. The model Linear(4, 16) ->
+// RMSNorm(16) -> ScaledTanh(16) -> Linear(16, 1) learns y = sin(x0) + x1 * x2 - x3 with DataParallel and SGD; the
+// loss is printed as it goes, then the learned gains.
 //
 //   custom_layer [--devices cuda:0,cuda:1 | cpu:0,cpu:1,cpu:2 | all] [--steps 200] [--batch 96]
 
+#include <algorithm>
 #include <cmath>
 
 #include "example_cli.h"
@@ -60,22 +63,66 @@ class ScaledTanh : public nn::Cloneable<ScaledTanh> {  // Cloneable<Self>: the o
   Tensor gain;
 };
 
+// y = x * rsqrt(mean(x^2 over the last dimension) + eps) * weight, in tandem's ops: autograd differentiates it.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+  return x * tandem::rsqrt(tandem::mean(x * x, {-1}, /*keepdim=*/true) + eps) * weight;
+}
+
+class RMSNorm : public nn::Cloneable<RMSNorm> {
+ public:
+  RMSNorm(int64_t features, Device device, float eps = 1e-6f) : weight(Tensor::ones({features}, device)), eps(eps) {
+    register_parameter("weight", weight);
+  }
+  Tensor forward(const Tensor& x) override { return rms_norm(x, weight, eps); }
+  std::string extra_repr() const override { return "features=" + std::to_string(weight.size(0)); }
+
+  Tensor weight;
+  float eps;
+};
+
 class Model : public nn::Cloneable<Model> {
  public:
   explicit Model(Device device)
       : fc1(std::make_shared<nn::Linear>(4, 16, true, device)),
+        norm(std::make_shared<RMSNorm>(16, device)),
         act(std::make_shared<ScaledTanh>(16, device)),
         fc2(std::make_shared<nn::Linear>(16, 1, true, device)) {
     register_module("fc1", fc1);
+    register_module("norm", norm);
     register_module("act", act);
     register_module("fc2", fc2);
   }
-  Tensor forward(const Tensor& x) override { return fc2->forward(act->forward(fc1->forward(x))); }
+  Tensor forward(const Tensor& x) override { return fc2->forward(act->forward(norm->forward(fc1->forward(x)))); }
 
   std::shared_ptr<nn::Linear> fc1;
+  std::shared_ptr<RMSNorm> norm;
   std::shared_ptr<ScaledTanh> act;
   std::shared_ptr<nn::Linear> fc2;
 };
+
+// Checks both layers' gradients against finite differences on `device` (gradcheck throws an Error naming the worst
+// element when one is out of tolerance), for the input and every parameter, and prints the largest errors.
+void check_gradients(Device device) {
+  const auto leaf = [device](const Tensor& values) { return values.to(device).set_requires_grad(); };
+  const Tensor x = leaf(Tensor::uniform({6, 5}, -1.0f, 1.0f));
+  const Tensor scale = leaf(Tensor::uniform({5}, 0.5f, 1.5f));
+  const Tensor gain = leaf(Tensor::uniform({5}, 0.5f, 1.5f));
+  const Tensor weight = leaf(Tensor::uniform({5}, 0.5f, 1.5f));
+  const auto largest_error = [](const autograd::GradcheckReport& report) {
+    double largest = 0.0;
+    for (const autograd::GradcheckInputReport& input : report.inputs) largest = std::max(largest, input.max_abs_error);
+    return largest;
+  };
+  const autograd::GradcheckReport scaled_tanh = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return autograd::apply(std::make_shared<ScaledTanhFunction>(), {in[0], in[1], in[2]})[0];
+      },
+      {x, scale, gain});
+  const autograd::GradcheckReport rms =
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-6f); }, {x, weight});
+  std::printf("gradcheck on %s: ScaledTanh (hand-written backward) largest error %.2g, RMSNorm (tandem ops) %.2g\n",
+              device.str().c_str(), largest_error(scaled_tanh), largest_error(rms));
+}
 
 // x ~ U(-1, 1), y = sin(x0) + x1 * x2 - x3.
 void make_batch(int64_t rows, Device device, Tensor& x, Tensor& y) {
@@ -92,6 +139,7 @@ void make_batch(int64_t rows, Device device, Tensor& x, Tensor& y) {
 
 void train(const std::vector<Device>& devices, int steps, int64_t batch) {
   tandem::manual_seed(0);
+  check_gradients(devices[0]);
   auto model = std::make_shared<Model>(devices[0]);
   auto data_parallel = std::make_shared<tandem::parallel::DataParallel>(model, devices);
   tandem::optim::SGD sgd(data_parallel->parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -124,8 +172,10 @@ void train(const std::vector<Device>& devices, int steps, int64_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("A user-defined layer with a custom backward (autograd::Function), trained with DataParallel.",
-               "custom_layer");
+  CLI::App app(
+      "User-defined layers, one with a custom backward (autograd::Function) and one in tandem's ops, checked "
+      "with gradcheck and trained with DataParallel.",
+      "custom_layer");
   int steps = 200;
   int64_t batch = 96;
   app.add_option("--steps", steps, "SGD steps")->capture_default_str()->check(CLI::Range(1, 1000000));

@@ -473,6 +473,10 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
       {"--features target", "--features: \"target\" is the target column"},
       {"--optimizer adam --momentum 0.5", "--momentum applies to --optimizer sgd only, got --optimizer adam"},
       {"--plot /nonexistent-dir/plot.svg", "--plot"},
+      {"--dropout 1", "--dropout must lie in [0, 1), got 1"},
+      {"--dropout -0.1", "--dropout must lie in [0, 1), got -0.1"},
+      {"--dropout nan", "--dropout must lie in [0, 1), got nan"},
+      {"--dropout half", "--dropout"},
   };
   for (const auto& [arguments, message] : cases) {
     ToolRun run = run_tool("--epochs 1 --quiet " + arguments);
@@ -486,6 +490,51 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
   EXPECT_NE(labels.output.find("target \"label\" is 0.5 in row 3 but a class label must be an integer"),
             std::string::npos)
       << labels.output;
+}
+
+// --dropout puts a Dropout layer after each hidden activation: digits still trains to a good accuracy with it.
+TEST(TandemTrainClassification, DigitsTrainWithDropout) {
+  const std::string summary = temp_path("digits_dropout.json");
+  ToolRun run = run_tool("--data " TANDEM_SOURCE_DIR
+                         "/data/digits.csv --task classification --dropout 0.2 --devices "
+                         "cpu:0,cpu:1 --summary-json " +
+                         summary);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("model: Linear(64, 512) -> relu -> dropout 0.2 -> Linear(512, 256) -> relu -> dropout "
+                            "0.2 -> Linear(256, 10) (167178 parameters)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_GE(read_json(summary).at("test_accuracy").get<double>(), 0.90);
+}
+
+// The dropout rate is part of a checkpoint's setup: a resume with another rate (or none) is refused, and one with
+// the same rate continues the masks where they stopped, as an uninterrupted run draws them.
+TEST(TandemTrain, DropoutIsPartOfTheSetupAndResumesExactly) {
+  const std::string common = "--quiet --devices cpu:0,cpu:1 --activation relu --dropout 0.2 ";
+  const std::string checkpoint = temp_path("dropout.safetensors");
+  std::filesystem::remove(checkpoint);
+  ASSERT_EQ(run_tool(common + "--epochs 2 --checkpoint " + checkpoint).status, 0);
+
+  ToolRun other =
+      run_tool("--quiet --devices cpu:0,cpu:1 --activation relu --dropout 0.1 --epochs 2 --resume " + checkpoint);
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_NE(other.output.find("dropout: 0.2 in the checkpoint, 0.1 now"), std::string::npos) << other.output;
+  ToolRun none = run_tool("--quiet --devices cpu:0,cpu:1 --activation relu --epochs 2 --resume " + checkpoint);
+  EXPECT_EQ(none.status, 1) << none.output;
+  EXPECT_NE(none.output.find("dropout: 0.2 in the checkpoint, (none) now"), std::string::npos) << none.output;
+
+  const std::string resumed = temp_path("dropout_resumed.json");
+  ASSERT_EQ(run_tool(common + "--epochs 5 --resume " + checkpoint + " --allow-change epochs --summary-json " + resumed)
+                .status,
+            0);
+  const std::string full = temp_path("dropout_full.json");
+  ASSERT_EQ(run_tool(common + "--epochs 5 --summary-json " + full).status, 0);
+  const std::string plain = temp_path("dropout_plain.json");
+  ASSERT_EQ(run_tool("--quiet --devices cpu:0,cpu:1 --activation relu --epochs 5 --summary-json " + plain).status, 0);
+  for (const char* key : {"train_mse", "test_mse"}) {
+    EXPECT_EQ(read_json(resumed).at(key).get<double>(), read_json(full).at(key).get<double>()) << key;
+    EXPECT_NE(read_json(full).at(key).get<double>(), read_json(plain).at(key).get<double>()) << key;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/nn/activation.h"
+#include "tandem/nn/dropout.h"
 #include "tandem/nn/linear.h"
 
 namespace tandem::trainers {
@@ -29,7 +30,7 @@ std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, int64_t hidden, Activat
 }
 
 std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, const std::vector<int64_t>& hidden, int64_t outputs,
-                                         Activation activation) {
+                                         Activation activation, double dropout) {
   TANDEM_CHECK(!hidden.empty(), "make_mlp: no hidden widths; expected at least one");
   TANDEM_CHECK(inputs >= 1 && outputs >= 1, "make_mlp: inputs ", inputs, " and outputs ", outputs,
                " but expected both at least 1");
@@ -40,6 +41,7 @@ std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, const std::vector<int64
     model->push_back(std::make_shared<nn::Linear>(width, hidden[i]));
     if (activation == Activation::ReLU) model->push_back(std::make_shared<nn::ReLU>());
     if (activation == Activation::Tanh) model->push_back(std::make_shared<nn::Tanh>());
+    if (dropout != 0.0) model->push_back(std::make_shared<nn::Dropout>(dropout));  // NaN too: Dropout refuses it
     width = hidden[i];
   }
   model->push_back(std::make_shared<nn::Linear>(width, outputs));

@@ -81,6 +81,7 @@ Integer parse_integer(const char* flag, const std::string& text, Integer min, In
 void validate(const Flags& flags) {
   check(flags.lr > 0.0 && std::isfinite(flags.lr), "--lr must be a positive number, got " + text(flags.lr));
   check(flags.momentum >= 0.0 && flags.momentum < 1.0, "--momentum must lie in [0, 1), got " + text(flags.momentum));
+  check(flags.dropout >= 0.0 && flags.dropout < 1.0, "--dropout must lie in [0, 1), got " + text(flags.dropout));
   check(flags.weight_decay >= 0.0 && std::isfinite(flags.weight_decay),
         "--weight-decay must be a number >= 0, got " + text(flags.weight_decay));
   check(flags.test_fraction >= 0.0 && flags.test_fraction < 1.0,
@@ -243,6 +244,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--activation", activation,
                  "none|relu|tanh after each hidden layer (default: none for regression, a linear net; relu for "
                  "classification)");
+  app.add_option("--dropout", flags.dropout,
+                 "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
+      ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initialization and of the shuffling")->capture_default_str();
   app.add_option("--test-fraction", flags.test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();

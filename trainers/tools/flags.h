@@ -37,6 +37,7 @@ struct Flags {
   std::string lr_schedule;     // trainers::parse_lr_schedule's grammar, checked against epochs
   std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
+  double dropout = 0.0;  // after each hidden layer's activation; 0: no Dropout layers
   uint64_t seed = 0;
   double test_fraction = 0.0;
   std::optional<std::string> checkpoint;

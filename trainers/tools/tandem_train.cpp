@@ -41,13 +41,15 @@ CsvTable load_table(const Flags& flags) {
   return table;
 }
 
-// "Linear(10, 20) -> relu -> Linear(20, 1)", as make_mlp builds it.
+// "Linear(10, 20) -> relu -> Linear(20, 1)" or "Linear(64, 128) -> relu -> dropout 0.2 -> Linear(128, 10)", as
+// make_mlp builds it.
 std::string describe_model(int64_t inputs, int64_t outputs, const Flags& flags) {
-  const std::string activation = flags.activation == Activation::None ? "" : " -> " + to_string(flags.activation);
+  std::string after_hidden = flags.activation == Activation::None ? "" : " -> " + to_string(flags.activation);
+  if (flags.dropout != 0.0) after_hidden += " -> dropout " + exact_text(flags.dropout);
   std::string text;
   int64_t width = inputs;
   for (int64_t hidden : flags.layers) {
-    text += "Linear(" + std::to_string(width) + ", " + std::to_string(hidden) + ")" + activation + " -> ";
+    text += "Linear(" + std::to_string(width) + ", " + std::to_string(hidden) + ")" + after_hidden + " -> ";
     width = hidden;
   }
   return text + "Linear(" + std::to_string(width) + ", " + std::to_string(outputs) + ")";
@@ -190,6 +192,8 @@ SetupFacts setup_facts(const Flags& flags, const Dataset& data) {
     facts["lr"] = exact_text(flags.lr);
     facts["weight_decay"] = exact_text(flags.weight_decay);
   }
+  // Only a run with Dropout layers records its rate, so that checkpoints of runs without them keep their facts.
+  if (flags.dropout != 0.0) facts.emplace("dropout", exact_text(flags.dropout));
   return facts;
 }
 
@@ -220,7 +224,7 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.setup = setup_facts(flags, data);
   options.resume_may_change = flags.allow_change;
   const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();
-  Trainer trainer(make_mlp(data.num_features(), flags.layers, outputs, flags.activation), options);
+  Trainer trainer(make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout), options);
   if (flags.resume) resume(trainer, *flags.resume);
 
   if (primary && !flags.quiet) {

@@ -20,11 +20,13 @@ std::string to_string(Activation activation);
 // activation). Activation::None gives a linear model written as two layers. Initialized from the global generator.
 std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, int64_t hidden, Activation activation = Activation::None);
 
-// Linear(inputs, hidden[0]) -> [activation] -> Linear(hidden[0], hidden[1]) -> [activation] -> ... ->
-// Linear(hidden.back(), outputs): one Linear per hidden width plus the output layer, the activation after each hidden
-// Linear, children named "0", "1", ... in order. make_mlp(inputs, hidden, activation) is make_mlp(inputs, {hidden},
-// 1, activation). Errors: no hidden widths; inputs, outputs or a width below 1.
+// Linear(inputs, hidden[0]) -> [activation] -> [Dropout] -> Linear(hidden[0], hidden[1]) -> [activation] ->
+// [Dropout] -> ... -> Linear(hidden.back(), outputs): one Linear per hidden width plus the output layer, the
+// activation after each hidden Linear, then an nn::Dropout(dropout) unless dropout is 0 (then there are no Dropout
+// layers, and the model and its initial values are those of a call without dropout), children named "0", "1", ...
+// in order. make_mlp(inputs, hidden, activation) is make_mlp(inputs, {hidden}, 1, activation). Errors: no hidden
+// widths; inputs, outputs or a width below 1; dropout outside [0, 1) (nn::Dropout's message).
 std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, const std::vector<int64_t>& hidden, int64_t outputs,
-                                         Activation activation);
+                                         Activation activation, double dropout = 0.0);
 
 }  // namespace tandem::trainers
