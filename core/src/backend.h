@@ -113,8 +113,21 @@ inline Backend& for_device(const Device& device) { return device.is_cpu() ? cpu(
 // (host <-> GPU, GPU <-> GPU peer copies), ordered after the producers and before later consumers on both sides.
 void cuda_copy_across_devices(const Tensor& src, const Tensor& dst);
 
+// Copies a contiguous tensor in page-locked host memory (Storage::is_pinned) into a contiguous CUDA tensor of equal
+// numel and dtype on that device's compute stream, without waiting for it (Note [Copies from pinned memory] in
+// cuda/cross_device_copy.cpp).
+void cuda_copy_from_pinned(const Tensor& src, const Tensor& dst);
+
 // An event from `device`'s pool, recorded on its compute stream; it returns to the pool when the last reference is
 // dropped (Note [Stream markers]).
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int device);
+// Whether the work before a marker's event has finished (cudaEventQuery; the host does not wait); and a host wait for
+// it (cudaEventSynchronize).
+bool cuda_marker_done(const detail::MarkerEvent& marker);
+void cuda_marker_synchronize(const detail::MarkerEvent& marker);
+
+// Creates the per-device state that the first operations on each of `devices` (CUDA device indices) would create
+// lazily, and peer access between every two of them (warm_up.h).
+void cuda_warm_up(const std::vector<int>& devices);
 
 }  // namespace tandem::backend

@@ -54,6 +54,16 @@ Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t 
   return Tensor(std::move(impl));
 }
 
+Tensor allocate(const Shape& shape, DType dtype, Device device, bool pinned, const char* caller) {
+  const size_t nbytes = checked_nbytes(shape, element_size(dtype), caller);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(device, nbytes, pinned, caller);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 
 namespace {
@@ -278,6 +288,18 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 
 Tensor to_device(const Tensor& x, Device device) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+  copy(x, out);
+  return out;
+}
+
+Tensor to_device_from_pinned(const Tensor& x, Device device) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+  backend::cuda_copy_from_pinned(x, out);
+  return out;
+}
+
+Tensor pinned_copy(const Tensor& x, const char* caller) {
+  Tensor out = allocate(x.shape(), x.dtype(), x.device(), /*pinned=*/true, caller);
   copy(x, out);
   return out;
 }

@@ -27,6 +27,9 @@ void check_float32(const char* op, const std::vector<Tensor>& tensors);
 // ".to(DType::Float32)": how a message tells the caller to convert to `dtype`.
 const char* conversion_hint(DType dtype);
 
+// A new contiguous tensor over new storage on `device` (pinned: page-locked host memory, Storage's contract);
+// `caller` names the function in errors.
+Tensor allocate(const Shape& shape, DType dtype, Device device, bool pinned, const char* caller);
 // A new tensor sharing t's storage with the given geometry (no autograd metadata).
 Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
 Tensor empty_like(const Tensor& t);  // same shape, device and dtype; contiguous
@@ -55,6 +58,11 @@ Tensor sum_to(const Tensor& x, const Shape& shape);  // reduces broadcast dimens
 Tensor expand(const Tensor& x, const Shape& shape, const char* caller);
 Tensor contiguous(const Tensor& x);
 Tensor to_device(const Tensor& x, Device device);  // always a new contiguous tensor of x's dtype
+// A new tensor on the CUDA device `device` filled from x (contiguous, pinned) without the host waiting
+// (backend::cuda_copy_from_pinned).
+Tensor to_device_from_pinned(const Tensor& x, Device device);
+// A new contiguous copy of the CPU tensor x in page-locked memory on x's device; `caller` names the function in errors.
+Tensor pinned_copy(const Tensor& x, const char* caller);
 // dst = src (same shape; any devices; any strides; any dtypes, converted as Note [Conversions] says)
 void copy(const Tensor& src, const Tensor& dst);
 

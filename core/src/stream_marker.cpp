@@ -10,4 +10,10 @@ StreamMarker StreamMarker::record(Device device) {
   return StreamMarker(device, backend::cuda_record_marker(device.index()));
 }
 
+bool StreamMarker::query() const { return event_ == nullptr || backend::cuda_marker_done(*event_); }
+
+void StreamMarker::synchronize() const {
+  if (event_ != nullptr) backend::cuda_marker_synchronize(*event_);
+}
+
 }  // namespace tandem

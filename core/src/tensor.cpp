@@ -23,13 +23,11 @@ namespace tandem {
 Tensor Tensor::empty(const Shape& shape, Device device) { return empty(shape, DType::Float32, device); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  const size_t nbytes = checked_nbytes(shape, element_size(dtype), "Tensor::empty");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(device, nbytes);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return raw::allocate(shape, dtype, device, /*pinned=*/false, "Tensor::empty");
+}
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype, Device device) {
+  return raw::allocate(shape, dtype, device, /*pinned=*/true, "Tensor::empty_pinned");
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
@@ -149,6 +147,8 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
   check_defined("storage");
   return impl_->storage;
 }
+
+bool Tensor::is_pinned() const { return storage()->is_pinned(); }
 
 bool Tensor::is_contiguous() const {
   const Shape& sizes = shape();

@@ -76,6 +76,27 @@ Tensor Tensor::to(Device device) const {
       [source](const Tensor& g, const Shape&) { return raw::to_device(g, source); });
 }
 
+Tensor Tensor::to(Device device, bool non_blocking) const {
+  check_defined("to");
+  const bool asynchronous = non_blocking && device.is_cuda() && is_pinned() && is_contiguous();
+  if (!asynchronous) return to(device);
+  check_device_available(device, "Tensor::to");
+  const Device source = this->device();
+  return apply_view(
+      "ToBackward", *this, [device](const Tensor& x) { return raw::to_device_from_pinned(x, device); },
+      [source](const Tensor& g, const Shape&) { return raw::to_device(g, source); });
+}
+
+Tensor Tensor::pin_memory() const {
+  check_defined("pin_memory");
+  TANDEM_CHECK(device().is_cpu(), "Tensor::pin_memory: the tensor is on ", device(),
+               " but expected a CPU tensor (only host memory is pinned)");
+  if (is_pinned()) return *this;
+  return apply_view(
+      "PinMemoryBackward", *this, [](const Tensor& x) { return raw::pinned_copy(x, "Tensor::pin_memory"); },
+      [](const Tensor& g, const Shape&) { return g; });
+}
+
 Tensor Tensor::to(DType dtype) const {
   check_defined("to");
   const DType source = this->dtype();

@@ -18,3 +18,4 @@
 #include "tandem/core/storage.h"
 #include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
+#include "tandem/core/warm_up.h"

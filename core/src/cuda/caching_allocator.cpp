@@ -3,30 +3,18 @@
 
 #include <cuda_runtime.h>
 
-#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
 #include "allocator.h"
+#include "block_cache.h"
 #include "tandem/core/cuda/collective_launch.h"
 #include "tandem/core/cuda/context.h"
 #include "tandem/core/error.h"
 
 namespace tandem::alloc {
 namespace {
-
-// Requests up to 1 MiB are rounded up to 512 bytes, larger ones to 2 MiB, so that blocks of nearby sizes are
-// interchangeable; a cached block serves any request of at least half its size.
-constexpr size_t kSmallGranularity = 512;
-constexpr size_t kLargeGranularity = size_t{2} << 20;
-constexpr size_t kLargeThreshold = size_t{1} << 20;
-constexpr size_t kMaxRequest = std::numeric_limits<size_t>::max() / 4;
-
-size_t round_up(size_t nbytes) {
-  const size_t granularity = nbytes <= kLargeThreshold ? kSmallGranularity : kLargeGranularity;
-  return (nbytes + granularity - 1) / granularity * granularity;
-}
 
 // Note [Stream-ordered reuse]: every tensor of a device is produced and consumed on that device's compute stream;
 // work on other streams (the comm stream, peer copies issued on another device's stream) joins back into the
@@ -75,17 +63,6 @@ void release_cached_blocks(DeviceCache& cache, int device) {
   }
 }
 
-// The smallest cached block of at least `size` bytes and at most twice that, taken out of the cache; or none.
-std::pair<void*, size_t> take_cached_block(DeviceCache& cache, size_t size) {
-  const auto block = cache.free_blocks.lower_bound(size);
-  if (block == cache.free_blocks.end() || block->first > 2 * size) return {nullptr, 0};
-  const std::pair<void*, size_t> taken{block->second, block->first};
-  cache.free_blocks.erase(block);
-  return taken;
-}
-
-double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
-
 // A new block of `size` bytes from cudaMalloc. The caller holds cache.mutex.
 void* allocate_block(DeviceCache& cache, int device, size_t size, size_t requested) {
   cuda::DeviceGuard guard(device);
@@ -121,7 +98,7 @@ void* cuda_allocate(int device, size_t nbytes) {
                nbytes, " bytes (", gib(nbytes), " GiB)");
   const size_t size = round_up(nbytes);
   std::lock_guard lock(cache.mutex);
-  auto [ptr, block_size] = take_cached_block(cache, size);
+  auto [ptr, block_size] = take_cached_block(cache.free_blocks, size);
   if (ptr == nullptr) {
     ptr = allocate_block(cache, device, size, nbytes);
     block_size = size;

@@ -190,6 +190,11 @@ LtDevice& lt_device(int device) {
 
 }  // namespace
 
+void create_lt_state(int device) {
+  DeviceGuard guard(device);
+  (void)lt_device(device);
+}
+
 bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device) {
   const bool adds_bias = epilogue.bias.defined();
   const Tensor& vector = adds_bias ? epilogue.bias : epilogue.a_row_sums;

@@ -14,4 +14,7 @@ namespace tandem::cuda {
 // preferences cover the matrices only); and only when cuBLASLt has an algorithm for it (Note [cuBLASLt plans]).
 bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device);
 
+// Creates `device`'s cuBLASLt handle and workspace (Note [cuBLASLt workspace]) now rather than at its first product.
+void create_lt_state(int device);
+
 }  // namespace tandem::cuda

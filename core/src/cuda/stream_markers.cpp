@@ -76,6 +76,20 @@ std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int device) {
   return recorded;
 }
 
+bool cuda_marker_done(const detail::MarkerEvent& marker) {
+  const cudaError_t status = cudaEventQuery(marker.event);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: the work is still running
+    return false;
+  }
+  TANDEM_CUDA_CHECK(status);
+  return true;
+}
+
+void cuda_marker_synchronize(const detail::MarkerEvent& marker) {
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(marker.event));
+}
+
 }  // namespace backend
 
 namespace cuda {

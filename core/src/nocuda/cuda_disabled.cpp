@@ -20,7 +20,15 @@ Backend& cuda() { fail_without_cuda("backend::cuda"); }
 
 void cuda_copy_across_devices(const Tensor&, const Tensor&) { fail_without_cuda("backend::cuda_copy_across_devices"); }
 
+void cuda_copy_from_pinned(const Tensor&, const Tensor&) { fail_without_cuda("backend::cuda_copy_from_pinned"); }
+
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int) { fail_without_cuda("backend::cuda_record_marker"); }
+
+bool cuda_marker_done(const detail::MarkerEvent&) { fail_without_cuda("backend::cuda_marker_done"); }
+
+void cuda_marker_synchronize(const detail::MarkerEvent&) { fail_without_cuda("backend::cuda_marker_synchronize"); }
+
+void cuda_warm_up(const std::vector<int>&) { fail_without_cuda("backend::cuda_warm_up"); }
 
 }  // namespace backend
 
@@ -37,6 +45,15 @@ MemoryStats cuda_stats(int) { return MemoryStats{}; }
 void cuda_empty_cache(int) { fail_without_cuda("alloc::cuda_empty_cache"); }
 
 int cuda_visible_devices() { return 0; }
+
+void* pinned_allocate(size_t) { fail_without_cuda("alloc::pinned_allocate"); }
+
+// Nothing can have been pinned without CUDA (and a free path must not throw).
+void pinned_free(void*) noexcept {}
+
+void pinned_record_use(void*, int) { fail_without_cuda("alloc::pinned_record_use"); }
+
+MemoryStats pinned_stats() { return MemoryStats{}; }
 
 }  // namespace alloc
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #pragma once
-// Storage: a block of bytes that knows its device. Tensors (and views of them) share one Storage.
+// Storage: a block of bytes that knows its device (and, on the host, whether it is page-locked). Tensors (and views of
+// them) share one Storage.
 
 #include <cstddef>
 #include <memory>
@@ -13,6 +14,11 @@ class Storage {
   // Allocates `nbytes` on `device` through that device's allocator (64-byte aligned host memory for CPU devices,
   // the per-device caching allocator for CUDA devices). Zero bytes is allowed and allocates nothing.
   Storage(Device device, size_t nbytes);
+  // With `pinned`, host bytes from the caching allocator of page-locked memory (Note [Pinned block reuse] in
+  // core/src/cuda/pinned_allocator.cpp), which copies to a GPU can read asynchronously (Tensor::to(device, true)).
+  // Errors: pinned with a CUDA device; pinned without a CUDA device to pin for (no GPU visible, or a build without
+  // CUDA), naming `caller`.
+  Storage(Device device, size_t nbytes, bool pinned, const char* caller = "Storage");
   // Gives the bytes back to the device's allocator. Never throws: a failure there is reported on stderr (Note [No
   // throw on free paths] in tandem/core/error.h).
   ~Storage() noexcept;
@@ -22,10 +28,12 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool is_pinned() const { return pinned_; }
 
  private:
   Device device_;
   size_t nbytes_;
+  bool pinned_ = false;
   void* data_;
 };
 
@@ -36,6 +44,9 @@ struct MemoryStats {
   size_t device_allocations = 0; // number of cudaMalloc (or aligned_alloc) calls so far
 };
 MemoryStats memory_stats(Device device);
+// The caching allocator of page-locked host memory (all zeros while nothing was pinned; device_allocations counts
+// cudaHostAlloc calls).
+MemoryStats pinned_memory_stats();
 // Releases cached, unused blocks of a CUDA device back to the driver (no-op for CPU devices). It first waits for all
 // work on that device (cudaDeviceSynchronize), as the caching allocator also does when cudaMalloc runs out of memory
 // and it releases the cached blocks before retrying: those are the only device-wide synchronizations in tandem.

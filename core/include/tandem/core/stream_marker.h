@@ -27,6 +27,12 @@ class StreamMarker {
   static StreamMarker record(Device device);
 
   Device device() const { return device_; }
+  // Whether the marked work has finished, asked without waiting (cudaEventQuery, as torch.cuda.Event.query); true on
+  // a CPU device and for a default-constructed marker.
+  bool query() const;
+  // Blocks the host until the marked work has finished (as torch.cuda.Event.synchronize); returns at once on a CPU
+  // device and for a default-constructed marker.
+  void synchronize() const;
   // The backend's record: null on a CPU device (and for a default-constructed marker). The CUDA backends read the
   // event through cuda::marker_event (tandem/core/cuda/context.h).
   const detail::MarkerEvent* event() const { return event_.get(); }

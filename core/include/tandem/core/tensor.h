@@ -77,6 +77,10 @@ class Tensor {
   static Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
   static Tensor arange(int64_t start, int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
   static Tensor scalar(float value, Device device = Device::cpu());  // shape {}
+  // An uninitialized tensor in page-locked host memory (is_pinned()) on the CPU device `device`, as PyTorch's
+  // torch.empty(..., pin_memory=True). Errors: a CUDA device; no CUDA device to pin for (none visible, or a build
+  // without CUDA).
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu());
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
@@ -89,6 +93,9 @@ class Tensor {
   Device device() const;
   DType dtype() const;
   bool is_contiguous() const;
+  // Whether the values live in page-locked host memory (pin_memory, empty_pinned), which copies to a GPU can read
+  // asynchronously; false for CUDA tensors and for ordinary host memory.
+  bool is_pinned() const;
   const void* data_ptr() const;   // address of the first element (a device address on CUDA)
   void* mutable_data_ptr() const;
   // Typed element pointers (a device address on CUDA). Errors: the tensor's dtype is not T's ("Tensor::data_as: the
@@ -125,6 +132,17 @@ class Tensor {
 
   // ---- copies and views (differentiable) ----
   Tensor to(Device device) const;        // same device: returns *this (no copy); the dtype is kept
+  // As to(device), but with non_blocking a copy from page-locked memory (is_pinned(), contiguous) to a CUDA device is
+  // asynchronous: it is enqueued on that device's compute stream, ordered before every later use of the result, and
+  // the host does not wait for it (Note [Copies from pinned memory] in core/src/cuda/cross_device_copy.cpp). Until
+  // it has run, the source must not be written (reading the result, or StreamMarker::record(device).synchronize(),
+  // waits for it); the source's memory itself is not reused before (Note [Pinned block reuse]). Every other copy
+  // (pageable or strided sources, copies to the host) behaves exactly like to(device), as in PyTorch.
+  Tensor to(Device device, bool non_blocking) const;
+  // A copy of this CPU tensor in page-locked host memory on the same CPU device, with its shape, dtype and values
+  // (contiguous); *this when it is pinned already. Differentiable (the gradient passes through). Errors: a CUDA
+  // tensor; no CUDA device to pin for (none visible, or a build without CUDA), as for empty_pinned.
+  Tensor pin_memory() const;
   // A copy converted to `dtype` (Note [Conversions] in core/src/element_convert.h); returns *this when the dtype is
   // already `dtype`. Differentiable between float32 and bfloat16 (the gradient is converted back); a conversion to
   // int64 has no history, as in PyTorch.
