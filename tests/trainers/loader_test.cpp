@@ -92,6 +92,22 @@ TEST(DataLoader, ShuffleRngIsUniform) {
   for (int count : counts) EXPECT_NEAR(count, 10000, 400);  // about 4.5 standard deviations
 }
 
+TEST(DataLoader, DropLastDropsTheShortBatchOnly) {
+  Dataset data = numbered_rows(10);
+  DataLoader kept(data, 4, /*shuffle=*/true, 7);
+  DataLoader dropped(data, 4, /*shuffle=*/true, 7, {}, /*drop_last=*/true);
+  EXPECT_EQ(kept.num_batches(), 3);
+  EXPECT_EQ(dropped.num_batches(), 2);
+  std::vector<int64_t> all = rows_of_epoch(kept);
+  std::vector<int64_t> first_eight = rows_of_epoch(dropped);  // the same permutation, without its last 2 rows
+  EXPECT_EQ(first_eight, std::vector<int64_t>(all.begin(), all.begin() + 8));
+  EXPECT_EQ(DataLoader(data, 5, false, 0, {}, true).num_batches(), 2);  // nothing short: nothing dropped
+  EXPECT_EQ(DataLoader(data, 10, false, 0, {}, true).num_batches(), 1);
+  EXPECT_ERROR(DataLoader(data, 11, false, 0, {}, true),
+               "DataLoader: drop_last with 10 rows and batch_size 11 leaves no batch; expected a batch_size of at "
+               "most 10 or drop_last false");
+}
+
 TEST(DataLoader, BadArgumentsAreErrors) {
   Dataset data = numbered_rows(3);
   EXPECT_ERROR(DataLoader(data, 0, true, 0), "DataLoader: batch_size is 0 but expected at least 1");

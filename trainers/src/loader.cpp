@@ -25,21 +25,32 @@ uint64_t ShuffleRng::below(uint64_t bound) {
   return value % bound;
 }
 
-DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed,
-                       DistributedSampler sampler)
-    : data_(data), batch_size_(batch_size), shuffle_(shuffle), sampler_(sampler), rng_(seed), order_(data.rows()) {
-  TANDEM_CHECK(batch_size >= 1, "DataLoader: batch_size is ", batch_size, " but expected at least 1");
-  TANDEM_CHECK(data.rows() >= 1, "DataLoader: the data set has no rows");
-  std::iota(order_.begin(), order_.end(), 0);
+std::vector<int64_t> epoch_order(int64_t rows, ShuffleRng* shuffle) {
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle == nullptr) return order;
+  for (int64_t i = rows - 1; i > 0; --i) {  // Fisher-Yates
+    std::swap(order[i], order[shuffle->below(static_cast<uint64_t>(i) + 1)]);
+  }
+  return order;
 }
 
-void DataLoader::begin_epoch() {
-  std::iota(order_.begin(), order_.end(), 0);
-  if (!shuffle_) return;
-  for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) {  // Fisher-Yates
-    std::swap(order_[i], order_[rng_.below(static_cast<uint64_t>(i) + 1)]);
-  }
+int64_t count_batches(int64_t rows, int64_t batch_size, bool drop_last, std::string_view who) {
+  TANDEM_CHECK(!drop_last || rows == 0 || rows >= batch_size, who, ": drop_last with ", rows, " rows and batch_size ",
+               batch_size, " leaves no batch; expected a batch_size of at most ", rows, " or drop_last false");
+  return rows / batch_size + (!drop_last && rows % batch_size != 0);
 }
+
+DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler,
+                       bool drop_last)
+    : data_(data), batch_size_(batch_size), shuffle_(shuffle), sampler_(sampler), rng_(seed) {
+  TANDEM_CHECK(batch_size >= 1, "DataLoader: batch_size is ", batch_size, " but expected at least 1");
+  TANDEM_CHECK(data.rows() >= 1, "DataLoader: the data set has no rows");
+  num_batches_ = count_batches(data.rows(), batch_size, drop_last, "DataLoader");
+  order_ = epoch_order(data.rows(), nullptr);
+}
+
+void DataLoader::begin_epoch() { order_ = epoch_order(data_.rows(), shuffle_ ? &rng_ : nullptr); }
 
 Batch DataLoader::batch(int64_t index) const {
   TANDEM_CHECK(index >= 0 && index < num_batches(), "DataLoader::batch: index ", index, " but an epoch has ",

@@ -1,5 +1,5 @@
 #pragma once
-// trainers: CSV data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
+// trainers: CSV data sets, tensor data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
 
 #include "tandem/trainers/callbacks.h"
 #include "tandem/trainers/checkpoint.h"
@@ -15,5 +15,7 @@
 #include "tandem/trainers/process_devices.h"
 #include "tandem/trainers/standardize.h"
 #include "tandem/trainers/svg_chart.h"
+#include "tandem/trainers/tensor_dataset.h"
+#include "tandem/trainers/tensor_loader.h"
 #include "tandem/trainers/train_step.h"
 #include "tandem/trainers/trainer.h"

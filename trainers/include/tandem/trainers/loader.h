@@ -1,10 +1,12 @@
 #pragma once
 // DataLoader: batches of a Dataset as float32 tensors, in a seeded shuffled order per epoch; the last batch of an
-// epoch holds the remaining rows when the batch size does not divide the number of rows. With a DistributedSampler
+// epoch holds the remaining rows when the batch size does not divide the number of rows (or, with drop_last, is
+// dropped). TensorDataLoader (tensor_loader.h) batches tensors of any dtype the same way. With a DistributedSampler
 // (distributed_sampler.h) each batch holds only this process's rows of the global batch, and says how many of them
 // go to each of its devices.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "tandem/core/tensor.h"
@@ -32,16 +34,27 @@ class ShuffleRng {
   uint64_t state_;
 };
 
+// The rows of one epoch in order: 0, 1, ..., rows - 1, permuted by Fisher-Yates with draws from *shuffle (advancing
+// it) when it is given, so that the same state gives the same permutation. The one rule of DataLoader and
+// TensorDataLoader.
+std::vector<int64_t> epoch_order(int64_t rows, ShuffleRng* shuffle);
+
+// The number of batches of batch_size rows (>= 1) that `rows` rows make: the last holds the remainder, or is dropped
+// when it is short and drop_last. Errors: drop_last dropping every row (0 < rows < batch_size), naming `who`.
+int64_t count_batches(int64_t rows, int64_t batch_size, bool drop_last, std::string_view who);
+
 class DataLoader {
  public:
   // Keeps a reference to `data`, which must outlive the loader. batch_size >= 1 (global: over every process of the
   // sampler); data must have rows. Every process of a group builds its loader with the same data, batch size and
-  // seed, so all draw the same order; the sampler picks each process's rows of every batch.
-  DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler = {});
+  // seed, so all draw the same order; the sampler picks each process's rows of every batch. drop_last drops the
+  // epoch's last (global) batch when it is short. Errors: batch_size < 1; no rows; drop_last leaving no batch.
+  DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler = {},
+             bool drop_last = false);
 
   // Starts the next epoch: with shuffling, draws a new permutation (advancing the shuffle state).
   void begin_epoch();
-  int64_t num_batches() const { return data_.rows() / batch_size_ + (data_.rows() % batch_size_ != 0); }
+  int64_t num_batches() const { return num_batches_; }
   // This process's rows of batch `index` of the current epoch, 0 <= index < num_batches() (the same count on every
   // process: each takes part in every step, with no rows when the batch has none left for it).
   Batch batch(int64_t index) const;
@@ -58,6 +71,7 @@ class DataLoader {
   int64_t batch_size_;
   bool shuffle_;
   DistributedSampler sampler_;
+  int64_t num_batches_;
   ShuffleRng rng_;
   std::vector<int64_t> order_;
 };
