@@ -43,6 +43,10 @@ class Backend {
 Backend& copy_backend();  // cpu/: any devices, through Tensor::copy_ and Tensor::add_
 Backend& cuda_backend();  // cuda/: CUDA devices only; throws when tandem was built without CUDA
 
+// cuda/: creates the cached NCCL communicators that the CUDA backend's collectives over these distinct CUDA devices
+// use (comm::warm_up); nocuda/: throws.
+void create_communicators(const std::vector<Device>& devices);
+
 // The CUDA backend when every participating device is a CUDA device, the copy backend otherwise.
 Backend& backend_for(const std::vector<Device>& participants);
 

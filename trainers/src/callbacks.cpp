@@ -69,14 +69,13 @@ void ProgressPrinter::on_step_end(const Trainer&, const StepReport& report) {
   if (report.batch != 1 && now - last_draw_ < kRedrawInterval) return;
   last_draw_ = now;
   const int filled = static_cast<int>(kBarWidth * report.batch / report.num_batches);
+  const std::optional<double> loss = report.read_loss ? report.read_loss() : std::nullopt;
   out_ << '\r'
        << format("epoch %*lld/%lld [", digits(report.epochs), static_cast<long long>(report.epoch),
                  static_cast<long long>(report.epochs))
        << std::string(filled, '#') << std::string(kBarWidth - filled, '.')
-       << format("] %lld/%lld  loss ", static_cast<long long>(report.batch),
-                 static_cast<long long>(report.num_batches))
-       << format_loss(report.loss)
-       << "\x1b[K" << std::flush;
+       << format("] %lld/%lld", static_cast<long long>(report.batch), static_cast<long long>(report.num_batches))
+       << (loss ? "  loss " + format_loss(*loss) : "") << "\x1b[K" << std::flush;
 }
 
 void ProgressPrinter::on_epoch_end(const Trainer&, const EpochReport& report) {

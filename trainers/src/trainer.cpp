@@ -6,10 +6,12 @@
 #include <map>
 #include <set>
 
+#include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"
+#include "tandem/core/warm_up.h"
 #include "tandem/nn/training_mode_guard.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/train_step.h"
@@ -94,6 +96,15 @@ std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::Replica
   return schedules;
 }
 
+// The standardized training rows as the loader's tensors: features [rows, features] and targets [rows, 1] in float32,
+// converted from float64 as DataLoader converts them.
+TensorDataset training_tensors(const Dataset& data) {
+  const std::vector<float> features(data.features.begin(), data.features.end());
+  const std::vector<float> targets(data.targets.begin(), data.targets.end());
+  return TensorDataset({Tensor::from_vector(features, {data.rows(), data.num_features()}),
+                        Tensor::from_vector(targets, {data.rows(), 1})});
+}
+
 // Predictions in batches of this many rows (no gradients, so the size only bounds memory).
 constexpr int64_t kPredictBatch = 65536;
 
@@ -116,7 +127,6 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 }
 
 FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
-  const Clock::time_point begin = Clock::now();
   TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
   TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
                "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
@@ -127,18 +137,28 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   if (classifier() && test.rows() > 0) options_.classes.encode(test);  // refuses unknown labels before training
   const Dataset& train_set = classifier() ? encoded : train;
   if (!standardizer_) standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
-  const Dataset standardized = standardizer_->apply(train_set);
 
-  DataLoader loader(standardized, options_.batch_size, /*shuffle=*/true, options_.shuffle_seed,
-                    options_.group ? DistributedSampler(*options_.group)
-                                   : DistributedSampler(1, static_cast<int64_t>(options_.devices.size()), 0));
+  // Note [Set-up before the clock]: what the first step would otherwise create lazily exists before fit's clock
+  // starts: the loader's pinned staging buffers, and (warm_up_devices) the devices' streams, cuBLAS handles and
+  // workspaces, peer access and NCCL communicators. The first step still fills the caching allocator and picks
+  // cuBLASLt plans, which depend on the shapes it meets.
+  TensorDataLoader loader(training_tensors(standardizer_->apply(train_set)),
+                          {.batch_size = options_.batch_size,
+                           .shuffle = true,
+                           .seed = options_.shuffle_seed,
+                           .pin_memory = true,
+                           .devices = options_.devices,
+                           .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler()});
   loader.set_shuffle_state(shuffle_state_);
+  warm_up_devices();
+  const bool read_each_step = reads_each_step_loss();
   notify([&](Callback& callback) { callback.on_fit_begin(*this); });
+  const Clock::time_point begin = Clock::now();
   while (epoch_ < options_.epochs) {
     const Clock::time_point epoch_begin = Clock::now();
     EpochReport report;
     for (const auto& schedule : schedules_) schedule->set_last_epoch(epoch_);
-    report.train_loss = train_epoch(loader);
+    report.train_loss = train_epoch(loader, read_each_step);
     ++epoch_;
     shuffle_state_ = loader.shuffle_state();
     check_parameters_finite();
@@ -211,46 +231,92 @@ SetupFacts Trainer::setup() const {
   return facts;
 }
 
-double Trainer::train_epoch(DataLoader& loader) {
+double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step) {
   loader.begin_epoch();
   double to_original = 1.0;  // target_scale^units_power (for MSE target_scale * target_scale, exactly)
   for (int i = 0; i < options_.loss.units_power; ++i) to_original *= standardizer_->target_scale;
-  double loss_sum = 0.0;
-  int64_t rows = 0;
+  const int64_t batches = loader.num_batches();
+  const int64_t first_step = step_;
+  const bool alone = !options_.group || options_.group->size() == 1;
   StepReport report;
   report.epoch = epoch_ + 1;
   report.epochs = options_.epochs;
-  report.num_batches = loader.num_batches();
-  for (int64_t b = 0; b < loader.num_batches(); ++b) {
-    const Batch batch = loader.batch(b);
+  report.num_batches = batches;
+  // Note [Losses read once per epoch] (callbacks.h): each step's (local) loss goes to its slot on the first device.
+  const Tensor on_device = read_each_step ? Tensor() : Tensor::zeros({batches}, options_.devices.front());
+  std::vector<float> losses(static_cast<size_t>(batches));  // the global losses, once read
+  std::vector<int64_t> rows(static_cast<size_t>(batches));
+  for (int64_t b = 0; b < batches; ++b) {
+    const TensorBatch batch = loader.batch(b);
     const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
-                                     : train_step(*replicas_, *optimizer_, batch.features, batch.targets,
-                                                  options_.loss.function);
-    report.loss = global_loss(loss) * to_original;  // the same on every process: all stop at once on a NaN
-    if (!std::isfinite(report.loss)) {
-      TANDEM_FAIL("Trainer::fit: the loss is ", report.loss, " at epoch ", report.epoch, ", step ", b + 1, " of ",
-                  report.num_batches, " (step ", step_ + 1, " overall); ", stopped_note());
+                                     : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    rows[static_cast<size_t>(b)] = batch.global_rows;
+    if (read_each_step) {
+      // The same on every process: all stop at once on a NaN.
+      losses[static_cast<size_t>(b)] = global_sums(loss.reshape({1})).front();
+      report.loss = losses[static_cast<size_t>(b)] * to_original;
+      check_loss(report.loss, report.epoch, b, batches, first_step);
+      report.read_loss = [value = report.loss] { return std::optional<double>(value); };
+    } else {
+      Tensor slot = on_device.narrow(0, b, 1);
+      slot.copy_(loss.reshape({1}));  // on the device: the host does not wait
+      report.read_loss = nullptr;
+      if (alone) {
+        report.read_loss = [slot, to_original] { return std::optional<double>(slot.item() * to_original); };
+      }
     }
     ++step_;
-    loss_sum += report.loss * static_cast<double>(batch.global_rows);
-    rows += batch.global_rows;
     report.batch = b + 1;
     report.step = step_;
     notify([&](Callback& callback) { callback.on_step_end(*this, report); });
   }
-  return loss_sum / static_cast<double>(rows);
+  if (!read_each_step) {
+    losses = global_sums(on_device);  // one read, and under a group one all-reduce, for the whole epoch
+    for (int64_t b = 0; b < batches; ++b) {
+      check_loss(losses[static_cast<size_t>(b)] * to_original, report.epoch, b, batches, first_step);
+    }
+  }
+  double loss_sum = 0.0;
+  int64_t total_rows = 0;
+  for (size_t b = 0; b < losses.size(); ++b) {
+    loss_sum += losses[b] * to_original * static_cast<double>(rows[b]);
+    total_rows += rows[b];
+  }
+  return loss_sum / static_cast<double>(total_rows);
 }
 
-double Trainer::global_loss(const Tensor& local) const {
-  if (!options_.group || options_.group->size() == 1) return static_cast<double>(local.item());
+void Trainer::check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const {
+  if (std::isfinite(loss)) return;
+  TANDEM_FAIL("Trainer::fit: the loss is ", loss, " at epoch ", epoch, ", step ", batch + 1, " of ", batches, " (step ",
+              first_step + batch + 1, " overall); ", stopped_note());
+}
+
+std::vector<float> Trainer::global_sums(const Tensor& local) const {
+  if (!options_.group || options_.group->size() == 1) return local.to_vector();
   comm::ProcessGroup& group = *options_.group;
-  // One element per local device: this process's loss on the first, zeros elsewhere; the Sum adds the processes'.
+  // One tensor per local device: this process's values on the first, zeros elsewhere; the Sum adds the processes'.
   std::vector<Tensor> parts;
   for (const Device& device : group.devices()) {
-    parts.push_back(parts.empty() ? local.reshape({1}).contiguous() : Tensor::zeros({1}, device));
+    parts.push_back(parts.empty() ? local.contiguous() : Tensor::zeros(local.shape(), device));
   }
   group.all_reduce(parts, comm::ReduceOp::Sum);
-  return static_cast<double>(parts.front().item());
+  return parts.front().to_vector();
+}
+
+bool Trainer::reads_each_step_loss() const {
+  const bool wanted = primary() && std::any_of(callbacks_.begin(), callbacks_.end(),
+                                               [](const auto& callback) { return callback->needs_step_loss(); });
+  // Every process must agree, since each step's read is then a collective.
+  if (!options_.group || options_.group->size() == 1) return wanted;
+  return global_sums(Tensor::full({1}, wanted ? 1.0f : 0.0f, options_.devices.front())).front() > 0.0f;
+}
+
+void Trainer::warm_up_devices() const {
+  if (options_.group && options_.group->size() > 1) {
+    tandem::warm_up(options_.devices);  // the group created its NCCL communicator when it was created
+  } else {
+    comm::warm_up(options_.devices);  // with the communicators of the replicas' gradient sums
+  }
 }
 
 template <class Event>

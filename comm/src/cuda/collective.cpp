@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "comm_backend.h"
 #include "communicators.h"
 
 namespace tandem::comm::nccl {
@@ -28,3 +29,9 @@ int Collective::rank_of(const Device& device) const {
 }
 
 }  // namespace tandem::comm::nccl
+
+namespace tandem::comm::detail {
+
+void create_communicators(const std::vector<Device>& devices) { (void)nccl::Collective(devices); }
+
+}  // namespace tandem::comm::detail

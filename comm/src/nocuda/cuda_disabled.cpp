@@ -8,4 +8,8 @@ namespace tandem::comm::detail {
 
 Backend& cuda_backend() { TANDEM_FAIL("comm: tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)"); }
 
+void create_communicators(const std::vector<Device>&) {
+  TANDEM_FAIL("comm::warm_up: tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)");
+}
+
 }  // namespace tandem::comm::detail

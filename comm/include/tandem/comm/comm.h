@@ -83,6 +83,14 @@ Tensor gather(const std::vector<Tensor>& tensors, int64_t dim = 0, std::optional
 // Errors: empty list; an undefined tensor; shapes differ; two tensors on one device.
 void all_reduce(std::vector<Tensor>& tensors);
 
+// Creates up front what the first collectives over `devices` would create lazily, so that a timed loop does not pay
+// for it in its first step: tandem::warm_up's streams, cuBLAS handles and peer access (tandem/core/warm_up.h), and,
+// when every device is a CUDA device and there are several, the NCCL communicators of that device set (the cached
+// ones that broadcast, reduce_add, all_reduce and their coalesced and asynchronous forms use for those devices, in
+// whatever order they are listed). Virtual CPU devices need nothing; a ProcessGroup creates its communicator when it
+// is created. Safe to call again. Errors: a device that does not exist; a device listed twice.
+void warm_up(const std::vector<Device>& devices);
+
 // The part of an all_reduce_async still to be joined into the devices' work. Destroying it joins it (as wait()).
 class AllReduceWork {
  public:

@@ -4,7 +4,9 @@
 // standardization before reporting), and so are losses as far as Loss::units_power says how (the default MSE's does).
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -18,13 +20,26 @@ namespace tandem::trainers {
 
 class Trainer;
 
+// Note [Losses read once per epoch]: reading a step's loss on the host waits for the step to finish on the devices
+// (and under a group of several processes adds an all-reduce per step), which keeps the host from queueing the next
+// steps while the GPUs work. So the Trainer keeps each step's loss on the first device and reads the epoch's losses
+// once, at its end, where it checks them (a NaN or infinity names its epoch and step) before any callback sees the
+// epoch. A callback that wants every step's loss in StepReport::loss asks for it with needs_step_loss(), and pays for
+// that host wait (and all-reduce) after every step; one that shows a loss now and then (a progress bar) calls
+// StepReport::read_loss instead, which waits for that one step.
 struct StepReport {
   int64_t epoch = 0;        // 1-based
   int64_t epochs = 0;       // the last epoch of this fit
   int64_t batch = 0;        // 1-based within the epoch
   int64_t num_batches = 0;  // per epoch
   int64_t step = 0;         // optimizer steps completed, over all epochs
-  double loss = 0.0;        // this batch's loss (the MSE by default)
+  // This batch's loss (the MSE by default) when some callback of the Trainer needs_step_loss(), read after every
+  // step; NaN otherwise (Note [Losses read once per epoch]).
+  double loss = NAN;
+  // This batch's loss read now: `loss` when it was read, otherwise a host wait for this step. Empty (nullopt) when the
+  // loss was not read and the Trainer runs under a group of several processes, where the global loss needs every
+  // process. Valid during on_step_end only.
+  std::function<std::optional<double>()> read_loss;
 };
 
 struct EpochReport {
@@ -46,12 +61,18 @@ struct FitResult {
   std::optional<ClassificationMetrics> test_classes;
   int64_t epochs = 0;                     // epochs completed, counting those before a resume
   int64_t steps = 0;
-  double seconds = 0.0;                   // wall time of this fit
+  // Wall time of this fit's epochs and final evaluation: from the start of its first epoch, after the set-up that
+  // standardizes the data and creates what the first step would otherwise create (Note [Set-up before the clock] in
+  // trainers/src/trainer.cpp).
+  double seconds = 0.0;
 };
 
 class Callback {
  public:
   virtual ~Callback() = default;
+  // Whether on_step_end needs StepReport::loss after every step, at the cost of a host wait per step (Note [Losses
+  // read once per epoch]). Asked once per fit, on rank 0.
+  virtual bool needs_step_loss() const { return false; }
   virtual void on_fit_begin(const Trainer& /*trainer*/) {}
   virtual void on_step_end(const Trainer& /*trainer*/, const StepReport& /*report*/) {}
   // Runs after the epoch's parameters were checked to be finite.
@@ -59,9 +80,11 @@ class Callback {
   virtual void on_fit_end(const Trainer& /*trainer*/, const FitResult& /*result*/) {}
 };
 
-// Per-epoch progress. With `bar` (meant for a terminal) a bar is redrawn in place during each epoch; either way each
-// epoch ends with one line: "epoch  12/150  train_loss 2931.4  test_mse 2950.1  test_r2 0.5423  3.1 ms", for a
-// classifier "epoch  12/150  train_loss 0.0412  train_acc 0.9986  test_loss 0.2301  test_acc 0.9415  3.1 ms".
+// Per-epoch progress. With `bar` (meant for a terminal) a bar is redrawn in place during each epoch, at most ten
+// times a second, with the loss of the step it was drawn at (StepReport::read_loss: one host wait per redraw, none
+// per step; no loss under a group of several processes). Either way each epoch ends with one line,
+//   "epoch  12/150  train_loss 2931.4  test_mse 2950.1  test_r2 0.5423  3.1 ms", for a classifier
+//   "epoch  12/150  train_loss 0.0412  train_acc 0.9986  test_loss 0.2301  test_acc 0.9415  3.1 ms".
 class ProgressPrinter : public Callback {
  public:
   ProgressPrinter(std::ostream& out, bool bar);

@@ -9,6 +9,7 @@
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/trainers/loader.h"
+#include "tandem/trainers/tensor_loader.h"
 
 namespace tandem::trainers {
 
@@ -43,5 +44,16 @@ Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimiz
 // errors above.
 Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,
                   const Batch& batch, const LossFunction& loss = nn::mse_loss);
+
+// The same two steps on a batch already on the devices, as a TensorDataLoader over {features, targets} with the
+// model's devices (and, for a group, DistributedSampler(*model.group())) gives it: batch.parts[i] = {features,
+// targets} of device i's chunk, on the model's i-th device, batch.device_rows[i] its rows, batch.global_rows the rows
+// of the (global) batch. The steps equal those above on the same rows, without their scatter.
+// Errors: those above; parts that are not two tensors on the model's devices in order, with device_rows[i] rows
+// each; for ReplicatedModule, a global_rows other than the batch's rows or a batch without rows.
+Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const TensorBatch& batch,
+                  const LossFunction& loss = nn::mse_loss);
+Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,
+                  const TensorBatch& batch, const LossFunction& loss = nn::mse_loss);
 
 }  // namespace tandem::trainers

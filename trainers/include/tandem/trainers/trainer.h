@@ -9,7 +9,9 @@
 //   trainers::FitResult result = trainer.fit(split.train, split.test);
 //
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
-// epochs of shuffled batches; each step is data parallel over the devices (see train_step.h). Metrics (and losses,
+// epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
+// data parallel over the devices (see train_step.h), and the steps' losses are read once per epoch (Note [Losses read
+// once per epoch] in callbacks.h). Metrics (and losses,
 // see Loss::units_power) are reported in the target's original units. A checkpoint (save_checkpoint /
 // load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by name (SGD's
 // momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global generator's
@@ -127,8 +129,10 @@ class Trainer {
   // Trains from the current epoch (0, or the checkpoint's) up to options.epochs and evaluates. `test` may be
   // empty (no rows). Collective under a group: every process calls it with the same data sets (each evaluates the
   // whole test set itself, so every process reports the same metrics). Throws Error when the loss becomes NaN or
-  // infinite (naming the epoch and step; the global loss, so on every process at once) before any callback sees that
-  // epoch, so the last checkpoint written stays the last good one.
+  // infinite (naming the epoch and the first bad step; the global loss, so on every process at once) before any
+  // callback sees that epoch's end, so the last checkpoint written stays the last good one. The losses are checked
+  // at the epoch's end (after every step, when a callback needs_step_loss()), so step() then counts the epoch's
+  // later steps too.
   FitResult fit(const Dataset& train, const Dataset& test = {});
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint);
@@ -170,11 +174,17 @@ class Trainer {
   const std::optional<Standardizer>& standardizer() const { return standardizer_; }
 
  private:
-  double train_epoch(DataLoader& loader);
+  // One epoch of steps; returns its mean loss, weighted by batch rows (EpochReport::train_loss). With read_each_step
+  // every step's loss is read after the step, else once at the end (Note [Losses read once per epoch]).
+  double train_epoch(TensorDataLoader& loader, bool read_each_step);
+  // Throws the Error of a non-finite loss of step `batch` (0-based) of `batches` in `epoch`.
+  void check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const;
+  bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
+  void warm_up_devices() const;       // Note [Set-up before the clock] in trainer.cpp
   bool classifier() const { return options_.task == Task::Classification; }
   // The model's outputs for standardized `data`, row-major, checked to be `width` per row; eval mode, no gradients.
   std::vector<float> outputs(const Dataset& standardized, int64_t width, const char* who) const;
-  double global_loss(const Tensor& local) const;  // the sum over the group's processes of a one-element tensor
+  std::vector<float> global_sums(const Tensor& local) const;  // local's values summed over the group's processes
   template <class Event>
   void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
   void check_same_training_data(const Dataset& train);

@@ -1,0 +1,104 @@
+// train_step on batches already placed on the devices (a TensorDataLoader's) against the same step on the whole batch.
+
+#include <memory>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace tandem::trainers {
+namespace {
+
+const std::vector<Device> kDevices = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+
+// 10 rows of 3 features and a target that depends on them.
+TensorDataset regression_rows() {
+  manual_seed(11);
+  const Tensor features = Tensor::randn({10, 3});
+  return TensorDataset({features, sum(features, 1, /*keepdim=*/true) * 0.5f});
+}
+
+std::shared_ptr<nn::Module> fresh_model() {
+  manual_seed(3);
+  return make_mlp(3, 4);
+}
+
+std::vector<std::vector<float>> values_of(const std::shared_ptr<nn::Module>& model) {
+  std::vector<std::vector<float>> values;
+  for (const Tensor& parameter : model->parameters()) values.push_back(parameter.to_vector());
+  return values;
+}
+
+TEST(TrainStep, APlacedBatchStepsExactlyAsTheWholeBatch) {
+  TensorDataLoader host(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1});
+  TensorDataLoader placed(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1, .devices = kDevices});
+  parallel::ReplicatedModule scattering(fresh_model(), kDevices);
+  parallel::ReplicatedModule given(fresh_model(), kDevices);
+  parallel::ReplicatedSGD scattering_sgd(scattering, {.lr = 0.1, .momentum = 0.9});
+  parallel::ReplicatedSGD given_sgd(given, {.lr = 0.1, .momentum = 0.9});
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    host.begin_epoch();
+    placed.begin_epoch();
+    for (int64_t b = 0; b < host.num_batches(); ++b) {
+      const std::vector<Tensor> whole = host.batch(b).tensors();
+      const Tensor expected = train_step(scattering, scattering_sgd, whole[0], whole[1]);
+      const Tensor loss = train_step(given, given_sgd, placed.batch(b));
+      EXPECT_EQ(loss.item(), expected.item());
+      EXPECT_EQ(loss.device(), Device::cpu(0));
+    }
+  }
+  EXPECT_EQ(values_of(given.module()), values_of(scattering.module()));
+}
+
+TEST(TrainStep, APlacedShardStepsExactlyAsTheScatteredShard) {
+  const Dataset rows = [] {
+    const TensorDataset data = regression_rows();
+    const std::vector<float> x = data.tensors()[0].to_vector();
+    const std::vector<float> y = data.tensors()[1].to_vector();
+    return Dataset{
+        {"a", "b", "c"}, "y", std::vector<double>(x.begin(), x.end()), std::vector<double>(y.begin(), y.end())};
+  }();
+  const auto group = comm::ProcessGroup::single(kDevices);
+  DataLoader host(rows, 4, /*shuffle=*/true, 5, DistributedSampler(*group));
+  TensorDataLoader placed(
+      regression_rows(),
+      {.batch_size = 4, .shuffle = true, .seed = 5, .devices = kDevices, .sampler = DistributedSampler(*group)});
+  const parallel::DistributedOptions sums{.reduction = comm::ReduceOp::Sum};
+  parallel::DistributedDataParallel scattering(fresh_model(), group, sums);
+  parallel::DistributedDataParallel given(fresh_model(), group, sums);
+  parallel::ReplicatedSGD scattering_sgd(scattering.replicated(), {.lr = 0.1});
+  parallel::ReplicatedSGD given_sgd(given.replicated(), {.lr = 0.1});
+  host.begin_epoch();
+  placed.begin_epoch();
+  for (int64_t b = 0; b < host.num_batches(); ++b) {
+    const Tensor expected = train_step(scattering, scattering_sgd, host.batch(b));
+    EXPECT_EQ(train_step(given, given_sgd, placed.batch(b)).item(), expected.item());
+  }
+  EXPECT_EQ(values_of(given.replicated().module()), values_of(scattering.replicated().module()));
+}
+
+TEST(TrainStep, MisplacedBatchesAreErrors) {
+  parallel::ReplicatedModule model(fresh_model(), {Device::cpu(0), Device::cpu(1)});
+  parallel::ReplicatedSGD sgd(model, {.lr = 0.1});
+  const Tensor x = Tensor::zeros({2, 3});
+  const Tensor y = Tensor::zeros({2, 1});
+  TensorBatch batch{{{x, y}}, {2}, 2};
+  TensorBatch wrong_device = batch;
+  wrong_device.parts[0] = {x.to(Device::cpu(1)), y.to(Device::cpu(1))};
+  EXPECT_ERROR(train_step(model, sgd, wrong_device),
+               "train_step: part 0 of the batch is on cpu:1 and cpu:1 but expected the model's device cpu:0");
+  TensorBatch three = batch;
+  three.parts[0].push_back(y);
+  EXPECT_ERROR(train_step(model, sgd, three),
+               "train_step: part 0 of the batch holds 3 tensors but expected two (features and targets)");
+  TensorBatch global = batch;
+  global.global_rows = 4;
+  EXPECT_ERROR(train_step(model, sgd, global), "train_step: global_rows is 4 and the batch has 2 rows but expected");
+  TensorBatch miscounted = batch;
+  miscounted.device_rows = {1, 1};
+  EXPECT_ERROR(train_step(model, sgd, miscounted), "train_step: the batch has 1 parts but 2 device_rows entries");
+  TensorBatch too_many{{{x, y}, {x, y}, {x, y}}, {2, 2, 2}, 6};
+  EXPECT_ERROR(train_step(model, sgd, too_many), "train_step: the batch has rows for 3 devices but the model has 2");
+}
+
+}  // namespace
+}  // namespace tandem::trainers
