@@ -6,6 +6,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "tandem/core/cuda/collective_launch.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stream_marker.h"
@@ -26,6 +28,8 @@ cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
 // Makes `consumer` wait (on the device) for all work issued so far on `producer`; no host synchronization. Holds a
 // CollectiveLaunchExclusion while it records and enqueues the wait (Note [Launching collectives]).
 void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device);
+// As stream_wait for several consumers of one producer, with one event record for all of them (a join).
+void streams_wait(const std::vector<cudaStream_t>& consumers, cudaStream_t producer, int producer_device);
 
 // The event of a marker recorded on a CUDA device (Note [Stream markers]), valid while the marker lives. Errors: a
 // marker that holds no event (recorded on a CPU device, or default-constructed).
