@@ -154,7 +154,8 @@ std::pair<std::string, std::string> judged(const Row& row) {
   const std::optional<Goal> goal = goal_for(row.op, row.bytes);
   if (!goal) return {"-", "-"};
   if (goal->extra_us > 0.0) {
-    return {bench::formatted("<= +%.1f us", goal->extra_us), row.tandem_us - row.raw_us <= goal->extra_us ? "met" : "missed"};
+    return {bench::formatted("<= +%.1f us", goal->extra_us),
+            row.tandem_us - row.raw_us <= goal->extra_us ? "met" : "missed"};
   }
   return {bench::formatted("<= %.2fx", goal->ratio), row.tandem_us <= goal->ratio * row.raw_us ? "met" : "missed"};
 }

@@ -20,10 +20,11 @@ namespace tandem::comm::detail {
 //    which NCCL's ncclCommInitAll needs anyway, and a value is made once per key.
 // Why it is safe: an entry is written completely before the release store that publishes the snapshot naming it,
 // and a reader reaches entries only through a snapshot it loaded with acquire, so it sees them complete. Neither
-// entries nor snapshots are ever freed or changed after they are published: a reader may still hold an old snapshot
-// (no reference count tracks that), and callers keep references to values forever (Note [Communicators are never
-// destroyed] in cuda/communicators.cpp). Every key adds one entry and one snapshot, so the memory kept is bounded by
-// the number of distinct keys (squared, in pointers); the cache itself is meant to be leaked as well.
+// entries nor snapshots are changed or freed while the cache lives: a reader may still hold an old snapshot (no
+// reference count tracks that), and callers keep references to values. Every key adds one entry and one snapshot,
+// so the memory kept is bounded by the number of distinct keys (squared, in pointers). The cache owns them all and
+// frees them when it is destroyed, which its owner does only once no thread can use it; the communicator cache is
+// never destroyed (Note [Communicators are never destroyed] in cuda/communicators.cpp).
 template <typename Key, typename Value>
 class ImmortalCache {
  public:
@@ -32,19 +33,20 @@ class ImmortalCache {
   ImmortalCache& operator=(const ImmortalCache&) = delete;
 
   // The value for `key`, made by make() (returning a Value) on the first call for that key, under the cache's mutex;
-  // when make() throws, nothing is cached and the next call tries again. The reference stays valid for the life of
-  // the process. Thread-safe; a hit takes no lock.
+  // when make() throws, nothing is cached and the next call tries again. The reference stays valid as long as the
+  // cache. Thread-safe; a hit takes no lock.
   template <typename Make>
   const Value& get(const Key& key, Make&& make) {
     if (const Value* found = find(published_.load(std::memory_order_acquire), key)) return *found;
     std::lock_guard<std::mutex> lock(creation_);
     const Snapshot* current = published_.load(std::memory_order_relaxed);  // only this mutex's holder stores it
     if (const Value* found = find(current, key)) return *found;
-    const Entry* entry = new Entry{key, make()};
-    auto next = std::make_unique<Snapshot>(current->entries);
-    next->entries.push_back(entry);
-    published_.store(next.release(), std::memory_order_release);
-    return entry->value;
+    entries_.push_back(std::make_unique<const Entry>(Entry{key, make()}));
+    auto next = std::make_unique<Snapshot>(*current);
+    next->entries.push_back(entries_.back().get());
+    published_.store(next.get(), std::memory_order_release);
+    snapshots_.push_back(std::move(next));
+    return entries_.back()->value;
   }
 
   // How many values have been made (a snapshot's size; for tests and diagnostics).
@@ -67,7 +69,10 @@ class ImmortalCache {
   }
 
   std::mutex creation_;
-  std::atomic<const Snapshot*> published_{new Snapshot()};
+  std::vector<std::unique_ptr<const Entry>> entries_;       // every entry made; guarded by creation_
+  std::vector<std::unique_ptr<const Snapshot>> snapshots_;  // every snapshot published but the first; likewise
+  const Snapshot empty_{};
+  std::atomic<const Snapshot*> published_{&empty_};
 };
 
 }  // namespace tandem::comm::detail

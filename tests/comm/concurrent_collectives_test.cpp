@@ -18,8 +18,9 @@ constexpr int kRounds = 12;
 // The device sets the threads work on: pairs of virtual CPU devices and a mixed set always; with two or more GPUs,
 // every pair of GPUs in both orders and all of them.
 std::vector<std::vector<Device>> device_sets() {
-  std::vector<std::vector<Device>> sets = {
-      {Device::cpu(0), Device::cpu(1)}, {Device::cpu(2), Device::cpu(3), Device::cpu(4)}, {Device::cpu(5), Device::cpu(6)}};
+  std::vector<std::vector<Device>> sets = {{Device::cpu(0), Device::cpu(1)},
+                                           {Device::cpu(2), Device::cpu(3), Device::cpu(4)},
+                                           {Device::cpu(5), Device::cpu(6)}};
   const int gpus = cuda_device_count();
   if (gpus >= 1) sets.push_back({Device::cuda(0), Device::cpu(7)});
   if (gpus < 2) return sets;
@@ -39,7 +40,8 @@ std::string run_round(const std::vector<Device>& devices, float seed) {
   const auto n = static_cast<int64_t>(devices.size());
   const float total = seed * static_cast<float>(n * (n + 1) / 2);
   std::vector<Tensor> tensors;
-  for (int64_t i = 0; i < n; ++i) tensors.push_back(Tensor::full({kLength}, seed * static_cast<float>(i + 1), devices[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < n; ++i)
+    tensors.push_back(Tensor::full({kLength}, seed * static_cast<float>(i + 1), devices[static_cast<size_t>(i)]));
   const auto all_equal = [](const Tensor& t, float value) {
     for (float x : t.to_vector()) {
       if (x != value) return false;

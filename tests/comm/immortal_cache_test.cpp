@@ -84,7 +84,8 @@ TEST(ImmortalCache, ThreadsAddingAndLookingUpKeysAgree) {
   for (int k = 0; k < kKeys; ++k) EXPECT_EQ(made[static_cast<size_t>(k)].load(), 1) << "key " << k;
   for (int k = 0; k < kKeys; ++k) {
     for (int t = 1; t < kThreads; ++t) {
-      if (seen[0][static_cast<size_t>(k)] != nullptr && seen[static_cast<size_t>(t)][static_cast<size_t>(k)] != nullptr) {
+      if (seen[0][static_cast<size_t>(k)] != nullptr &&
+          seen[static_cast<size_t>(t)][static_cast<size_t>(k)] != nullptr) {
         EXPECT_EQ(seen[0][static_cast<size_t>(k)], seen[static_cast<size_t>(t)][static_cast<size_t>(k)]);
       }
     }

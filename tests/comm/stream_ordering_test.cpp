@@ -1,14 +1,14 @@
 // Comm functions on CUDA are asynchronous: they must be ordered after the kernels that produce their inputs and
 // before the kernels that consume their outputs, with no host synchronization (see Note [Comm stream ordering] in
-// comm/src/cuda/collective.h and Note [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests
-// queue a long chain of matrix products on a device's compute stream, ending in the tensor handed to a comm
-// function, and use the results right away.
+// comm/src/cuda/collective.h, Note [Small copies on their sources' streams] in comm/src/cuda/peer_copies.h and Note
+// [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests queue a long chain of matrix products on a
+// device's compute stream, ending in the tensor handed to a comm function, and use the results right away.
 //
-// Why they would fail without that ordering: if the collective or copy did not wait for the compute stream, it
-// would read the input while the matmul chain (tens of milliseconds of queued work) is still running, that is,
-// memory that still holds whatever the caching allocator's block held before: the results would not be the
-// expected constants. If the compute stream did not wait for it afterwards, the consumers (and the reuse of the
-// freed input blocks by later allocations) could run before it had written (or finished reading) them.
+// Why they would fail without that ordering: if a collective or copy did not run after the compute stream's work
+// (on that stream, or waiting for it), it would read the input while the matmul chain (tens of milliseconds of
+// queued work) is still running, that is, memory that still holds whatever the caching allocator's block held
+// before: the results would not be the expected constants. If the consumers were not ordered after it, they (and the
+// reuse of the freed input blocks by later allocations) could run before it had written (or finished reading) them.
 #include "comm/comm_test_helpers.h"
 #include "cuda/peer_copies.h"
 
@@ -103,7 +103,7 @@ TEST(CommStreamOrdering, AllReduceAsyncWaitsForItsMarkersAndIsJoinedAtWait_Multi
 // once is not overwritten before it has been read.
 constexpr int64_t kRowBytes = kSide * static_cast<int64_t>(sizeof(float));
 constexpr auto kThresholdBytes = static_cast<int64_t>(comm::cuda_copies::kSourceStreamCopyBytes);
-constexpr int64_t kSmallRows = 2;                                 // 32 KiB per part or chunk
+constexpr int64_t kSmallRows = 2;                                // 32 KiB per part or chunk
 constexpr int64_t kLargeRows = kThresholdBytes / kRowBytes + 1;  // one part or chunk is over the threshold
 static_assert(2 * kSmallRows * kRowBytes <= kThresholdBytes);
 static_assert(kLargeRows * kRowBytes > kThresholdBytes && 2 * kLargeRows <= kSide);

@@ -15,12 +15,13 @@
 namespace tandem::cuda {
 
 // Note [Streams]: each device has one compute stream on which every op for that device is issued (whatever host
-// thread issues it), and one communication stream on which comm issues its work for that device: the NCCL
-// collectives of the single-process backend (Note [Comm stream ordering] in comm/src/cuda/collective.h), every
-// started all-reduce (Note [Deferred join] there), and the overlapping peer copies (Note [Comm peer copy ordering] in
-// comm/src/cuda/peer_copies.cpp). A process group's synchronous collectives run on the compute stream (Note [Group
-// collective streams] in comm/src/cuda/group_collectives.cpp). Both are non-blocking streams created on first use
-// and kept for the life of the process. Work crosses streams and devices only through events.
+// thread issues it), and one communication stream on which comm issues the work that overlaps the compute stream:
+// every started all-reduce (Note [Deferred join] in comm/src/cuda/collective.h) and the overlapping peer copies of
+// large scatters and gathers (Note [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). Synchronous NCCL
+// collectives run on the compute stream, those of the single-process backend (Note [Comm stream ordering] in
+// collective.h) as those of a process group (Note [Group collective streams] in comm/src/cuda/group_collectives.cpp),
+// and so do small peer copies (on their sources' streams). Both are non-blocking streams created on first use and
+// kept for the life of the process. Work crosses streams and devices only through events.
 cudaStream_t compute_stream(int device);
 cudaStream_t comm_stream(int device);
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
