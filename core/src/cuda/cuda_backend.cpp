@@ -109,9 +109,9 @@ class CudaBackend final : public backend::Backend {
     kernels::unary_backward(op, grad.data(), saved.data(), out.mutable_data(), out.numel(), on.stream);
   }
 
-  void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out) override {
+  void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) override {
     OnDevice on(out);
-    cuda::gemm(a, b, epilogue, out, on.device);
+    cuda::gemm(a, b, options, out, on.device);
   }
 
   void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {

@@ -107,7 +107,9 @@ class ReplicatedModule {
   // collectives started during backward). Does nothing when they are sums already (after forward_backward, or after
   // reduce_gradients() with no backward since).
   void reduce_gradients();
-  // Zeroes every gradient buffer in place (and reinstalls the gradient views where something replaced them).
+  // Zeroes every gradient (and reinstalls the gradient views where something replaced them), without a pass over
+  // the buffers: the views are marked stale and the next backward writes over them (Note [Zeroing by marking] in
+  // replicated.cpp); reading a gradient (.grad, gradient_buffer()) or reducing gives zeros where none was written.
   // Errors: a step open (prepare_for_backward()).
   void zero_grad();
   // Copies the master's parameter values into every other replica (after changing the master outside of the
@@ -117,11 +119,13 @@ class ReplicatedModule {
   void sync_buffers();
 
   size_t bucket_count() const { return reducer_->layout().buckets().size(); }
-  // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order).
+  // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
+  // first (Note [Zeroing by marking] in replicated.cpp).
   const Tensor& gradient_buffer(size_t replica) const;
 
  private:
   bool install_gradient_views(bool zero);
+  void zero_stale_gradients(size_t replica) const;
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
   void check_no_step_open(const char* caller) const;
   void prepare_buffers(size_t active, bool reduce);
