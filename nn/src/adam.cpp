@@ -88,6 +88,7 @@ void AdamFamily<kDecoupled>::step() {
       m.exp_avg = Tensor::zeros(parameter.shape(), parameter.device());
       m.exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
       if (options.amsgrad) m.max_exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
+      state_replaced();
     }
     adam_update(parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
                 update_at(options, m.step + 1));
@@ -182,6 +183,7 @@ void AdamFamily<kDecoupled>::load_state_dict(const OptimizerState& state) {
     }
   }
   moments_ = std::move(loaded);
+  state_replaced();
 }
 
 template class AdamFamily<false>;

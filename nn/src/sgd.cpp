@@ -51,7 +51,10 @@ void SGD::step() {
                            .nesterov = options.nesterov,
                            .first_step = !buffer.defined()};
     // The first step writes buf = d, so the new buffer needs no initial values.
-    if (options.momentum != 0.0 && update.first_step) buffer = Tensor::empty(parameter.shape(), parameter.device());
+    if (options.momentum != 0.0 && update.first_step) {
+      buffer = Tensor::empty(parameter.shape(), parameter.device());
+      state_replaced();
+    }
     sgd_update(parameter, grad.contiguous(), buffer, update);
   }
 }
@@ -95,6 +98,7 @@ void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     momentum_buffers_[i] = buffers[i].defined() ? copy_for(i, buffers[i]) : Tensor();
   }
+  state_replaced();
 }
 
 OptimizerState SGD::state_dict() const { return single_slot_state(momentum_buffers_, kMomentumSlot); }

@@ -1,5 +1,6 @@
 #include "tandem/parallel/captured_step.h"
 
+#include <cstdint>
 #include <exception>
 
 #include "tandem/core/error.h"
@@ -16,11 +17,7 @@ constexpr const char* kName = "parallel::CapturedStep";
 
 CapturedStep::CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            CaptureOptions options)
-    : model_(model),
-      optimizer_(optimizer),
-      loss_(std::move(loss)),
-      options_(options),
-      modes_generation_(nn::Module::training_mode_generation()) {
+    : model_(model), optimizer_(optimizer), loss_(std::move(loss)), options_(options) {
   TANDEM_CHECK(loss_ != nullptr, kName, ": the loss function is empty");
   TANDEM_CHECK(options_.warmup_steps >= 0, kName, ": warmup_steps is ", options_.warmup_steps, " but expected >= 0");
 }
@@ -58,11 +55,11 @@ Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
     return eager(features, targets,
                  detail::concat("warm-up step ", eager_steps_ + 1, " of ", std::max(options_.warmup_steps, 1)));
   }
-  // Note [Host state of a captured step]: graphs record the training modes they were captured in.
-  const uint64_t modes = nn::Module::training_mode_generation();
-  if (modes != modes_generation_) {
+  // Note [Host state of a captured step]: graphs hold on to the modes and tensors they were captured with.
+  std::vector<uint64_t> now = fingerprint();
+  if (now != fingerprint_) {
     reset();
-    modes_generation_ = modes;
+    fingerprint_ = std::move(now);
   }
   const Key key{features.shape(), targets.shape(), features.dtype(), targets.dtype()};
   const auto found = graphs_.find(key);
@@ -83,6 +80,18 @@ Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
   }
   Graph& captured = *graphs_.emplace(key, std::move(graph)).first->second;
   return replay(captured, features, targets);  // the capture ran nothing
+}
+
+std::vector<uint64_t> CapturedStep::fingerprint() const {
+  std::vector<uint64_t> values = {nn::Module::training_mode_generation(), optimizer_.state_generation()};
+  const auto address = [](const Tensor& t) {
+    return t.defined() ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())) : 0;
+  };
+  for (size_t d = 0; d < model_.size(); ++d) {
+    for (const Tensor& parameter : model_.replicas()[d]->parameters()) values.push_back(address(parameter));
+    values.push_back(address(model_.gradient_buffer(d)));
+  }
+  return values;
 }
 
 Tensor CapturedStep::eager(const Tensor& features, const Tensor& targets, std::string reason) {

@@ -34,6 +34,12 @@ bool ReplicatedOptimizer::replayable() const {
   return true;
 }
 
+uint64_t ReplicatedOptimizer::state_generation() const {
+  uint64_t sum = 0;
+  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) sum += optimizer->state_generation();
+  return sum;
+}
+
 void ReplicatedOptimizer::prepare_replay() {
   for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->prepare_replay();
 }

@@ -327,6 +327,21 @@ TEST_P(CapturedStepOnGpus, AdamStepCountsAdvanceAsEager) {
   }
 }
 
+TEST_P(CapturedStepOnGpus, CapturesAgainAfterTheOptimizerStateIsReplaced) {
+  Training captured_setup(devices(), sgd_momentum);
+  Training eager_setup(devices(), sgd_momentum);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  const AfterStep reload = [](Training& training, int i) {
+    if (i == 5) training.optimizer->load_state_dict(training.optimizer->state_dict());  // new buffer tensors
+  };
+  const RunResult captured = run(captured_setup, &step, 10, constant_rows, reload);
+  const RunResult eager = run(eager_setup, nullptr, 10, constant_rows, reload);
+  expect_runs_equal(captured, eager, 1e-6);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  EXPECT_TRUE(step.captured());
+  EXPECT_EQ(step.graphs(), 1u);
+}
+
 TEST_P(CapturedStepOnGpus, ReturnsAFreshLossEachStep) {
   Training setup(devices(), sgd_momentum);
   parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);

@@ -4,6 +4,7 @@
 // groups with their learning rates, and the state a checkpoint keeps.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,9 @@ class Optimizer {
   virtual void prepare_replay();
   virtual void replayable_step();
   virtual void finish_replay();
+  // Changes whenever a replayable optimizer replaces or creates state tensors (a first step, load_state_dict,
+  // set_state), which a captured step must not outlive: parallel::CapturedStep captures again when it changed.
+  uint64_t state_generation() const { return state_generation_; }
 
  protected:
   // Requires defined leaf tensors, no duplicates, not empty; errors start with `who` ("optim::SGD").
@@ -120,6 +124,8 @@ class Optimizer {
   void upload_replay_values(const std::vector<float>& values, size_t per_parameter);
   // ... and parameter `parameter`'s values in it, for replayable_step (errors name `caller`).
   Tensor replay_values(size_t parameter, const char* caller) const;
+  // Called by replayable optimizers whenever they replace or create state tensors (state_generation()).
+  void state_replaced() { ++state_generation_; }
 
  private:
   // A group's learning rate; the base versions throw (an optimizer without learning rates). `group` is checked.
@@ -132,6 +138,7 @@ class Optimizer {
   std::vector<double> initial_lrs_;
   std::unique_ptr<DeviceScalars> replay_values_;  // Note [Replayed optimizer steps]
   size_t replay_values_per_parameter_ = 0;
+  uint64_t state_generation_ = 0;
 };
 
 // The groups' parameters and resolved options, for the constructors of optimizers with parameter groups.

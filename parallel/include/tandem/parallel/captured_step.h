@@ -36,6 +36,11 @@
 //    restores the generator state it found when it fails.
 //  - The modules' training modes: a graph records the modes it was captured in; when any module's mode changes
 //    (nn::Module::training_mode_generation()), every graph is dropped and the next steps are captured again.
+//  - The tensors the graphs use: when a replica's parameter or gradient buffer is no longer the tensor the graphs
+//    were captured with (Module::to, set_parameters, a .grad replaced), or the optimizer replaced its state
+//    (load_state_dict, set_state: optim::Optimizer::state_generation()), every graph is dropped likewise. A replay
+//    works on the flat gradient buffers, as the captured zero_grad installed their views; a .grad that the caller
+//    replaces between steps (zero_grad with set_to_none) is not reinstalled by a replay.
 //
 // Note [Falling back to the eager step]: where capture is impossible, step() runs trainers::train_step's eager step
 // (parallel::data_parallel_step) instead, and fallback_reason() says why: options.enabled false; CPU devices
@@ -48,12 +53,11 @@
 // attempt changes no state (nothing it recorded ran), the step runs eagerly, and the reason (with the error's text)
 // is kept: every later step of that shape runs eagerly at once.
 //
-// Requirements: model and optimizer outlive the CapturedStep, and while it holds graphs the parameters, gradient
-// buffers and optimizer state keep their tensors (the graphs use their addresses): after replacing any of them
-// (load_state_dict, set_state, Module::to), call reset(). Not thread-safe; no other thread may use the devices while
-// a step is captured.
+// Requirements: model and optimizer outlive the CapturedStep. Not thread-safe; no other thread may use the devices
+// while a step is captured.
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -116,13 +120,16 @@ class CapturedStep {
   std::unique_ptr<Graph> capture(const Tensor& features, const Tensor& targets, std::string& reason);
   // Why no step can be captured for this batch, whatever its shape; "" when one can.
   std::string capture_blocker(const Tensor& features) const;
+  // What the graphs depend on besides their own tensors (Note [Host state of a captured step]): training modes,
+  // the optimizer's state generation, and the addresses of every replica's parameters and gradient buffer.
+  std::vector<uint64_t> fingerprint() const;
 
   ReplicatedModule& model_;
   ReplicatedOptimizer& optimizer_;
   LossFunction loss_;
   CaptureOptions options_;
   int eager_steps_ = 0;
-  uint64_t modes_generation_;  // nn::Module::training_mode_generation() of the graphs
+  std::vector<uint64_t> fingerprint_;  // fingerprint() when the graphs were captured
   std::map<Key, std::unique_ptr<Graph>> graphs_;
   std::map<Key, std::string> failures_;  // shapes whose capture failed, with the reason
   bool captured_ = false;

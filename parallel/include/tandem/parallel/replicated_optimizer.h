@@ -43,6 +43,7 @@ class ReplicatedOptimizer {
   // A step split for a CUDA graph (Note [Replayed optimizer steps] in tandem/optim/optimizer.h), on every replica's
   // optimizer: replayable() when all of them are; the three parts, each on every replica, with their errors.
   bool replayable() const;
+  uint64_t state_generation() const;  // the sum of the replicas' optim::Optimizer::state_generation()
   void prepare_replay();
   void replayable_step();
   void finish_replay();
