@@ -4,6 +4,7 @@
 // warm-up; without CUDA these throw (nocuda/).
 
 #include <cstddef>
+#include <cstdint>
 
 #include "tandem/core/storage.h"
 
@@ -20,5 +21,13 @@ void cuda_free(int device, void* ptr) noexcept;
 MemoryStats cuda_stats(int device);
 void cuda_empty_cache(int device);
 int cuda_visible_devices();  // cudaGetDeviceCount, 0 on any error (no driver, no GPU)
+
+// The capture pools of Note [Capture pool] (cuda/caching_allocator.cpp), used by DeviceGraph. Begin: until the end
+// call, every block allocated or freed on `device` belongs to a new pool, whose id is returned. Errors: a capture
+// already active on the device. Release: the graph that captured with the pool is gone and its device has finished
+// its work; the pool's blocks return to the device's cache (those still held by tensors when they are freed).
+uint64_t cuda_begin_capture_pool(int device);
+void cuda_end_capture_pool(int device) noexcept;
+void cuda_release_capture_pool(int device, uint64_t pool) noexcept;
 
 }  // namespace tandem::alloc

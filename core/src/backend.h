@@ -77,12 +77,16 @@ class Backend {
   virtual void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                             const Tensor& grad_input) = 0;
   // One fused SGD update over a contiguous parameter, its gradient and (when momentum != 0) its momentum buffer.
+  // lr, when defined, is a one-element tensor on the device whose value replaces update.lr, read when the update runs
+  // (Note [Hyper-parameters in device memory] in fused.h).
   virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                          const SgdUpdate& update) = 0;
+                          const SgdUpdate& update, const Tensor& lr) = 0;
   // One fused Adam/AdamW update (fused.h) over a contiguous parameter, its gradient and its moments (and, when
-  // update.amsgrad, the running maximum of exp_avg_sq); param and the moments are updated in place.
+  // update.amsgrad, the running maximum of exp_avg_sq); param and the moments are updated in place. step_factors,
+  // when defined, holds param_scale, step_size and bias_correction2_sqrt on the device (contiguous), read in place of
+  // update's when the update runs.
   virtual void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                           const Tensor& max_exp_avg_sq, const AdamUpdate& update) = 0;
+                           const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) = 0;
   // out (one element, contiguous) = (sum |x|^ord)^(1/ord), or max |x| when ord is +infinity; 0 when x is empty.
   // x contiguous, ord > 0.
   virtual void vector_norm(const Tensor& x, double ord, const Tensor& out) = 0;

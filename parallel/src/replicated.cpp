@@ -101,7 +101,7 @@ void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
 
 std::vector<Tensor> ReplicatedModule::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-    bool reduce) {
+    bool reduce, ReplicaThreads threads) {
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
   follow_master_modes();
@@ -119,7 +119,7 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   }
   const std::vector<Device> used(devices_.begin(), devices_.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   try {
-    run_on_devices(tasks, used);
+    run_on_devices(tasks, used, threads);
   } catch (...) {
     reducer_->abandon();  // the gradients are partial (abandon does nothing without a step)
     throw;

@@ -276,8 +276,10 @@ class CpuBackend final : public Backend {
     mutable_array_of(grad_input) = factor * (array_of(input) - array_of(target));
   }
 
-  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                  const SgdUpdate& update) override {
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& given,
+                  const Tensor& lr) override {
+    SgdUpdate update = given;
+    if (lr.defined()) update.lr = lr.data()[0];
     float* p = param.mutable_data();
     const float* g = grad.data();
     float* buf = update.momentum != 0.0f ? momentum_buffer.mutable_data() : nullptr;
@@ -294,7 +296,13 @@ class CpuBackend final : public Backend {
   }
 
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                   const Tensor& max_exp_avg_sq, const AdamUpdate& u) override {
+                   const Tensor& max_exp_avg_sq, const AdamUpdate& given, const Tensor& step_factors) override {
+    AdamUpdate u = given;
+    if (step_factors.defined()) {
+      u.param_scale = step_factors.data()[0];
+      u.step_size = step_factors.data()[1];
+      u.bias_correction2_sqrt = step_factors.data()[2];
+    }
     float* p = param.mutable_data();
     const float* g = grad.data();
     float* m = exp_avg.mutable_data();
