@@ -6,7 +6,8 @@
 // to back, every GPU is synchronized again; the time per call is the elapsed time divided by `iterations`. This
 // is repeated `samples` times after a warm-up and the median is reported. The same method times tandem and the
 // raw baseline, so per-call host overhead (argument checks, allocation of the outputs from the caching allocator,
-// event waits) counts against tandem exactly as it would in a program.
+// event waits) counts against tandem exactly as it would in a program. Each row shows tandem - raw and tandem/raw,
+// and, where tandem sets itself a goal for that op and size (goal_for), whether this run met it.
 //
 //   comm_bench [--gpus N | --devices N] [--samples S] [--iterations K] [--markdown PATH]
 
@@ -16,8 +17,10 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_support.h"
@@ -126,6 +129,37 @@ struct Row {
   double raw_us;
 };
 
+// The goals for tandem's overhead over the raw operation: at most `extra_us` more per call, or at most `ratio` times
+// the raw time (whichever is set; a row without a goal has neither).
+struct Goal {
+  double extra_us = 0.0;
+  double ratio = 0.0;
+};
+
+// Small messages are dominated by per-call cost: the collectives within 1.5 us of raw NCCL at 4 KiB, scatter and
+// gather within 2 us of raw peer copies at 4 KiB and 1 MiB. Large coalesced calls are bandwidth-bound: within 5% of
+// one raw collective of the same bytes at 64 MiB.
+std::optional<Goal> goal_for(const std::string& op, size_t bytes) {
+  const bool small = bytes == (size_t{4} << 10);
+  if (small && (op == "broadcast" || op == "reduce_add" || op == "all_reduce")) return Goal{.extra_us = 1.5};
+  if ((small || bytes == (size_t{1} << 20)) && (op == "scatter" || op == "gather")) return Goal{.extra_us = 2.0};
+  if (bytes == (size_t{64} << 20) && (op == "broadcast_coalesced" || op == "reduce_add_coalesced")) {
+    return Goal{.ratio = 1.05};
+  }
+  return std::nullopt;
+}
+
+// "<= +1.5 us" or "<= 1.05x", and whether the row meets it; "-" for a row without a goal.
+std::pair<std::string, std::string> judged(const Row& row) {
+  const std::optional<Goal> goal = goal_for(row.op, row.bytes);
+  if (!goal) return {"-", "-"};
+  if (goal->extra_us > 0.0) {
+    return {bench::formatted("<= +%.1f us", goal->extra_us),
+            row.tandem_us - row.raw_us <= goal->extra_us ? "met" : "missed"};
+  }
+  return {bench::formatted("<= %.2fx", goal->ratio), row.tandem_us <= goal->ratio * row.raw_us ? "met" : "missed"};
+}
+
 // `parts` pieces of `count` elements as chunk sizes (the first ones one larger when it does not divide).
 std::vector<int64_t> split_sizes(size_t count, int parts) {
   std::vector<int64_t> sizes;
@@ -203,8 +237,9 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
 
   const auto add = [&](const std::string& op, const std::string& raw_op, double tandem_us, double raw_us) {
     rows.push_back({op, raw_op, bytes, tandem_us, raw_us});
-    std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us\n", op.c_str(), bench::size_label(bytes).c_str(),
-                 tandem_us, raw_us);
+    std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us  %+8.1f us  %6.3fx  %s\n", op.c_str(),
+                 bench::size_label(bytes).c_str(), tandem_us, raw_us, tandem_us - raw_us, tandem_us / raw_us,
+                 judged(rows.back()).second.c_str());
   };
   add("broadcast", "ncclBroadcast", timed([&] { tandem::comm::broadcast(full[0], devices); }), timed(raw_broadcast));
   add("reduce_add", "ncclReduce", timed([&] { tandem::comm::reduce_add(full, devices[0]); }), timed(raw_reduce));
@@ -225,12 +260,20 @@ std::string markdown_table(const std::vector<Row>& rows, int gpus, const Options
      << " back-to-back calls between cudaDeviceSynchronize on every GPU, median of " << options.samples
      << " samples. GB/s = size / tandem time. Coalesced variants move 4 tensors of size/4 (default 10 MiB "
         "buckets); scatter/gather split size over the GPUs, to/from cuda:0.\n\n";
-  os << "| op | size | tandem us | raw us | raw op | GB/s | tandem/raw |\n|---|---|---|---|---|---|---|\n";
+  os << "| op | size | tandem us | raw us | raw op | tandem - raw us | tandem/raw | GB/s | goal | |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+  int met = 0;
+  int missed = 0;
   for (const Row& row : rows) {
-    os << bench::formatted("| %s | %s | %.1f | %.1f | %s | %.1f | %.3f |\n", row.op.c_str(),
+    const auto [goal, verdict] = judged(row);
+    met += verdict == "met" ? 1 : 0;
+    missed += verdict == "missed" ? 1 : 0;
+    os << bench::formatted("| %s | %s | %.1f | %.1f | %s | %+.1f | %.3f | %.1f | %s | %s |\n", row.op.c_str(),
                            bench::size_label(row.bytes).c_str(), row.tandem_us, row.raw_us, row.raw_op.c_str(),
-                           static_cast<double>(row.bytes) / (row.tandem_us * 1e3), row.tandem_us / row.raw_us);
+                           row.tandem_us - row.raw_us, row.tandem_us / row.raw_us,
+                           static_cast<double>(row.bytes) / (row.tandem_us * 1e3), goal.c_str(), verdict.c_str());
   }
+  os << "\nGoals met: " << met << " of " << met + missed << ".\n";
   return os.str();
 }
 

@@ -7,6 +7,8 @@
 //   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
 //   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 (TANDEM_ALLOW_TF32 unset)
 //   wide-tf32   the same with TF32 tensor-op GEMMs                                     (TANDEM_ALLOW_TF32=1)
+//   wide-bf16   the same in mixed precision, the model set to Precision::BFloat16: bfloat16 GEMM inputs, float32
+//               weights, gradients and SGD state (tandem-train --precision bf16)       (TANDEM_ALLOW_TF32 unset)
 //
 // Launch (process p drives devices p*N .. p*N+N-1 of its machine, N = --devices-per-process, counted by the local
 // rank):
@@ -22,7 +24,7 @@
 // workload runs in its own launch and the workload list must agree with the environment. (ProcessGroup::all_reduce
 // alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
 //
-//   ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
+//   ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
 //                  [--steps N] [--jsonl PATH]
 
 #include <tandem/comm/process_group.h>
@@ -35,6 +37,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -55,14 +58,18 @@ struct Workload {
   int warmup;
   int steps;
   bool tf32;
+  std::optional<Precision> precision;  // set on the model; none: the process-wide default (TANDEM_ALLOW_TF32)
   std::function<std::shared_ptr<nn::Module>()> make;
 };
 
 const std::vector<Workload>& workloads() {
   static const std::vector<Workload> all = {
-      {"seed", "seed net, batch 4096", 4096, 10, 1, 50, 500, false, [] { return trainers::make_mlp(10, 20); }},
-      {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, bench::wide_mlp},
-      {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, bench::wide_mlp},
+      {"seed", "seed net, batch 4096", 4096, 10, 1, 50, 500, false, std::nullopt,
+       [] { return trainers::make_mlp(10, 20); }},
+      {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, std::nullopt, bench::wide_mlp},
+      {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, std::nullopt, bench::wide_mlp},
+      {"wide-bf16", "wide MLP bf16, batch 8192", 8192, 4096, 4096, 10, 100, false, Precision::BFloat16,
+       bench::wide_mlp},
   };
   return all;
 }
@@ -70,7 +77,7 @@ const std::vector<Workload>& workloads() {
 const Workload& find_workload(std::string_view key) {
   for (const Workload& workload : workloads())
     if (workload.key == key) return workload;
-  TANDEM_FAIL("--workloads names ", excerpt(key), " but expected seed, wide or wide-tf32");
+  TANDEM_FAIL("--workloads names ", excerpt(key), " but expected seed, wide, wide-tf32 or wide-bf16");
 }
 
 bool tf32_allowed() {
@@ -108,7 +115,7 @@ Options parse(int argc, char** argv) {
     options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   };
   bench::parse_flags(argc, argv, "ddp_step_bench",
-                     "usage: ddp_step_bench [--workloads seed,wide | wide-tf32] [--devices-per-process N] "
+                     "usage: ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] "
                      "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]",
                      {{"--workloads", workloads_flag},
                       bench::int_flag("--devices-per-process", options.devices_per_process, 1, Device::kMaxCpuDevices),
@@ -159,6 +166,7 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   manual_seed(0);
   std::shared_ptr<nn::Module> model = workload.make();
   model->to(devices.front());
+  if (workload.precision) model->set_precision(*workload.precision);
   parallel::DistributedDataParallel ddp(model, group);
   parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
   std::vector<Tensor> inputs, targets;

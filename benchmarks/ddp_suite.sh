@@ -3,7 +3,7 @@
 # docs/benchmarks.md). Builds nothing: it needs $TANDEM_BUILD_DIR (default build-gpu) built with CUDA and MPI
 # (benchmarks/gpu_suite.sh build), mpirun, and python3 with torch. It runs
 #   - build-gpu/bin/ddp_step_bench under mpirun -np 2 (one GPU per process), then in one process driving both GPUs,
-#     each in plain FP32 and again with TANDEM_ALLOW_TF32=1;
+#     each in plain FP32 and BF16 mixed precision (the workload wide-bf16), and again with TANDEM_ALLOW_TF32=1;
 #   - benchmarks/torch_ddp_bench.py under torchrun --nproc_per_node 2;
 #   - build-gpu/bin/nccl_mpi_allreduce (ProcessGroup::all_reduce beside raw NCCL with MPI bootstrap) under
 #     mpirun -np 2, when it was built;

@@ -23,7 +23,7 @@ run_stage() {
       ctest --test-dir "$build" --output-on-failure --parallel 4 --timeout 600 >"$out/tests.log" 2>&1
       grep -E "tests passed|tests failed|Failed|\(Failed\)|\*\*\*" "$out/tests.log" | tail -40 ;;
     examples)
-      for example in comm_tour seed_training_loop custom_layer tandem-train; do
+      for example in comm_tour seed_training_loop custom_layer classifier tandem-train; do
         echo "== $example" >>"$out/examples.log"
         timeout 300 "$build/bin/$example" >>"$out/examples.log" 2>&1
         echo "exit status $?" >>"$out/examples.log"
@@ -36,7 +36,12 @@ run_stage() {
         cat "$out/summary.json" >>"$out/examples.log" && rm -f "$out/summary.json"
         echo >>"$out/examples.log"
       done
-      tail -40 "$out/examples.log" ;;
+      # Classification on digits, both GPUs.
+      echo "== tandem-train digits --devices cuda:0,cuda:1" >>"$out/examples.log"
+      timeout 300 "$build/bin/tandem-train" --data data/digits.csv --task classification --devices cuda:0,cuda:1 \
+        --quiet >>"$out/examples.log" 2>&1
+      echo "exit status $?" >>"$out/examples.log"
+      tail -60 "$out/examples.log" ;;
     comm_bench)
       timeout 400 "$build/bin/comm_bench" >"$out/comm_bench.log" 2>&1
       cat "$out/comm_bench.log" | tail -60 ;;

@@ -1,8 +1,10 @@
 // linear_bench: times one Linear(4096, 4096) layer at batch 4096, forward and backward, on one GPU, in its plain
 // form and its fused form (fused_linear() in tandem/core/matmul_settings.h: cuBLASLt bias and bias-gradient
-// epilogues, the weight gradient written straight into .grad), in plain FP32 and with TF32, and prints a markdown
-// table. The layer is one of the wide MLP's inner layers: its input needs a gradient too, and the weight's and
-// bias's .grad exist before backward (as the views into a data-parallel module's flat gradient buffer do), so
+// epilogues, the weight gradient written straight into .grad), and fused with a ReLU that follows it (linear_relu:
+// the ReLU in the forward product's epilogue), in each precision (Note [Precision modes] in
+// tandem/core/precision.h: FP32, TF32, and BF16 mixed precision with float32 weights and gradients), and prints a
+// markdown table. The layer is one of the wide MLP's inner layers: its input needs a gradient too, and the weight's
+// and bias's .grad exist before backward (as the views into a data-parallel module's flat gradient buffer do), so
 // backward accumulates into them.
 // Method: after 3 warm-up iterations, each sample is 10 iterations (forward, then backward seeded with a fixed
 // gradient) between cudaDeviceSynchronize calls, timed by the host clock; the median of 15 samples is reported,
@@ -43,11 +45,22 @@ Options parse(int argc, char** argv) {
 
 #if TANDEM_WITH_CUDA
 
+// The forms of the layer that are timed.
+enum class Form { Plain, Fused, FusedRelu };
+
+const char* form_name(Form form) {
+  switch (form) {
+    case Form::Plain: return "plain";
+    case Form::Fused: return "fused";
+    case Form::FusedRelu: return "fused + ReLU";
+  }
+  return "?";
+}
+
 // Median milliseconds of one forward and backward of the layer on `device`, in the given form and precision.
-double time_linear(tandem::Device device, bool fused, bool tf32) {
+double time_linear(tandem::Device device, Form form, tandem::Precision precision) {
   using namespace tandem;
-  set_fused_linear(fused);
-  set_allow_tf32(tf32);
+  set_fused_linear(form != Form::Plain);
   manual_seed(0);
   const float bound = 1.0f / 64.0f;  // torch.nn.Linear's 1 / sqrt(in_features)
   Tensor w = Tensor::uniform({kFeatures, kFeatures}, -bound, bound, device).set_requires_grad();
@@ -58,7 +71,8 @@ double time_linear(tandem::Device device, bool fused, bool tf32) {
   const Tensor seed = Tensor::randn({kBatch, kFeatures}, device);
   const auto iteration = [&] {
     x.set_grad(Tensor());
-    linear(x, w, b).backward(seed);
+    const Tensor y = form == Form::FusedRelu ? linear_relu(x, w, b, precision) : linear(x, w, b, precision);
+    y.backward(seed);
   };
 
   return bench::median_ms_per_call(
@@ -77,16 +91,19 @@ int run(const Options& options) {
   // Three products of 2 * batch * in * out operations each: the output, the input's and the weight's gradients.
   const double flops = 3.0 * 2.0 * kBatch * kFeatures * kFeatures;
   std::ostringstream table;
-  table << "| precision | form | ms per forward + backward | TFLOP/s | plain / fused |\n|---|---|---|---|---|\n";
-  for (const bool tf32 : {false, true}) {
-    const double plain = time_linear(device, false, tf32);
-    const double fused = time_linear(device, true, tf32);
-    const char* precision = tf32 ? "TF32" : "FP32";
-    table << bench::formatted("| %s | plain | %.3f | %.1f | |\n", precision, plain, flops / plain / 1e9)
-          << bench::formatted("| %s | fused | %.3f | %.1f | %.3f |\n", precision, fused, flops / fused / 1e9,
-                              plain / fused);
-    std::cerr << "measured " << precision << "\n";
+  table << "| precision | form | ms per forward + backward | TFLOP/s | plain / this |\n|---|---|---|---|---|\n";
+  for (const tandem::Precision precision :
+       {tandem::Precision::Float32, tandem::Precision::TF32, tandem::Precision::BFloat16}) {
+    const double plain = time_linear(device, Form::Plain, precision);
+    for (const Form form : {Form::Plain, Form::Fused, Form::FusedRelu}) {
+      const double ms = form == Form::Plain ? plain : time_linear(device, form, precision);
+      const std::string ratio = form == Form::Plain ? "" : bench::formatted("%.3f", plain / ms);
+      table << bench::formatted("| %s | %s | %.3f | %.1f | %s |\n", tandem::precision_name(precision),
+                                form_name(form), ms, flops / ms / 1e9, ratio.c_str());
+    }
+    std::cerr << "measured " << tandem::precision_name(precision) << "\n";
   }
+  tandem::set_fused_linear(true);
   std::cout << "Linear(" << kFeatures << ", " << kFeatures << ") at batch " << kBatch << " on " << device
             << ", forward and backward (median of " << kSamples << " samples)\n\n"
             << table.str();

@@ -24,15 +24,24 @@ def wide_mlp():
     return nn.Sequential(*layers)
 
 
-def sgd_mse_step(run, parameters, x, y):
+def sgd_mse_step(run, parameters, x, y, autocast_dtype=None):
     """One training step as a function: MSE of run(x) against y, backward, SGD (lr 1e-4, momentum 0.9) on
-    `parameters`."""
+    `parameters`. With autocast_dtype (torch.bfloat16), forward and loss run under torch.autocast("cuda") with it,
+    and backward outside, as PyTorch's mixed-precision recipe does."""
+    import contextlib
     import torch
     optimizer = torch.optim.SGD(parameters, lr=1e-4, momentum=0.9)
 
+    def autocast():
+        if autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=autocast_dtype)
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(run(x), y).backward()
+        with autocast():
+            loss = torch.nn.functional.mse_loss(run(x), y)
+        loss.backward()
         optimizer.step()
 
     return step

@@ -6,12 +6,13 @@ One process per GPU (cuda:<LOCAL_RANK>), NCCL backend, DDP tuned as its document
   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096
   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 GEMMs
   wide-tf32   the same with torch.backends.cuda.matmul.allow_tf32 = True
+  wide-bf16   the same, forward and loss under torch.autocast("cuda", dtype=torch.bfloat16) (FP32 weights)
 Method (as ddp_step_bench): every rank builds the model from seed 0 and holds its share of the global batch already
 on its GPU; after the warm-up steps, each timed step starts with the GPU synchronized and a barrier (so the ranks
 start together) and ends when the GPU is synchronized again; the host wall clock between is the step's time, and
 rank 0 reports the median, one JSON line per workload (on stdout, and into --jsonl PATH).
 
-Usage: torchrun --standalone --nproc_per_node 2 benchmarks/torch_ddp_bench.py [--workloads seed,wide,wide-tf32]
+Usage: torchrun --standalone --nproc_per_node 2 benchmarks/torch_ddp_bench.py [--workloads seed,wide,wide-tf32,...]
                 [--steps N] [--jsonl PATH]
 """
 import argparse
@@ -21,11 +22,12 @@ import sys
 
 from torch_bench_support import median_step_ms, seed_net, sgd_mse_step, wide_mlp
 
-# name: (title, make, global batch, inputs, outputs, warm-up steps, timed steps, TF32)
+# name: (title, make, global batch, inputs, outputs, warm-up steps, timed steps, precision)
 WORKLOADS = {
-    "seed": ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, False),
-    "wide": ("wide MLP fp32, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, False),
-    "wide-tf32": ("wide MLP TF32, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, True),
+    "seed": ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, "fp32"),
+    "wide": ("wide MLP fp32, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, "fp32"),
+    "wide-tf32": ("wide MLP TF32, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, "tf32"),
+    "wide-bf16": ("wide MLP bf16, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, "bf16"),
 }
 
 
@@ -45,19 +47,20 @@ def parse_arguments():
 
 
 def time_workload(torch, dist, name, steps_override, device, world_size):
-    title, make, global_batch, inputs, outputs, warmup, steps, tf32 = WORKLOADS[name]
+    title, make, global_batch, inputs, outputs, warmup, steps, precision = WORKLOADS[name]
     if global_batch % world_size != 0:
         raise SystemExit(f"torch_ddp_bench: global batch {global_batch} of {name} over {world_size} processes "
                          "but expected a batch that splits evenly")
     steps = steps_override or steps
     rows = global_batch // world_size
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(make().to(device), device_ids=[device.index],
                                                       gradient_as_bucket_view=True, static_graph=True)
     x = torch.randn(rows, inputs, device=device)
     y = torch.randn(rows, outputs, device=device)
-    median_ms = median_step_ms(sgd_mse_step(model, model.parameters(), x, y), warmup, steps,
+    autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+    median_ms = median_step_ms(sgd_mse_step(model, model.parameters(), x, y, autocast_dtype), warmup, steps,
                                synchronize=lambda: torch.cuda.synchronize(device),
                                start=lambda: dist.barrier(device_ids=[device.index]))
     torch.backends.cuda.matmul.allow_tf32 = False

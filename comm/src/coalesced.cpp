@@ -1,7 +1,14 @@
-// comm::broadcast_coalesced and comm::reduce_add_coalesced: many tensors, one collective per bucket (one NCCL group
-// of per-tensor operations on CUDA: no copies into or out of flat buffers).
-
-#include "buckets.h"
+// comm::broadcast_coalesced and comm::reduce_add_coalesced: many tensors, one collective for all of them (one NCCL
+// group of per-tensor operations on CUDA: no copies into or out of flat buffers).
+//
+// Note [Coalesced calls are one collective]: torch.cuda.comm packs the tensors into flat buckets of buffer_size bytes
+// to bound its staging memory, and sends one bucket at a time. tandem stages nothing (every operation reads the input
+// and writes the output tensor straight), so buckets would bound no memory, and sending them one after another cost
+// a collective's start and drain per bucket (and a round trip through the communication streams, while collectives
+// ran there): four 16 MiB tensors in buckets of their own took 1.2 times as long as one raw 64 MiB broadcast.
+// So the whole list goes to the backend at once, and on CUDA NCCL receives all of it in one group (split only at its
+// limit on the operations of a group, Collective::kMaxGroupOperations), which it schedules over its channels as one
+// launch. buffer_size is accepted for compatibility and changes nothing.
 #include "checks.h"
 #include "lists.h"
 #include "tandem/comm/comm.h"
@@ -11,7 +18,7 @@
 namespace tandem::comm {
 
 std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& tensors,
-                                                     const std::vector<Device>& devices, size_t buffer_size) {
+                                                     const std::vector<Device>& devices, size_t /*buffer_size*/) {
   constexpr const char* fn = "comm::broadcast_coalesced";
   detail::check_devices(devices, fn);
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -21,17 +28,7 @@ std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& 
   }
   NoGradGuard no_grad;
 
-  std::vector<std::vector<Tensor>> results(devices.size());
-  for (std::vector<Tensor>& list : results) list.reserve(tensors.size());
-  for (const detail::Bucket& bucket : detail::make_buckets(tensors, buffer_size)) {
-    const std::vector<Tensor> members(tensors.begin() + static_cast<std::ptrdiff_t>(bucket.begin),
-                                      tensors.begin() + static_cast<std::ptrdiff_t>(bucket.end));
-    std::vector<std::vector<Tensor>> copies = detail::broadcast_lists(members, devices);
-    for (size_t d = 0; d < devices.size(); ++d) {
-      for (Tensor& copy : copies[d]) results[d].push_back(std::move(copy));
-    }
-  }
-  return results;
+  return detail::broadcast_lists(tensors, devices);
 }
 
 namespace {
@@ -63,7 +60,7 @@ void check_lists(const std::vector<std::vector<Tensor>>& inputs, const char* fn)
 }  // namespace
 
 std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs,
-                                         std::optional<Device> destination, size_t buffer_size) {
+                                         std::optional<Device> destination, size_t /*buffer_size*/) {
   constexpr const char* fn = "comm::reduce_add_coalesced";
   check_lists(inputs, fn);
   const std::vector<Tensor>& reference = inputs[0];
@@ -78,16 +75,7 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
     for (const Tensor& t : reference) results.push_back(t.device() == target ? t : detail::copy_to(t, target));
     return results;
   }
-  for (const detail::Bucket& bucket : detail::make_buckets(reference, buffer_size)) {
-    std::vector<std::vector<Tensor>> lists;  // the bucket's part of every input list
-    lists.reserve(inputs.size());
-    for (const std::vector<Tensor>& list : inputs) {
-      lists.emplace_back(list.begin() + static_cast<std::ptrdiff_t>(bucket.begin),
-                         list.begin() + static_cast<std::ptrdiff_t>(bucket.end));
-    }
-    for (Tensor& sum : detail::reduce_lists(lists, target)) results.push_back(std::move(sum));
-  }
-  return results;
+  return detail::reduce_lists(inputs, target);
 }
 
 }  // namespace tandem::comm

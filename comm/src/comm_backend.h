@@ -7,8 +7,8 @@
 //
 // Contract for every call: the tensors are defined and have a nonzero number of elements; the front end has
 // validated devices and shapes, allocated the outputs, and disabled grad mode. The collectives take contiguous
-// tensors in lists, position i of every list holding tensors of one size: a coalesced call passes a bucket's
-// tensors, a plain one lists of one. Each call is one collective over the whole lists where the backend can (one
+// tensors in lists, position i of every list holding tensors of one size: a coalesced call passes all its tensors
+// (Note [Coalesced calls are one collective] in coalesced.cpp), a plain one lists of one. Each call is one collective over the whole lists where the backend can (one
 // NCCL group of per-tensor operations on CUDA), so nothing is packed into or unpacked out of flat buffers.
 
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
-// The list forms of broadcast and reduce that the plain functions (lists of one tensor) and the coalesced ones (a
-// bucket's tensors) share: one backend collective for a whole list.
+// The list forms of broadcast and reduce that the plain functions (lists of one tensor) and the coalesced ones (all
+// their tensors) share: one backend collective for a whole list.
 
 #include <vector>
 

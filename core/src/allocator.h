@@ -5,6 +5,7 @@
 // (nocuda/).
 
 #include <cstddef>
+#include <cstdint>
 
 #include "tandem/core/storage.h"
 
@@ -30,5 +31,13 @@ void pinned_free(void* ptr) noexcept;
 // `block` (a pinned Storage's data()): once freed, the block is not handed out again before that work has finished.
 void pinned_record_use(void* block, int device);
 MemoryStats pinned_stats();
+
+// The capture pools of Note [Capture pool] (cuda/caching_allocator.cpp), used by DeviceGraph. Begin: until the end
+// call, every block allocated or freed on `device` belongs to a new pool, whose id is returned. Errors: a capture
+// already active on the device. Release: the graph that captured with the pool is gone and its device has finished
+// its work; the pool's blocks return to the device's cache (those still held by tensors when they are freed).
+uint64_t cuda_begin_capture_pool(int device);
+void cuda_end_capture_pool(int device) noexcept;
+void cuda_release_capture_pool(int device, uint64_t pool) noexcept;
 
 }  // namespace tandem::alloc

@@ -3,7 +3,8 @@
 // (cpu/ = Eigen; cuda/ = cuBLAS + own kernels, or a stub that throws when tandem is built without CUDA).
 // Code above this interface (core/src/*.cpp) allocates outputs, checks shapes, devices and dtypes, and handles
 // autograd; a backend only computes. All tensors passed to one call live on one device of the backend's type. Every
-// tensor is float32 except where a contract below says "any dtype" (Note [Dtypes of ops] in raw_ops.h).
+// tensor is float32 except where a contract below says "any dtype" (Note [Dtypes of ops] in raw_ops.h) and the
+// bfloat16 operands of a BFloat16 product (gemm).
 
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "kernel_ops.h"
 #include "tandem/core/fused.h"
+#include "tandem/core/precision.h"
 #include "tandem/core/stream_marker.h"
 #include "tandem/core/tensor.h"
 
@@ -22,13 +24,17 @@ enum class UnaryOp { Relu, Tanh };
 using tandem::AdamUpdate;
 using tandem::SgdUpdate;
 
-// What one matrix product (Backend::gemm) fuses with the product itself. bias is never combined with accumulate or
-// a_row_sums.
-struct GemmEpilogue {
+// What one matrix product (Backend::gemm) fuses with the product itself, and how it multiplies. bias is never
+// combined with accumulate or a_row_sums; neither is relu.
+struct GemmOptions {
   Tensor bias{};            // defined: [n], contiguous; added to every row of the product
   Tensor a_row_sums{};      // defined: [m], contiguous; receives the sums of a's rows over k (the bias gradient of a
-                            // linear layer, from its weight-gradient product g^T x)
+                            // linear layer, from its weight-gradient product g^T x), of a's values as stored
   bool accumulate = false;  // add the product to out's values instead of replacing them
+  bool relu = false;        // out = max(product + bias, 0), NaN kept (a linear layer followed by ReLU)
+  // Note [Precision modes] in tandem/core/precision.h. BFloat16: a and b are bfloat16 (the caller rounds them);
+  // otherwise both are float32. out is float32 either way.
+  Precision precision = Precision::Float32;
 };
 
 class Backend {
@@ -53,11 +59,11 @@ class Backend {
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out) = 0;
   // out = grad * f'(.): Relu: saved is the input x (f' = x > 0); Tanh: saved is the output y (f' = 1 - y^2)
   virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) = 0;
-  // out[m, n] = a[m, k] @ b[k, n], or out += a @ b with epilogue.accumulate, plus what else `epilogue` asks for.
-  // a and b are 2-D and either row-major (stride(1) == 1) or transposed views (stride(0) == 1); with
-  // epilogue.a_row_sums, a is contiguous or the transpose of a contiguous tensor. out is contiguous. m, n or k may
-  // be 0 (k = 0: the product is zero; the row sums are too).
-  virtual void gemm(const Tensor& a, const Tensor& b, const GemmEpilogue& epilogue, const Tensor& out) = 0;
+  // out[m, n] = a[m, k] @ b[k, n], or out += a @ b with options.accumulate, plus what else `options` asks for, in
+  // options.precision. a and b are 2-D and either row-major (stride(1) == 1) or transposed views (stride(0) == 1);
+  // with options.a_row_sums, a is contiguous or the transpose of a contiguous tensor. out is contiguous. m, n or k
+  // may be 0 (k = 0: the product is zero; the row sums are too).
+  virtual void gemm(const Tensor& a, const Tensor& b, const GemmOptions& options, const Tensor& out) = 0;
   // out = sum of x over `dim`; x contiguous; out contiguous with x's shape minus `dim`
   virtual void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) = 0;
   // out (shape {}) = scale * sum(x); x contiguous
@@ -71,12 +77,16 @@ class Backend {
   virtual void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                             const Tensor& grad_input) = 0;
   // One fused SGD update over a contiguous parameter, its gradient and (when momentum != 0) its momentum buffer.
+  // lr, when defined, is a one-element tensor on the device whose value replaces update.lr, read when the update runs
+  // (Note [Hyper-parameters in device memory] in fused.h).
   virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                          const SgdUpdate& update) = 0;
+                          const SgdUpdate& update, const Tensor& lr) = 0;
   // One fused Adam/AdamW update (fused.h) over a contiguous parameter, its gradient and its moments (and, when
-  // update.amsgrad, the running maximum of exp_avg_sq); param and the moments are updated in place.
+  // update.amsgrad, the running maximum of exp_avg_sq); param and the moments are updated in place. step_factors,
+  // when defined, holds param_scale, step_size and bias_correction2_sqrt on the device (contiguous), read in place of
+  // update's when the update runs.
   virtual void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                           const Tensor& max_exp_avg_sq, const AdamUpdate& update) = 0;
+                           const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) = 0;
   // out (one element, contiguous) = (sum |x|^ord)^(1/ord), or max |x| when ord is +infinity; 0 when x is empty.
   // x contiguous, ord > 0.
   virtual void vector_norm(const Tensor& x, double ord, const Tensor& out) = 0;

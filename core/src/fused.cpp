@@ -33,23 +33,58 @@ void norm_into(const Tensor& x, double ord, const Tensor& out) {
   backend::for_device(x.device()).vector_norm(raw::contiguous(x), ord, out);
 }
 
-}  // namespace
+// Checks a tensor of hyper-parameters for an update of `param` (Note [Hyper-parameters in device memory]).
+void check_hyperparameters(const char* caller, const Tensor& param, const Tensor& values, int64_t count,
+                           const char* name) {
+  raw::check_defined(caller, values, name);
+  raw::check_float32(caller, {param, values});
+  raw::check_same_device(caller, param, values);
+  TANDEM_CHECK(values.numel() == count && values.is_contiguous(), caller, ": ", name, " has shape ",
+               to_string(values.shape()), " but expected ", count, " contiguous elements");
+}
 
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update) {
+// Both forms of sgd_update; `lr` undefined takes update.lr.
+void checked_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
+                        const Tensor& lr) {
   check_param_and_grad("sgd_update", param, grad);
   if (update.momentum != 0.0f) check_buffer("sgd_update", param, momentum_buffer, "momentum_buffer");
   if (param.numel() == 0) return;
-  backend::for_device(param.device()).sgd_update(param, grad, momentum_buffer, update);
+  backend::for_device(param.device()).sgd_update(param, grad, momentum_buffer, update, lr);
 }
 
-void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const Tensor& max_exp_avg_sq, const AdamUpdate& update) {
+// Both forms of adam_update; `step_factors` undefined takes update's.
+void checked_adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                         const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) {
   check_param_and_grad("adam_update", param, grad);
   check_buffer("adam_update", param, exp_avg, "exp_avg");
   check_buffer("adam_update", param, exp_avg_sq, "exp_avg_sq");
   if (update.amsgrad) check_buffer("adam_update", param, max_exp_avg_sq, "max_exp_avg_sq");
   if (param.numel() == 0) return;
-  backend::for_device(param.device()).adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update);
+  backend::for_device(param.device())
+      .adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, step_factors);
+}
+
+}  // namespace
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update) {
+  checked_sgd_update(param, grad, momentum_buffer, update, Tensor());
+}
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
+                const Tensor& lr) {
+  check_hyperparameters("sgd_update", param, lr, 1, "lr");
+  checked_sgd_update(param, grad, momentum_buffer, update, lr);
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamUpdate& update) {
+  checked_adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, Tensor());
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) {
+  check_hyperparameters("adam_update", param, step_factors, 3, "step_factors");
+  checked_adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, step_factors);
 }
 
 Tensor total_norm(const std::vector<Tensor>& tensors, double ord) {

@@ -86,68 +86,98 @@ class Matmul final : public Function {
     TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                  " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
     save_for_backward({a, b});
-    return {raw::gemm(a, b)};
+    return {raw::gemm(a, b, {.precision = precision_})};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     const Tensor& a = saved_tensors()[0];
     const Tensor& b = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm(g, b.t()) : Tensor(), needs_input_grad(1) ? raw::gemm(a.t(), g) : Tensor()};
+    return {needs_input_grad(0) ? raw::gemm(g, b.t(), {.precision = precision_}) : Tensor(),
+            needs_input_grad(1) ? raw::gemm(a.t(), g, {.precision = precision_}) : Tensor()};
   }
   std::string name() const override { return "MatmulBackward"; }
+
+ private:
+  Precision precision_ = default_precision();  // fixed when the product is recorded, for its backward too
 };
 
-// y = x W^T + b: one GEMM with the bias in its epilogue. W^T is a transposed view, never a copy.
+// y = x W^T + b, or relu(x W^T + b): one GEMM with the bias (and the ReLU) in its epilogue, in the precision given
+// (Note [Precision modes] in precision.h). W^T is a transposed view, never a copy.
 //
 // Note [Fused linear backward]: with fused_linear() (matmul_settings.h), one product, g^T x, gives the weight
 // gradient and, in its epilogue, the bias gradient (the row sums of g^T), and the weight gradient is added straight
 // into the weight's .grad where the engine allows it (Note [Gradients written in place] in
-// core/src/autograd/engine.cpp), or else materialized for the weight's accumulator. Otherwise the weight gradient is
-// a product of its own and the bias gradient a reduction of its own. The bias gradient is always returned: it is
-// small, and the bias's accumulator adds it.
+// core/src/autograd/engine.cpp), or written there when .grad is stale (Note [Stale gradients] in autograd.h), or
+// else materialized for the weight's accumulator. Otherwise the weight gradient is a product of its own and the bias
+// gradient a reduction of its own. The bias gradient is always returned: it is small, and the bias's accumulator
+// adds it.
+//
+// Note [Linear in bfloat16]: in BFloat16, forward rounds x and W to bfloat16 once and keeps the rounded copies for
+// backward (they are the only copies backward reads: half the memory of float32 activations), and backward rounds
+// the incoming gradient g (after the ReLU's mask, when fused) once, so that every product has bfloat16 operands and
+// float32 accumulation and output:
+//   y = x16 W16^T + b,   dx = g16 W16,   dW = g16^T x16,   db = the row sums of g16^T (float32 sums).
+// The master weight, its gradient and the bias stay float32; nothing is cached across calls, so a weight changed by
+// an optimizer step is rounded afresh by the next forward.
+//
+// Note [Fused linear and ReLU]: linear_relu applies the ReLU in the epilogue of the forward product (cuBLASLt's
+// RELU_BIAS on CUDA), saving the pass over the output that relu() takes. Backward masks g by the output's sign:
+// y > 0 exactly where x W^T + b > 0 (y = max(z, 0)), so the output is all it keeps.
 class Linear final : public Function {
  public:
+  Linear(Precision precision, bool relu) : precision_(precision), relu_(relu) {}
+
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const char* op = relu_ ? "linear_relu" : "linear";
     const Tensor& x = in[0];
     const Tensor& w = in[1];
     const Tensor& b = in[2];
-    check_matrix("linear", x, "input");
-    check_matrix("linear", w, "weight");
-    raw::check_float32("linear", in);
-    raw::check_same_device("linear", x, w);
-    TANDEM_CHECK(x.size(1) == w.size(1), "linear: input has shape ", to_string(x.shape()), " but weight has shape ",
+    check_matrix(op, x, "input");
+    check_matrix(op, w, "weight");
+    raw::check_float32(op, in);
+    raw::check_same_device(op, x, w);
+    TANDEM_CHECK(x.size(1) == w.size(1), op, ": input has shape ", to_string(x.shape()), " but weight has shape ",
                  to_string(w.shape()), " (expected input [*, ", w.size(1), "])");
     if (b.defined()) {
-      raw::check_same_device("linear", x, b);
-      TANDEM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias has shape ", to_string(b.shape()),
+      raw::check_same_device(op, x, b);
+      TANDEM_CHECK(b.dim() == 1 && b.size(0) == w.size(0), op, ": bias has shape ", to_string(b.shape()),
                    " but expected [", w.size(0), "]");
     }
-    save_for_backward({x, w});
+    const Tensor x_in = raw::gemm_input(x, precision_);
+    const Tensor w_in = raw::gemm_input(w, precision_);
+    Tensor y = raw::gemm(x_in, w_in.t(), {.bias = b, .relu = relu_, .precision = precision_});
+    save_for_backward({x_in, w_in, relu_ ? y : Tensor()});
     has_bias_ = b.defined();
-    return {raw::gemm(x, w.t(), {.bias = b})};
+    return {y};
   }
+
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& g = grads[0];
     const Tensor& x = saved_tensors()[0];
     const Tensor& w = saved_tensors()[1];
-    const Tensor grad_input = needs_input_grad(0) ? raw::gemm(g, w) : Tensor();
+    const Tensor masked = relu_ ? raw::unary_backward(UnaryOp::Relu, grads[0], saved_tensors()[2]) : grads[0];
+    const Tensor g = raw::gemm_input(masked, precision_);
+    const Tensor grad_input = needs_input_grad(0) ? raw::gemm(g, w, {.precision = precision_}) : Tensor();
     const bool bias_grad = has_bias_ && needs_input_grad(2);
     if (!fused_linear() || !needs_input_grad(1)) {
-      return {grad_input, needs_input_grad(1) ? raw::gemm(g.t(), x) : Tensor(),
-              bias_grad ? raw::sum_dim(g, 0, false) : Tensor()};
+      return {grad_input, needs_input_grad(1) ? raw::gemm(g.t(), x, {.precision = precision_}) : Tensor(),
+              bias_grad ? raw::sum_dim(g.dtype() == DType::Float32 ? g : raw::convert(g, DType::Float32), 0, false)
+                        : Tensor()};
     }
     const Tensor grad_bias = bias_grad ? Tensor::empty({g.size(1)}, g.device()) : Tensor();
-    const bool written = write_leaf_gradient(1, [&](const Tensor& grad) {
+    const bool written = write_leaf_gradient(1, [&](const Tensor& grad, bool overwrite) {
       if (grad.shares_storage_with(g) || grad.shares_storage_with(x)) return false;
-      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = true}, grad);
+      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = !overwrite, .precision = precision_}, grad);
       return true;
     });
-    const Tensor grad_weight = written ? Tensor() : raw::gemm(g.t(), x, {.a_row_sums = grad_bias});
+    const Tensor grad_weight =
+        written ? Tensor() : raw::gemm(g.t(), x, {.a_row_sums = grad_bias, .precision = precision_});
     return {grad_input, grad_weight, grad_bias};
   }
-  std::string name() const override { return "LinearBackward"; }
+  std::string name() const override { return relu_ ? "LinearReluBackward" : "LinearBackward"; }
 
  private:
+  Precision precision_;
+  bool relu_;
   bool has_bias_ = false;
 };
 
@@ -278,8 +308,12 @@ Tensor operator/(const Tensor& a, float s) { return a * (1.0f / s); }
 Tensor operator-(const Tensor& a) { return a * -1.0f; }
 Tensor matmul(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Matmul>(), {a, b}); }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return apply_one(std::make_shared<Linear>(), {x, weight, bias});
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<Precision> precision) {
+  return apply_one(std::make_shared<Linear>(precision.value_or(default_precision()), false), {x, weight, bias});
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<Precision> precision) {
+  return apply_one(std::make_shared<Linear>(precision.value_or(default_precision()), true), {x, weight, bias});
 }
 
 Tensor relu(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Relu, "relu"), {x}); }

@@ -195,32 +195,43 @@ Tensor row_summed_operand(const Tensor& t) {
 
 }  // namespace
 
-Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue) {
-  TANDEM_INTERNAL_ASSERT(!epilogue.accumulate, "raw::gemm: a new tensor cannot be accumulated onto");
+Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options) {
+  TANDEM_INTERNAL_ASSERT(!options.accumulate, "raw::gemm: a new tensor cannot be accumulated onto");
   Tensor out = Tensor::empty({a.size(0), b.size(1)}, a.device());
-  gemm_into(a, b, epilogue, out);
+  gemm_into(a, b, options, out);
   return out;
 }
 
-void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out) {
-  check_float32("matmul", {a, b, epilogue.bias, epilogue.a_row_sums, out});
-  const Tensor& bias = epilogue.bias;
-  const Tensor& row_sums = epilogue.a_row_sums;
+void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) {
+  const bool bf16 = options.precision == Precision::BFloat16;
+  TANDEM_INTERNAL_ASSERT(!bf16 || (a.dtype() == DType::BFloat16 && b.dtype() == DType::BFloat16),
+                         "raw::gemm_into: a BFloat16 product of ", a.dtype(), " and ", b.dtype(), " operands");
+  check_float32("matmul", bf16 ? std::vector<Tensor>{options.bias, options.a_row_sums, out}
+                               : std::vector<Tensor>{a, b, options.bias, options.a_row_sums, out});
+  const Tensor& bias = options.bias;
+  const Tensor& row_sums = options.a_row_sums;
   TANDEM_INTERNAL_ASSERT(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b.size(1) &&
                              out.is_contiguous() && out.device() == a.device(),
                          "raw::gemm_into: out has shape ", to_string(out.shape()), " on ", out.device(),
                          " but the product is [", a.size(0), ", ", b.size(1), "] on ", a.device());
-  TANDEM_INTERNAL_ASSERT(!bias.defined() || (!epilogue.accumulate && !row_sums.defined()),
+  TANDEM_INTERNAL_ASSERT(!bias.defined() || (!options.accumulate && !row_sums.defined()),
                          "raw::gemm_into: a bias is not combined with accumulation or row sums");
+  TANDEM_INTERNAL_ASSERT(!options.relu || (!options.accumulate && !row_sums.defined()),
+                         "raw::gemm_into: relu is not combined with accumulation or row sums");
   TANDEM_INTERNAL_ASSERT(!row_sums.defined() || (row_sums.dim() == 1 && row_sums.size(0) == a.size(0) &&
                                                  row_sums.is_contiguous() && row_sums.device() == a.device()),
                          "raw::gemm_into: row sums of shape ", to_string(row_sums.shape()), " for a of shape ",
                          to_string(a.shape()));
   if (out.numel() == 0 && (!row_sums.defined() || row_sums.numel() == 0)) return;
-  const backend::GemmEpilogue fused{
-      .bias = bias.defined() ? contiguous(bias) : bias, .a_row_sums = row_sums, .accumulate = epilogue.accumulate};
+  backend::GemmOptions fused = options;
+  if (bias.defined()) fused.bias = contiguous(bias);
   const Tensor left = row_sums.defined() ? row_summed_operand(a) : a;
   backend::for_device(a.device()).gemm(gemm_operand(left), gemm_operand(b), fused, out);
+}
+
+Tensor gemm_input(const Tensor& t, Precision precision) {
+  if (precision != Precision::BFloat16 || t.dtype() == DType::BFloat16) return t;
+  return convert(t, DType::BFloat16);
 }
 
 Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim) {

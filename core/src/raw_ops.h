@@ -44,11 +44,15 @@ Tensor binary(backend::BinaryOp op, const Tensor& a, const Tensor& b, const char
 Tensor scale(const Tensor& x, float s);
 Tensor unary(backend::UnaryOp op, const Tensor& x);
 Tensor unary_backward(backend::UnaryOp op, const Tensor& grad, const Tensor& saved);
-// 2-D a @ b into a new tensor, with `epilogue` fused in (Backend::gemm; its accumulate must be false).
-Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue = {});
-// out = a @ b, or out += a @ b with epilogue.accumulate, with `epilogue` fused in; out is a contiguous [m, n] tensor
-// on a's device, sharing no memory with a, b or the epilogue's tensors.
-void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out);
+// 2-D a @ b into a new float32 tensor, with `options` fused in (Backend::gemm; its accumulate must be false).
+Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options = {});
+// out = a @ b, or out += a @ b with options.accumulate, with `options` fused in; out is a contiguous float32 [m, n]
+// tensor on a's device, sharing no memory with a, b or the options' tensors. a and b: bfloat16 for a BFloat16
+// product (gemm_input), float32 otherwise.
+void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out);
+// t as an operand of a product in `precision`: for BFloat16 a contiguous bfloat16 copy (rounded to nearest even;
+// t itself when it is bfloat16 already), otherwise t. Note [Precision modes] in tandem/core/precision.h.
+Tensor gemm_input(const Tensor& t, Precision precision);
 Tensor sum_dim(const Tensor& x, int64_t dim, bool keepdim);
 Tensor sum_all(const Tensor& x, float scale);
 Tensor broadcast_scalar(const Tensor& scalar, float scale, const Shape& shape);

@@ -14,6 +14,7 @@
 #include "scalar_cast.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
 
 namespace tandem {
@@ -346,7 +347,23 @@ bool Tensor::is_leaf() const { return defined() && impl_->grad_fn == nullptr; }
 
 Tensor Tensor::grad() const {
   check_defined("grad");
-  return Tensor(impl_->grad);
+  Tensor grad(impl_->grad);
+  if (impl_->grad_stale) {
+    NoGradGuard no_grad;
+    grad.zero_();
+    impl_->grad_stale = false;
+  }
+  return grad;
+}
+
+void Tensor::mark_grad_stale() const {
+  check_defined("mark_grad_stale");
+  impl_->grad_stale = impl_->grad != nullptr;
+}
+
+bool Tensor::grad_is_stale() const {
+  check_defined("grad_is_stale");
+  return impl_->grad_stale;
 }
 
 void Tensor::set_grad(const Tensor& grad) const {
@@ -360,6 +377,7 @@ void Tensor::set_grad(const Tensor& grad) const {
                  dtype());
   }
   impl_->grad = grad.impl_ptr();
+  impl_->grad_stale = false;
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {

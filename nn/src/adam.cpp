@@ -88,10 +88,46 @@ void AdamFamily<kDecoupled>::step() {
       m.exp_avg = Tensor::zeros(parameter.shape(), parameter.device());
       m.exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
       if (options.amsgrad) m.max_exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
+      state_replaced();
     }
     adam_update(parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
                 update_at(options, m.step + 1));
     ++m.step;
+  }
+}
+
+template <bool kDecoupled>
+void AdamFamily<kDecoupled>::prepare_replay() {
+  std::vector<float> factors;
+  factors.reserve(3 * parameters().size());
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const AdamUpdate update = update_at(groups_[param_group_of(i)], moments_[i].step + 1);
+    factors.insert(factors.end(), {update.param_scale, update.step_size, update.bias_correction2_sqrt});
+  }
+  upload_replay_values(factors, 3);
+}
+
+template <bool kDecoupled>
+void AdamFamily<kDecoupled>::replayable_step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const Tensor& parameter = parameters()[i];
+    const Tensor grad = parameter.grad();
+    if (!grad.defined()) continue;
+    const Tensor factors = replay_values(i, "replayable_step");
+    const Moments& m = moments_[i];
+    TANDEM_CHECK(m.step > 0, who(), "::replayable_step: parameter ", i,
+                 " has no moments yet but expected them (take one step() before capturing)");
+    // The step-dependent factors of `update` are replaced by the device's (Note [Replayed optimizer steps]).
+    adam_update(parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
+                update_at(groups_[param_group_of(i)], m.step + 1), factors);
+  }
+}
+
+template <bool kDecoupled>
+void AdamFamily<kDecoupled>::finish_replay() {
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    if (parameters()[i].grad().defined()) ++moments_[i].step;
   }
 }
 
@@ -147,6 +183,7 @@ void AdamFamily<kDecoupled>::load_state_dict(const OptimizerState& state) {
     }
   }
   moments_ = std::move(loaded);
+  state_replaced();
 }
 
 template class AdamFamily<false>;

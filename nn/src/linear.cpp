@@ -21,15 +21,22 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Device devi
   }
 }
 
-Tensor Linear::forward(const Tensor& input) {
+Tensor Linear::forward(const Tensor& input) { return apply(input, false); }
+
+Tensor Linear::forward_relu(const Tensor& input) { return apply(input, true); }
+
+Tensor Linear::apply(const Tensor& input, bool relu) {
   TANDEM_CHECK(input.defined(), "nn::Linear: the input is undefined");
   TANDEM_CHECK(input.dim() >= 1 && input.size(-1) == in_features_, "nn::Linear: input has shape ",
                to_string(input.shape()), " but expected [..., ", in_features_, "] (in_features = ", in_features_,
                ", weight ", to_string(weight.shape()), ")");
-  if (input.dim() == 2) return linear(input, weight, bias);
+  const auto product = [&](const Tensor& x) {
+    return relu ? linear_relu(x, weight, bias, precision()) : linear(x, weight, bias, precision());
+  };
+  if (input.dim() == 2) return product(input);
   Shape out_shape = input.shape();
   out_shape.back() = out_features_;
-  return linear(input.reshape({-1, in_features_}), weight, bias).reshape(out_shape);
+  return product(input.reshape({-1, in_features_})).reshape(out_shape);
 }
 
 std::string Linear::extra_repr() const {

@@ -255,6 +255,11 @@ void Module::to(Device device) {
 
 void Module::zero_grad(bool set_to_none) { autograd::zero_grad(parameters(), set_to_none); }
 
+void Module::set_precision(std::optional<Precision> precision) {
+  precision_ = precision;
+  for (const auto& slot : module_slots_) module_at(slot)->set_precision(precision);
+}
+
 namespace {
 std::atomic<uint64_t> training_mode_changes{0};  // see Module::training_mode_generation
 }  // namespace

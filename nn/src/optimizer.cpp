@@ -34,6 +34,38 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const char* who) :
 
 void Optimizer::zero_grad(bool set_to_none) { autograd::zero_grad(parameters_, set_to_none); }
 
+void Optimizer::prepare_replay() {
+  TANDEM_FAIL(who_, "::prepare_replay: this optimizer cannot replay its steps (Note [Replayed optimizer steps])");
+}
+
+void Optimizer::replayable_step() {
+  TANDEM_FAIL(who_, "::replayable_step: this optimizer cannot replay its steps (Note [Replayed optimizer steps])");
+}
+
+void Optimizer::finish_replay() {
+  TANDEM_FAIL(who_, "::finish_replay: this optimizer cannot replay its steps (Note [Replayed optimizer steps])");
+}
+
+void Optimizer::upload_replay_values(const std::vector<float>& values, size_t per_parameter) {
+  if (replay_values_ == nullptr) {
+    const Device device = parameters_.front().device();
+    for (size_t i = 1; i < parameters_.size(); ++i) {
+      TANDEM_CHECK(parameters_[i].device() == device, who_, "::prepare_replay: parameter ", i, " is on ",
+                   parameters_[i].device(), " but parameter 0 is on ", device,
+                   "; a replayed step needs every parameter on one device");
+    }
+    replay_values_ = std::make_unique<DeviceScalars>(device, parameters_.size() * per_parameter);
+    replay_values_per_parameter_ = per_parameter;
+  }
+  replay_values_->upload(values);
+}
+
+Tensor Optimizer::replay_values(size_t parameter, const char* caller) const {
+  TANDEM_CHECK(replay_values_ != nullptr, who_, "::", caller, ": prepare_replay() has not run yet");
+  const auto per = static_cast<int64_t>(replay_values_per_parameter_);
+  return replay_values_->values().narrow(0, static_cast<int64_t>(parameter) * per, per);
+}
+
 void Optimizer::check_group(size_t group, const char* caller) const {
   TANDEM_CHECK(group < group_ends_.size(), who_, "::", caller, ": group ", group, " but there are ",
                group_ends_.size(), " parameter groups");

@@ -51,8 +51,38 @@ void SGD::step() {
                            .nesterov = options.nesterov,
                            .first_step = !buffer.defined()};
     // The first step writes buf = d, so the new buffer needs no initial values.
-    if (options.momentum != 0.0 && update.first_step) buffer = Tensor::empty(parameter.shape(), parameter.device());
+    if (options.momentum != 0.0 && update.first_step) {
+      buffer = Tensor::empty(parameter.shape(), parameter.device());
+      state_replaced();
+    }
     sgd_update(parameter, grad.contiguous(), buffer, update);
+  }
+}
+
+void SGD::prepare_replay() {
+  std::vector<float> lrs(parameters().size());
+  for (size_t i = 0; i < lrs.size(); ++i) lrs[i] = static_cast<float>(groups_[param_group_of(i)].lr);
+  upload_replay_values(lrs, 1);
+}
+
+void SGD::replayable_step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const Tensor& parameter = parameters()[i];
+    const Tensor grad = parameter.grad();
+    if (!grad.defined()) continue;
+    const Tensor lr = replay_values(i, "replayable_step");
+    const SGDOptions& options = groups_[param_group_of(i)];
+    const Tensor& buffer = momentum_buffers_[i];
+    TANDEM_CHECK(options.momentum == 0.0 || buffer.defined(), "optim::SGD::replayable_step: parameter ", i,
+                 " has no momentum buffer yet but expected one (take one step() before capturing)");
+    const SgdUpdate update{.lr = 0.0f,  // read from the device (Note [Replayed optimizer steps])
+                           .momentum = static_cast<float>(options.momentum),
+                           .dampening = static_cast<float>(options.dampening),
+                           .weight_decay = static_cast<float>(options.weight_decay),
+                           .nesterov = options.nesterov,
+                           .first_step = false};
+    sgd_update(parameter, grad.contiguous(), buffer, update, lr);
   }
 }
 
@@ -68,6 +98,7 @@ void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     momentum_buffers_[i] = buffers[i].defined() ? copy_for(i, buffers[i]) : Tensor();
   }
+  state_replaced();
 }
 
 OptimizerState SGD::state_dict() const { return single_slot_state(momentum_buffers_, kMomentumSlot); }

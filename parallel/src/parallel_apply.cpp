@@ -8,6 +8,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
+#include "tandem/core/random.h"
 #include "worker_pool.h"
 
 namespace tandem::parallel {
@@ -31,7 +32,8 @@ std::string describe(const std::exception_ptr& error) {
 // another). A task records its exception in its own slot and counts down last: once the latch opens, no worker
 // touches the caller's frame again. A call made from a worker thread (a replica that itself runs data_parallel)
 // runs its tasks on that thread, since queueing behind itself would never finish.
-void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices) {
+void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices,
+                    ReplicaThreads threads) {
   TANDEM_CHECK(tasks.size() == devices.size(), "parallel::run_on_devices: got ", tasks.size(), " tasks for ",
                devices.size(), " devices");
   const size_t n = tasks.size();
@@ -48,7 +50,12 @@ void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::
     done.count_down();
   };
 
-  if (detail::WorkerPool::on_worker_thread()) {
+  if (threads == ReplicaThreads::Caller) {
+    for (size_t i = 0; i < n; ++i) {
+      const GeneratorStreamGuard stream(devices[i]);
+      run_one(i);
+    }
+  } else if (detail::WorkerPool::on_worker_thread()) {
     for (size_t i = 0; i < n; ++i) run_one(i);
   } else {
     size_t submitted = 0;

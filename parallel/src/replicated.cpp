@@ -84,6 +84,7 @@ void ReplicatedModule::check_no_step_open(const char* caller) const {
 // sums prepared to be accumulated onto.
 void ReplicatedModule::prepare_buffers(size_t active, bool reduce) {
   if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
+  for (size_t d = active; d < replicas_.size(); ++d) zero_stale_gradients(d);  // they take part as they are
   if (reduce) {
     reducer_->begin(active);
   } else {
@@ -100,7 +101,7 @@ void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
 
 std::vector<Tensor> ReplicatedModule::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-    bool reduce) {
+    bool reduce, ReplicaThreads threads) {
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
   follow_master_modes();
@@ -118,22 +119,27 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   }
   const std::vector<Device> used(devices_.begin(), devices_.begin() + static_cast<std::ptrdiff_t>(inputs.size()));
   try {
-    run_on_devices(tasks, used);
+    run_on_devices(tasks, used, threads);
   } catch (...) {
     reducer_->abandon();  // the gradients are partial (abandon does nothing without a step)
     throw;
   }
-  if (reduce) reducer_->finish();
+  if (reduce) {
+    for (size_t d = 0; d < replicas_.size(); ++d) zero_stale_gradients(d);
+    reducer_->finish();
+  }
   return losses;
 }
 
 void ReplicatedModule::reduce_gradients() {
-  if (reducer_->step_open()) {
+  const bool open = reducer_->step_open();
+  if (!open && install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
+  for (size_t d = 0; d < replicas_.size(); ++d) zero_stale_gradients(d);
+  if (open) {
     reducer_->finish();
-    return;
+  } else {
+    reducer_->reduce();
   }
-  if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
-  reducer_->reduce();
 }
 
 void ReplicatedModule::zero_grad() {
@@ -142,9 +148,9 @@ void ReplicatedModule::zero_grad() {
   reducer_->buffers_changed();
 }
 
-// See Note [Flat gradient buffers] in gradient_layout.h. With `zero`, every buffer is zeroed; otherwise a gradient
-// that replaced a view is copied into it first (a view whose parameter lost its gradient is zeroed). Returns whether
-// any view had been replaced.
+// See Note [Flat gradient buffers] in gradient_layout.h. With `zero`, every view is marked stale (Note [Zeroing by
+// marking]); otherwise a gradient that replaced a view is copied into it first (a view whose parameter lost its
+// gradient is zeroed). Returns whether any view had been replaced.
 bool ReplicatedModule::install_gradient_views(bool zero) {
   NoGradGuard no_grad;
   bool replaced = false;
@@ -153,9 +159,13 @@ bool ReplicatedModule::install_gradient_views(bool zero) {
       Tensor& view = gradient_views_[d][i];
       if (!view.defined()) continue;
       const Tensor& parameter = parameters_[d][i];
-      const Tensor grad = parameter.grad();
-      if (grad.is_same(view)) continue;
+      // The installed view is recognized by its handle, without Tensor::grad(), which would zero a stale one.
+      if (parameter.impl()->grad == view.impl_ptr()) {
+        if (zero) parameter.mark_grad_stale();
+        continue;
+      }
       if (!zero) {
+        const Tensor grad = parameter.grad();
         if (grad.defined()) {
           view.copy_(grad);
         } else {
@@ -163,11 +173,25 @@ bool ReplicatedModule::install_gradient_views(bool zero) {
         }
       }
       parameter.set_grad(view);
+      if (zero) parameter.mark_grad_stale();
       replaced = true;
     }
-    if (zero) Tensor(reducer_->buffers()[d]).zero_();
   }
   return replaced;
+}
+
+// Note [Zeroing by marking]: zero_grad() writes nothing: it marks every gradient view stale (Note [Stale gradients]
+// in tandem/core/tensor.h), and backward writes each gradient over its view (a linear layer's weight gradient with
+// beta = 0, the others copied by their accumulators), so a training step makes no pass that zeroes the buffers.
+// Views still stale when their values are about to count are zeroed then, here: before a reduction sums the buffers
+// (the parameters that got no gradient in the step), for the replicas that take no part in a backward (fewer inputs
+// than devices), and when gradient_buffer() hands a buffer out. A bucket that the overlapped reduction starts during
+// backward holds no stale view: it starts only when every gradient in it has been accumulated, which clears the mark.
+void ReplicatedModule::zero_stale_gradients(size_t replica) const {
+  for (size_t i = 0; i < parameters_[replica].size(); ++i) {
+    const Tensor& parameter = parameters_[replica][i];
+    if (gradient_views_[replica][i].defined() && parameter.grad_is_stale()) (void)parameter.grad();  // zeroes it
+  }
 }
 
 void ReplicatedModule::sync_parameters() {
@@ -185,6 +209,7 @@ void ReplicatedModule::sync_buffers() {
 const Tensor& ReplicatedModule::gradient_buffer(size_t replica) const {
   TANDEM_CHECK(replica < replicas_.size(), kName, "::gradient_buffer: replica ", replica, " but there are ",
                replicas_.size());
+  zero_stale_gradients(replica);
   return reducer_->buffers()[replica];
 }
 

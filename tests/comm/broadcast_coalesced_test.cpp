@@ -42,13 +42,30 @@ class CommBroadcastCoalesced : public testing::EveryDeviceSet {
   }
 };
 
-TEST_P(CommBroadcastCoalesced, OneBucket) { check(mixed_tensors(), comm::kDefaultBufferSize); }
+TEST_P(CommBroadcastCoalesced, DefaultBufferSize) { check(mixed_tensors(), comm::kDefaultBufferSize); }
 
-TEST_P(CommBroadcastCoalesced, SeveralBuckets) {
-  check(mixed_tensors(), 100);  // buckets: [96], [40], [400], [0, 16, 32, 4]
+// buffer_size has no effect (Note [Coalesced calls are one collective] in comm/src/coalesced.cpp): sizes smaller than
+// the tensors give the same copies.
+TEST_P(CommBroadcastCoalesced, AnyBufferSizeGivesTheSameCopies) {
+  check(mixed_tensors(), 100);
+  check(mixed_tensors(), 0);
 }
 
-TEST_P(CommBroadcastCoalesced, EveryTensorInABucketOfItsOwn) { check(mixed_tensors(), 0); }
+// More tensors than NCCL takes operations in one group (Collective::kMaxGroupOperations over the ranks), all in one
+// call: tensor i holds i everywhere.
+TEST_P(CommBroadcastCoalesced, MoreTensorsThanOneNcclGroupHolds) {
+  constexpr int kTensors = 2500;
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < kTensors; ++i) tensors.push_back(Tensor::full({2}, static_cast<float>(i), devices()[0]));
+  const std::vector<std::vector<Tensor>> results = comm::broadcast_coalesced(tensors, devices());
+  for (size_t d = 1; d < results.size(); ++d) {
+    ASSERT_EQ(results[d].size(), static_cast<size_t>(kTensors));
+    const std::vector<float> values = cat(results[d], 0).to(Device::cpu()).to_vector();  // one transfer
+    for (size_t k = 0; k < values.size(); ++k) {
+      ASSERT_EQ(values[k], static_cast<float>(k / 2)) << "tensor " << k / 2 << " on " << devices()[d];
+    }
+  }
+}
 
 TEST_P(CommBroadcastCoalesced, NoTensors) {
   const std::vector<std::vector<Tensor>> results = comm::broadcast_coalesced({}, devices());

@@ -1,15 +1,16 @@
 // Comm functions on CUDA are asynchronous: they must be ordered after the kernels that produce their inputs and
 // before the kernels that consume their outputs, with no host synchronization (see Note [Comm stream ordering] in
-// comm/src/cuda/collective.h and Note [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests
-// queue a long chain of matrix products on a device's compute stream, ending in the tensor handed to a comm
-// function, and use the results right away.
+// comm/src/cuda/collective.h, Note [Small copies on their sources' streams] in comm/src/cuda/peer_copies.h and Note
+// [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). These tests queue a long chain of matrix products on a
+// device's compute stream, ending in the tensor handed to a comm function, and use the results right away.
 //
-// Why they would fail without that ordering: if the collective or copy did not wait for the compute stream, it
-// would read the input while the matmul chain (tens of milliseconds of queued work) is still running, that is,
-// memory that still holds whatever the caching allocator's block held before: the results would not be the
-// expected constants. If the compute stream did not wait for it afterwards, the consumers (and the reuse of the
-// freed input blocks by later allocations) could run before it had written (or finished reading) them.
+// Why they would fail without that ordering: if a collective or copy did not run after the compute stream's work
+// (on that stream, or waiting for it), it would read the input while the matmul chain (tens of milliseconds of
+// queued work) is still running, that is, memory that still holds whatever the caching allocator's block held
+// before: the results would not be the expected constants. If the consumers were not ordered after it, they (and the
+// reuse of the freed input blocks by later allocations) could run before it had written (or finished reading) them.
 #include "comm/comm_test_helpers.h"
+#include "cuda/peer_copies.h"
 
 namespace tandem {
 namespace {
@@ -93,6 +94,101 @@ TEST(CommStreamOrdering, AllReduceAsyncWaitsForItsMarkersAndIsJoinedAtWait_Multi
   expect_constant(consumed0, 18.0f);
   expect_constant(consumed1, 18.0f);
   expect_constant(unrelated, 2.0f);
+}
+
+// The two paths of scatter and gather (Note [Small copies on their sources' streams] in comm/src/cuda/peer_copies.h):
+// copies of up to kSourceStreamCopyBytes in all run on their sources' compute streams, larger ones on the
+// communication streams. Either way the copies wait for the producers of their sources (and earlier users of their
+// destination blocks) on every device, the consumers of the results wait for them, and a source's block reused at
+// once is not overwritten before it has been read.
+constexpr int64_t kRowBytes = kSide * static_cast<int64_t>(sizeof(float));
+constexpr auto kThresholdBytes = static_cast<int64_t>(comm::cuda_copies::kSourceStreamCopyBytes);
+constexpr int64_t kSmallRows = 2;                                // 32 KiB per part or chunk
+constexpr int64_t kLargeRows = kThresholdBytes / kRowBytes + 1;  // one part or chunk is over the threshold
+static_assert(2 * kSmallRows * kRowBytes <= kThresholdBytes);
+static_assert(kLargeRows * kRowBytes > kThresholdBytes && 2 * kLargeRows <= kSide);
+
+void expect_rows(const Tensor& t, const std::vector<float>& row_values) {
+  const std::vector<float> values = t.to_vector();
+  ASSERT_EQ(values.size(), row_values.size() * static_cast<size_t>(kSide));
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(values[i], row_values[i / static_cast<size_t>(kSide)]) << "at index " << i << " on " << t.device();
+  }
+}
+
+TEST(CommStreamOrdering, SmallAndLargeGathersWaitForProducers_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  for (const int64_t rows : {kSmallRows, kLargeRows}) {
+    for (const Device& destination : devs) {
+      SCOPED_TRACE(std::to_string(rows) + " rows per part onto " + destination.str());
+      Tensor gathered;
+      {
+        // Views of the first rows: the copies read them while the rest of each block stays untouched.
+        const std::vector<Tensor> parts = {produced_slowly(1.0f, devs[0]).narrow(0, 0, rows),
+                                           produced_slowly(2.0f, devs[1]).narrow(0, 0, rows)};
+        gathered = comm::gather(parts, 0, destination);
+      }
+      // The parts' blocks are free now; new tensors of their size likely reuse them, and must not be written
+      // before the gather has read them.
+      const Tensor reuse0 = Tensor::full({kSide, kSide}, -1.0f, devs[0]);
+      const Tensor reuse1 = Tensor::full({kSide, kSide}, -1.0f, devs[1]);
+      std::vector<float> expected(static_cast<size_t>(rows), 1.0f);
+      expected.resize(static_cast<size_t>(2 * rows), 2.0f);
+      expect_rows(gathered * 1.0f, expected);  // a consumer on the destination's compute stream, issued at once
+      expect_constant(reuse0, -1.0f);
+      expect_constant(reuse1, -1.0f);
+    }
+  }
+}
+
+TEST(CommStreamOrdering, SmallAndLargeScattersWaitForTheirProducer_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  for (const int64_t rows : {kSmallRows, kLargeRows}) {
+    // Both chunks to cuda:1, so that nothing keeps the source alive; then one chunk stays a view on cuda:0.
+    for (const std::vector<Device>& targets : {std::vector<Device>{devs[1], devs[1]}, devs}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows per chunk, first chunk on " + targets[0].str());
+      std::vector<Tensor> chunks;
+      {
+        const Tensor source = produced_slowly(8.0f, devs[0]).narrow(0, 0, 2 * rows) * 1.0f;  // a block of its own
+        chunks = comm::scatter(source, targets, {rows, rows});
+      }
+      const Tensor reuse = Tensor::full({2 * rows, kSide}, -1.0f, devs[0]);  // likely the source's block
+      for (const Tensor& chunk : chunks) {
+        expect_rows(chunk * 1.0f, std::vector<float>(static_cast<size_t>(rows), 8.0f));
+      }
+      expect_rows(reuse, std::vector<float>(static_cast<size_t>(2 * rows), -1.0f));
+    }
+  }
+}
+
+// Note [One NCCL order per device]: synchronous collectives run on the compute streams and started all-reduces on
+// the communication streams; a change of stream waits for the previous launch, in both directions, so each device
+// runs the kernels in issue order and every collective sees its final inputs.
+TEST(CommStreamOrdering, SynchronousAndStartedCollectivesKeepTheirOrder_MultiCUDA) {
+  TANDEM_REQUIRE_GPUS(2);
+  const std::vector<Device> devs = {Device::cuda(0), Device::cuda(1)};
+  const auto markers = [&] {
+    return std::vector<StreamMarker>{StreamMarker::record(devs[0]), StreamMarker::record(devs[1])};
+  };
+  std::vector<Tensor> started = {produced_slowly(1.0f, devs[0]), produced_slowly(2.0f, devs[1])};
+  comm::AllReduceWork first = comm::all_reduce_async(started, markers());
+  // Synchronous collectives while the all-reduce is not joined yet: their compute streams wait for it.
+  std::vector<Tensor> synchronous = {produced_slowly(3.0f, devs[0]), produced_slowly(4.0f, devs[1])};
+  comm::all_reduce(synchronous);
+  const Tensor broadcast = comm::broadcast(produced_slowly(5.0f, devs[0]), devs)[1];
+  const Tensor reduced = comm::reduce_add({produced_slowly(6.0f, devs[0]), produced_slowly(7.0f, devs[1])}, devs[1]);
+  // A started all-reduce after synchronous ones: its communication streams wait for their launches.
+  std::vector<Tensor> later = {produced_slowly(8.0f, devs[0]), produced_slowly(9.0f, devs[1])};
+  comm::AllReduceWork second = comm::all_reduce_async(later, markers());
+  first.wait();
+  second.wait();
+  for (const Tensor& t : started) expect_constant(t * 1.0f, 3.0f);
+  for (const Tensor& t : synchronous) expect_constant(t * 1.0f, 7.0f);
+  expect_constant(broadcast * 1.0f, 5.0f);
+  expect_constant(reduced * 1.0f, 13.0f);
+  for (const Tensor& t : later) expect_constant(t * 1.0f, 17.0f);
 }
 
 }  // namespace

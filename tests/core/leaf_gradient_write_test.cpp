@@ -22,10 +22,14 @@ struct ScaleWritingLeaf : autograd::Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0] * factor}; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor gradient = grads[0] * factor;
-    const bool wrote = write_leaf_gradient(0, [&](const Tensor& grad) {
+    const bool wrote = write_leaf_gradient(0, [&](const Tensor& grad, bool overwrite) {
       ++offered;
       if (decline) return false;
-      Tensor(grad).add_(gradient);
+      if (overwrite) {
+        Tensor(grad).copy_(gradient);
+      } else {
+        Tensor(grad).add_(gradient);
+      }
       ++written;
       return true;
     });
@@ -152,7 +156,7 @@ TEST_P(LeafGradientWriteTest, MisusesAreReported) {
   struct WritesAndReturns : autograd::Function {
     std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0] * 2.0f}; }
     std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-      write_leaf_gradient(0, [&](const Tensor& grad) {
+      write_leaf_gradient(0, [&](const Tensor& grad, bool) {
         Tensor(grad).add_(grads[0]);
         return true;
       });
@@ -163,7 +167,7 @@ TEST_P(LeafGradientWriteTest, MisusesAreReported) {
   struct WritesTwice : autograd::Function {
     std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0] * 2.0f}; }
     std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-      const auto write = [&](const Tensor& grad) {
+      const auto write = [&](const Tensor& grad, bool) {
         Tensor(grad).add_(grads[0]);
         return true;
       };
@@ -176,7 +180,7 @@ TEST_P(LeafGradientWriteTest, MisusesAreReported) {
   struct WritesAnotherInput : autograd::Function {
     std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {in[0] * 2.0f}; }
     std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-      write_leaf_gradient(3, [](const Tensor&) { return true; });
+      write_leaf_gradient(3, [](const Tensor&, bool) { return true; });
       return {grads[0]};
     }
     std::string name() const override { return "WritesAnotherInput"; }

@@ -477,6 +477,7 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
       {"--dropout -0.1", "--dropout must lie in [0, 1), got -0.1"},
       {"--dropout nan", "--dropout must lie in [0, 1), got nan"},
       {"--dropout half", "--dropout"},
+      {"--precision fp16", "--precision: parse_precision: got 'fp16' but expected fp32, tf32 or bf16"},
   };
   for (const auto& [arguments, message] : cases) {
     ToolRun run = run_tool("--epochs 1 --quiet " + arguments);
@@ -535,6 +536,32 @@ TEST(TandemTrain, DropoutIsPartOfTheSetupAndResumesExactly) {
     EXPECT_EQ(read_json(resumed).at(key).get<double>(), read_json(full).at(key).get<double>()) << key;
     EXPECT_NE(read_json(full).at(key).get<double>(), read_json(plain).at(key).get<double>()) << key;
   }
+}
+
+// --precision bf16 trains the diabetes net in mixed precision to about the float32 fit, shows the precision in the
+// banner and records it in checkpoints (a float32 run records none, so older checkpoints keep their facts): a resume
+// in another precision is refused.
+TEST(TandemTrain, PrecisionTrainsAndIsPartOfTheSetup) {
+  const std::string common = "--devices cpu:0,cpu:1 ";
+  const std::string checkpoint = temp_path("bf16.safetensors");
+  const std::string bf16 = temp_path("bf16.json");
+  const std::string fp32 = temp_path("fp32.json");
+  std::filesystem::remove(checkpoint);
+  ToolRun run =
+      run_tool(common + "--epochs 3 --precision bf16 --checkpoint " + checkpoint + " --summary-json " + bf16);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find(", precision bf16"), std::string::npos) << run.output;
+  ASSERT_EQ(run_tool(common + "--epochs 3 --quiet --summary-json " + fp32).status, 0);
+  const double mixed = read_json(bf16).at("test_mse").get<double>();
+  const double plain = read_json(fp32).at("test_mse").get<double>();
+  EXPECT_NE(mixed, plain) << "bfloat16 products round";
+  EXPECT_NEAR(mixed, plain, 0.05 * plain);
+
+  ToolRun other = run_tool(common + "--quiet --epochs 4 --allow-change epochs --resume " + checkpoint);
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_NE(other.output.find("precision: bf16 in the checkpoint, (none) now"), std::string::npos) << other.output;
+  EXPECT_EQ(run_tool(common + "--quiet --precision bf16 --epochs 4 --allow-change epochs --resume " + checkpoint).status,
+            0);
 }
 
 }  // namespace

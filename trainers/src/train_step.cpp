@@ -1,21 +1,14 @@
 #include "tandem/trainers/train_step.h"
 
 #include <numeric>
+#include <utility>
 
 #include "tandem/comm/comm.h"
-#include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
-#include "tandem/core/grad_mode.h"
-#include "tandem/core/ops.h"
+#include "tandem/parallel/weighted_step.h"
 
 namespace tandem::trainers {
 namespace {
-
-void check_rows(const Tensor& features, const Tensor& targets) {
-  TANDEM_CHECK(features.dim() >= 1 && targets.dim() >= 1 && features.size(0) == targets.size(0),
-               "train_step: ", "features of shape ", to_string(features.shape()), " and targets of shape ",
-               to_string(targets.shape()), " but expected the same number of rows");
-}
 
 void check_sums(const parallel::DistributedDataParallel& model) {
   TANDEM_CHECK(model.options().reduction == comm::ReduceOp::Sum, "train_step: the DistributedDataParallel ",
@@ -46,7 +39,7 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> placed_parts(const TensorBat
     const std::vector<Tensor>& part = batch.parts[i];
     TANDEM_CHECK(part.size() == 2, "train_step: part ", i, " of the batch holds ", part.size(),
                  " tensors but expected two (features and targets)");
-    check_rows(part[0], part[1]);
+    parallel::check_batch_rows(part[0], part[1], "train_step");
     TANDEM_CHECK(part[0].device() == devices[i] && part[1].device() == devices[i], "train_step: part ", i,
                  " of the batch is on ", part[0].device(), " and ", part[1].device(), " but expected the model's ",
                  "device ", devices[i]);
@@ -58,42 +51,17 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> placed_parts(const TensorBat
   return {std::move(inputs), std::move(labels)};
 }
 
-// Forward, weighted loss, backward and the optimizer step on chunks already placed on the model's first devices;
-// Model is ReplicatedModule or DistributedDataParallel (the same forward_backward). Each replica's loss is its
-// chunk's mean weighted by the chunk's share of `global_rows`, so the summed gradients are the gradient of the mean
-// over the whole (global) batch. Returns the sum of the weighted losses, on `device`.
-template <class Model>
-Tensor weighted_step(Model& model, parallel::ReplicatedOptimizer& optimizer, const std::vector<Tensor>& inputs,
-                     const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss, Device device) {
-  optimizer.zero_grad();
-  const std::vector<Tensor> losses = model.forward_backward(inputs, [&](size_t i, const Tensor& output) {
-    const Tensor value = loss(output, labels[i]);
-    TANDEM_CHECK(value.defined() && value.numel() == 1, "train_step: the loss of replica ", i, " has shape ",
-                 value.defined() ? to_string(value.shape()) : "(undefined)", " but expected one element");
-    return value * (static_cast<float>(labels[i].size(0)) / static_cast<float>(global_rows));
-  });
-  optimizer.step();
-
-  NoGradGuard no_grad;
-  if (losses.empty()) return Tensor::zeros({}, device);  // a process without rows in this batch
-  Tensor total = losses.front().detach().reshape({});
-  for (size_t i = 1; i < losses.size(); ++i) total = total + losses[i].detach().reshape({}).to(device);
-  return total;
-}
-
 }  // namespace
 
 Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const Tensor& features,
                   const Tensor& targets, const LossFunction& loss) {
-  check_rows(features, targets);
-  return weighted_step(model, optimizer, comm::scatter(features, model.devices()),
-                       comm::scatter(targets, model.devices()), features.size(0), loss, model.devices().front());
+  return parallel::data_parallel_step(model, optimizer, features, targets, loss);
 }
 
 Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,
                   const Batch& batch, const LossFunction& loss) {
   check_sums(model);
-  check_rows(batch.features, batch.targets);
+  parallel::check_batch_rows(batch.features, batch.targets, "train_step");
   const std::vector<Device>& all_devices = model.group()->devices();
   const std::vector<int64_t>& sizes = batch.device_rows;
   check_shard(sizes, batch.features.size(0), batch.global_rows, all_devices.size());
@@ -104,7 +72,10 @@ Tensor train_step(parallel::DistributedDataParallel& model, parallel::Replicated
     inputs = comm::scatter(batch.features, devices, sizes);
     labels = comm::scatter(batch.targets, devices, sizes);
   }
-  return weighted_step(model, optimizer, inputs, labels, batch.global_rows, loss, all_devices.front());
+  const std::vector<Tensor> losses =
+      parallel::weighted_forward_backward(model, inputs, labels, batch.global_rows, loss);
+  optimizer.step();
+  return parallel::sum_losses(losses, all_devices.front());
 }
 
 Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const TensorBatch& batch,
@@ -114,7 +85,9 @@ Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimiz
                " and the batch has ", rows, " rows but expected the same number, at least one (one process)");
   check_shard(batch.device_rows, rows, rows, model.devices().size());
   const auto [inputs, labels] = placed_parts(batch, model.devices());
-  return weighted_step(model, optimizer, inputs, labels, rows, loss, model.devices().front());
+  const std::vector<Tensor> losses = parallel::weighted_forward_backward(model, inputs, labels, rows, loss);
+  optimizer.step();
+  return parallel::sum_losses(losses, model.devices().front());
 }
 
 Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,
@@ -123,7 +96,10 @@ Tensor train_step(parallel::DistributedDataParallel& model, parallel::Replicated
   const std::vector<Device>& devices = model.group()->devices();
   check_shard(batch.device_rows, batch.rows(), batch.global_rows, devices.size());
   const auto [inputs, labels] = placed_parts(batch, devices);
-  return weighted_step(model, optimizer, inputs, labels, batch.global_rows, loss, devices.front());
+  const std::vector<Tensor> losses =
+      parallel::weighted_forward_backward(model, inputs, labels, batch.global_rows, loss);
+  optimizer.step();
+  return parallel::sum_losses(losses, devices.front());
 }
 
 }  // namespace tandem::trainers

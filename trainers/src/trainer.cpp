@@ -65,10 +65,11 @@ TrainerOptions validated(TrainerOptions options) {
   return options;
 }
 
-std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, Device device) {
+std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, const TrainerOptions& options) {
   TANDEM_CHECK(model != nullptr, "Trainer: the model is null");
   TANDEM_CHECK(!model->parameters().empty(), "Trainer: the model ", model->name(), " has no parameters");
-  model->to(device);
+  model->to(options.devices.front());
+  if (options.precision) model->set_precision(*options.precision);  // before the replicas copy it
   return model;
 }
 
@@ -112,7 +113,7 @@ constexpr int64_t kPredictBatch = 65536;
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
     : options_(validated(std::move(options))),
-      model_(placed(std::move(model), options_.devices.front())),
+      model_(placed(std::move(model), options_)),
       distributed_(distributed(model_, options_)),
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
@@ -207,6 +208,8 @@ SetupFacts Trainer::setup() const {
   };
   add("model", describe_module(*model_));
   add("loss", options_.loss.name);
+  if (options_.precision && *options_.precision != Precision::Float32)
+    add("precision", precision_name(*options_.precision));
   if (options_.optimizer) {
     add("optimizer", options_.optimizer->name);
   } else {

@@ -203,6 +203,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
   std::string missing = "error";
   std::string activation;
+  std::string precision = "fp32";
 
   CLI::App app(
       "Trains a small regression net or classifier, data parallel. With no flags: Linear(10,20) -> Linear(20,1) "
@@ -247,6 +248,10 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--dropout", flags.dropout,
                  "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
       ->capture_default_str();
+  app.add_option("--precision", precision,
+                 "fp32|tf32|bf16: how the layers multiply (bf16: bfloat16 products, float32 weights, gradients and "
+                 "optimizer state)")
+      ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initialization and of the shuffling")->capture_default_str();
   app.add_option("--test-fraction", flags.test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();
@@ -289,6 +294,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.csv.missing = missing == "error" ? trainers::MissingValues::Error : trainers::MissingValues::DropRow;
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
+    flags.precision = parse_value("--precision", [&] { return parse_precision(precision); });
     parse_value("--lr-schedule", [&] { return trainers::parse_lr_schedule(flags.lr_schedule, flags.epochs); });
     flags.timeout_seconds = parse_integer<int64_t>("--timeout", timeout, 1, kMaxTimeoutSeconds);
     flags.launch = comm::LaunchInfo::from_environment();

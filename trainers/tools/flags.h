@@ -10,6 +10,7 @@
 
 #include "tandem/comm/process_group.h"
 #include "tandem/core/device.h"
+#include "tandem/core/precision.h"
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/models.h"
 #include "tandem/trainers/trainer.h"
@@ -38,6 +39,7 @@ struct Flags {
   std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;  // after each hidden layer's activation; 0: no Dropout layers
+  Precision precision = Precision::Float32;  // of the model's products (TrainerOptions::precision)
   uint64_t seed = 0;
   double test_fraction = 0.0;
   std::optional<std::string> checkpoint;

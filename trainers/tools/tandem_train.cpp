@@ -63,6 +63,7 @@ std::string describe_optimizer(const Flags& flags, const TrainerOptions& options
   if (flags.optimizer == Optimizer::SGD) text << ", momentum " << flags.momentum;
   if (flags.weight_decay != 0.0 || flags.optimizer != Optimizer::SGD) text << ", weight decay " << flags.weight_decay;
   if (options.lr_schedule) text << ", lr schedule " << options.lr_schedule->name;
+  if (flags.precision != Precision::Float32) text << ", precision " << precision_name(flags.precision);
   text << ", seed " << flags.seed;
   return text.str();
 }
@@ -221,6 +222,7 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.task = flags.task;
   if (flags.task == Task::Classification) options.classes = ClassLabels::of(data);
   options.shuffle_seed = flags.seed;
+  options.precision = flags.precision;
   options.setup = setup_facts(flags, data);
   options.resume_may_change = flags.allow_change;
   const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();

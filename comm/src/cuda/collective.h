@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "launch_lanes.h"
 #include "nccl_check.h"
 #include "tandem/core/cuda/context.h"
 #include "tandem/core/tensor.h"
@@ -49,34 +50,28 @@ class Collective {
   bool has(const Device& device) const;
   int rank_of(const Device& device) const;
 
-  // Calls issue(rank, i, communicator, stream) for every rank and every i < count, with each device's communication
+  // Calls issue(rank, i, communicator, stream) for every rank and every i < count, with each device's compute
   // stream, inside NCCL groups: every rank's operations in order of i, so that every communicator sees them in the
   // same order, and no more than kMaxGroupOperations calls per group. NCCL aggregates the operations of a group
   // into one kernel launch per device. The calls are made while holding a CollectiveLaunchLock (Note [Launching
   // collectives]), so collectives are issued one at a time: NCCL communicators may not be used by two host threads
   // at once, and every rank must see the same order.
   //
-  // Note [Comm stream ordering]: a collective of the single-process backend runs on the participating devices'
-  // communication streams (a process group's synchronous ones do not: Note [Group collective streams] in
-  // group_collectives.cpp), while its
-  // inputs were produced, and its results are consumed, on the devices' compute streams. Before the launch, each
-  // communication stream waits for everything issued so far on its device's compute stream, so NCCL reads final
-  // values and writes blocks that no earlier kernel still uses. After it, each compute stream waits for its
-  // communication stream, so every later consumer of the results, and every reuse of the input and output blocks
-  // by the caching allocator (Note [Stream-ordered reuse]), comes after the collective. Both waits are device-side
-  // events (stream_wait): the host never blocks, and no device is synchronized. They are made outside the
-  // CollectiveLaunchLock, since stream_wait holds the launch mutex itself (a CollectiveLaunchExclusion). Nothing here
-  // allocates or frees device memory, so callers allocate every buffer before calling run: the caching allocator
-  // asserts it (Note [No device allocation during a collective launch]).
+  // Note [Comm stream ordering]: a synchronous collective of the single-process backend runs on the participating
+  // devices' compute streams, where its inputs were produced, where its results are consumed, and where the caching
+  // allocator orders the reuse of its input and output blocks (Note [Stream-ordered reuse]). So it needs no event at
+  // all, exactly as a raw NCCL call on the caller's stream: the stream order puts it after its producers and before
+  // its consumers, and nothing that runs elsewhere touches its buffers. The one wait left is Note [One NCCL order per
+  // device] (launch_lanes.h): a device whose previous launch was a started all-reduce on its communication stream
+  // first makes its compute stream wait for that stream (once, at the change of stream). It is enqueued under the
+  // lock, before the launches. Nothing here allocates or frees device memory, so callers allocate every buffer before
+  // calling run: the caching allocator asserts it (Note [No device allocation during a collective launch]).
   template <typename Issue>
   void run(size_t count, Issue&& issue) const {
-    for (int d : devices_) cuda::stream_wait(cuda::comm_stream(d), cuda::compute_stream(d), d);
-    {
-      cuda::CollectiveLaunchLock lock;
-      launch(
-          count, [](size_t, int device) { return cuda::comm_stream(device); }, issue);
-    }
-    for (int d : devices_) cuda::stream_wait(cuda::compute_stream(d), cuda::comm_stream(d), d);
+    cuda::CollectiveLaunchLock lock;
+    for (int d : devices_) enter_lane(lock, d, Lane::Compute);
+    launch(
+        count, [](size_t, int device) { return cuda::compute_stream(device); }, issue);
   }
 
   // As run, but on the devices' communication streams, each of which first waits for ready[r] (an event recorded
@@ -89,14 +84,19 @@ class Collective {
   // after the marker may read or write the tensors, and the tensors' blocks must not be released (the caching
   // allocator would hand them to compute-stream work that does not wait for the collective, Note [Stream-ordered
   // reuse]); AllReduceWork holds the tensors, and the gradient buffers of ReplicatedModule live as long as the
-  // module anyway. Deadlock freedom (Note [Launching collectives]): the marker waits are enqueued under the lock
-  // together with the launches, and the kernels depend only on work issued before them; no compute stream waits for
-  // a communication stream until the join, which comes after every launch of the collective.
+  // module anyway. A device whose previous launch ran on its compute stream (Note [One NCCL order per device]) makes
+  // its communication stream wait for everything issued on the compute stream so far instead, which includes the
+  // marker (recorded there before this call), so the marker's own wait is left out then. Deadlock freedom (Note
+  // [Launching collectives]): the waits are enqueued under the lock together with the launches, and the kernels
+  // depend only on work issued before them; no compute stream waits for a communication stream until the join (or
+  // the next synchronous collective's change of stream), which comes after every launch of the collective.
   template <typename Issue>
   void run_after(const std::vector<cudaEvent_t>& ready, Issue&& issue) const {
     cuda::CollectiveLaunchLock lock;
     for (size_t r = 0; r < devices_.size(); ++r) {
-      TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::comm_stream(devices_[r]), ready[r], 0));
+      if (!enter_lane(lock, devices_[r], Lane::Comm)) {
+        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::comm_stream(devices_[r]), ready[r], 0));
+      }
     }
     launch(
         1, [](size_t, int device) { return cuda::comm_stream(device); }, issue);

@@ -1,8 +1,6 @@
 #include "communicators.h"
 
-#include <map>
-#include <mutex>
-
+#include "immortal_cache.h"
 #include "nccl_check.h"
 #include "tandem/core/error.h"
 
@@ -16,10 +14,7 @@ void throw_nccl_error(ncclResult_t status, const char* call, const char* file, i
 
 namespace {
 
-struct Cache {
-  std::mutex mutex;
-  std::map<std::vector<int>, std::vector<ncclComm_t>> communicators;  // node-based: references stay valid
-};
+using Cache = detail::ImmortalCache<std::vector<int>, std::vector<ncclComm_t>>;
 
 // Note [Communicators are never destroyed]: destroying NCCL communicators from a static destructor runs after (or
 // while) the CUDA runtime tears itself down at exit, which can hang or crash; and a communicator captured into a
@@ -32,14 +27,14 @@ Cache& cache() {
 
 }  // namespace
 
+// The lookup takes no lock (Note [Lock-free communicator lookup] in immortal_cache.h); ncclCommInitAll runs under
+// the cache's creation mutex, once per device set.
 const std::vector<ncclComm_t>& communicators(const std::vector<int>& devices) {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  const auto found = c.communicators.find(devices);
-  if (found != c.communicators.end()) return found->second;
-  std::vector<ncclComm_t> comms(devices.size());
-  TANDEM_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
-  return c.communicators.emplace(devices, std::move(comms)).first->second;
+  return cache().get(devices, [&] {
+    std::vector<ncclComm_t> comms(devices.size());
+    TANDEM_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+    return comms;
+  });
 }
 
 }  // namespace tandem::comm::nccl

@@ -8,8 +8,9 @@
 namespace tandem::comm::nccl {
 
 // One communicator per entry of `devices` (distinct CUDA device indices in ascending order; rank r is devices[r]),
-// created with ncclCommInitAll on first use and kept for the life of the process. Thread-safe. The reference stays
-// valid forever.
+// created with ncclCommInitAll on first use and kept for the life of the process. Thread-safe; once a device set's
+// communicators exist, looking them up takes no lock (Note [Lock-free communicator lookup] in immortal_cache.h). The
+// reference stays valid forever.
 const std::vector<ncclComm_t>& communicators(const std::vector<int>& devices);
 
 }  // namespace tandem::comm::nccl

@@ -1,7 +1,8 @@
 // The CUDA backend: one process drives every GPU. Broadcast, reduce and all-reduce are NCCL collectives (one NCCL
-// group over the participating devices, on their communication streams, ordered against their compute streams by
-// events: Note [Comm stream ordering] in collective.h), with one operation per tensor of the lists; copies are peer
-// copies that overlap, on the communication streams too (Note [Comm peer copy ordering] in peer_copies.cpp).
+// group over the participating devices, on their compute streams, with no event waits: Note [Comm stream ordering]
+// in collective.h), with one operation per tensor of the lists; a started all-reduce runs on the communication
+// streams until it is joined (Note [Deferred join]). Copies are peer copies: small ones on their sources' compute
+// streams, larger ones overlapping on the communication streams (Note [Overlapping copies] below).
 
 #include <algorithm>
 
@@ -107,11 +108,13 @@ class CudaBackend final : public Backend {
 
   // Note [Overlapping copies]: core's cross-device copy runs each copy on the destination's compute stream and then
   // makes the source's compute stream wait for it (Note [Cross-device copy ordering]), so a gather's copies (one
-  // destination) and a scatter's copies to several GPUs (one source) would run one after another. Here each copy
-  // runs on the communication stream of the end it does not share with the others: the source's when every copy has
-  // the same destination device (gather), the destination's otherwise (scatter); so they overlap (Note [Comm peer
-  // copy ordering]). A destination with gaps between its elements (a slice along an inner dimension) goes through
-  // core's staged copy instead.
+  // destination) and a scatter's copies to several GPUs (one source) would run one after another, each with its own
+  // pair of waits. Here the copies of one call are ordered together: up to kSourceStreamCopyBytes in all, each copy
+  // runs on its source's compute stream with one cross-device wait per pair of devices each way (Note [Small copies
+  // on their sources' streams] in peer_copies.h); above it each copy runs on the communication stream of the end it
+  // does not share with the others: the source's when every copy has the same destination device (gather), the
+  // destination's otherwise (scatter); so they overlap (Note [Comm peer copy ordering]). A destination with gaps
+  // between its elements (a slice along an inner dimension) goes through core's staged copy instead.
   void copy(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) override {
     const Device gather_device = dsts[0].device();
     const bool one_destination =
@@ -120,6 +123,7 @@ class CudaBackend final : public Backend {
     std::vector<Tensor> targets;
     std::vector<int> carriers;
     std::vector<size_t> strided;
+    size_t bytes = 0;
     for (size_t i = 0; i < srcs.size(); ++i) {
       if (!dsts[i].is_contiguous()) {
         strided.push_back(i);
@@ -128,8 +132,13 @@ class CudaBackend final : public Backend {
       sources.push_back(srcs[i].contiguous());
       targets.push_back(dsts[i]);
       carriers.push_back((one_destination ? srcs[i] : dsts[i]).device().index());
+      bytes += static_cast<size_t>(srcs[i].numel()) * element_size(srcs[i].dtype());
     }
-    if (!sources.empty()) cuda_copies::copy_on_comm_streams(sources, targets, carriers);
+    if (!sources.empty() && bytes <= cuda_copies::kSourceStreamCopyBytes) {
+      cuda_copies::copy_on_source_streams(sources, targets);
+    } else if (!sources.empty()) {
+      cuda_copies::copy_on_comm_streams(sources, targets, carriers);
+    }
     for (size_t i : strided) Tensor(dsts[i]).copy_(srcs[i]);
   }
 };

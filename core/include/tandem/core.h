@@ -5,6 +5,8 @@
 #include "tandem/core/autograd.h"
 #include "tandem/core/bfloat16.h"
 #include "tandem/core/device.h"
+#include "tandem/core/device_graph.h"
+#include "tandem/core/device_scalars.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"

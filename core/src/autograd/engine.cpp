@@ -61,6 +61,8 @@ struct LaterFirst {
 // accumulator, which sums its gradients as before. At the write, AccumulateGrad::accumulate_in_place checks, under
 // the accumulator's lock, that .grad is defined and a contiguous tensor of the leaf's gradient shape and device;
 // otherwise nothing is written and the node returns its gradient, which the accumulator takes over or adds as before.
+// A stale .grad (Note [Stale gradients] in tensor.h) is written over instead of added to (beta = 0), exactly as the
+// accumulator copies a gradient over it; either way the mark is cleared.
 // The write holds the accumulator's lock like an accumulation, so backward passes on several threads that share the
 // leaf write and accumulate into it one at a time (on CUDA, all of them are also ordered on the device's compute
 // stream). Right after the write, still under the lock and on the pass's thread, the leaf's post-accumulate-grad
@@ -88,7 +90,7 @@ std::vector<AccumulateGrad*> writable_leaves(const Node& node, const std::unorde
 
 namespace detail {
 
-bool LeafWrites::write(size_t input, const std::function<bool(const Tensor& grad)>& write) {
+bool LeafWrites::write(size_t input, const std::function<bool(const Tensor& grad, bool overwrite)>& write) {
   AccumulateGrad* accumulator = accumulators_[input];
   if (accumulator == nullptr || !accumulator->accumulate_in_place(write)) return false;
   written_[input] = 1;

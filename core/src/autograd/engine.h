@@ -23,7 +23,7 @@ class LeafWrites {
   bool written(size_t input) const { return written_[input] != 0; }  // requires input < size()
   // Offers input's leaf gradient to `write` (AccumulateGrad::accumulate_in_place) when it may be written; returns
   // whether it was. Requires input < size() and !written(input).
-  bool write(size_t input, const std::function<bool(const Tensor& grad)>& write);
+  bool write(size_t input, const std::function<bool(const Tensor& grad, bool overwrite)>& write);
 
  private:
   std::vector<AccumulateGrad*> accumulators_;

@@ -31,7 +31,8 @@ void Function::check_saved_tensors(const char* caller) const {
                "pass retain_graph=true to the first backward to run it twice");
 }
 
-bool Function::write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad)>& write) {
+bool Function::write_leaf_gradient(size_t input,
+                                   const std::function<bool(const Tensor& grad, bool overwrite)>& write) {
   if (leaf_writes_ == nullptr) return false;  // not inside backward
   constexpr const char* fn = "autograd::Function::write_leaf_gradient";
   TANDEM_CHECK(input < leaf_writes_->size(), fn, ": ", name(), " asked for input ", input, " but it has ",

@@ -31,15 +31,19 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::mo
 
 // Note [Gradient buffers]: the first gradient that reaches a leaf becomes its .grad (taken over without a copy
 // when nothing else references it); later ones are added in place, here or, by the node that computes them, straight
-// into .grad (Note [Gradients written in place] in engine.cpp). So .grad keeps one storage across accumulations, and
-// optimizers and gradient buckets that hold it see every update.
+// into .grad (Note [Gradients written in place] in engine.cpp), or written over a stale .grad (Note [Stale gradients]
+// in tensor.h). So .grad keeps one storage across accumulations, and optimizers and gradient buckets that hold it see
+// every update. The leaf's impl is read directly: Tensor::grad() would zero a stale gradient first.
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   Tensor incoming = std::move(grad_outputs[0]);
   Tensor leaf(leaf_);
-  Tensor current = leaf.grad();
+  Tensor current(leaf_->grad);
   if (!current.defined()) {
     const bool exclusive = incoming.impl_ptr().use_count() == 1 && incoming.storage().use_count() == 1;
     leaf.set_grad(exclusive && incoming.is_contiguous() ? incoming : incoming.clone());
+  } else if (leaf_->grad_stale) {
+    current.copy_(incoming);
+    leaf_->grad_stale = false;
   } else {
     current.add_(incoming);
   }
@@ -47,14 +51,15 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   return {};
 }
 
-bool AccumulateGrad::accumulate_in_place(const std::function<bool(const Tensor& grad)>& write) {
+bool AccumulateGrad::accumulate_in_place(const std::function<bool(const Tensor& grad, bool overwrite)>& write) {
   std::lock_guard<std::mutex> lock(evaluation_mutex());
   const Tensor leaf(leaf_);
-  const Tensor grad = leaf.grad();
+  const Tensor grad(leaf_->grad);
   const OutputMeta& meta = outputs().at(0);
   if (!grad.defined() || grad.shape() != meta.shape || grad.device() != meta.device || !grad.is_contiguous())
     return false;
-  if (!write(grad)) return false;
+  if (!write(grad, leaf_->grad_stale)) return false;
+  leaf_->grad_stale = false;
   run_hooks(leaf);
   return true;
 }

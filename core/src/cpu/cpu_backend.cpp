@@ -96,6 +96,35 @@ void sum_rows(const Tensor& a, const Tensor& sums) {
   for (int64_t i = 0; i < m; ++i) out[i] = static_cast<float>(acc[i]);
 }
 
+// x rounded to TF32's 10 mantissa bits, to nearest with ties to even (Note [bfloat16 rounding] in bfloat16.h does
+// the same at 7 bits); NaN and infinities are kept.
+float round_to_tf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  if ((bits & 0x7F800000u) == 0x7F800000u) return x;
+  bits += 0xFFFu + ((bits >> 13) & 1u);
+  bits &= ~uint32_t{0x1FFF};
+  float rounded;
+  std::memcpy(&rounded, &bits, sizeof(rounded));
+  return rounded;
+}
+
+// A float32 operand of a product in `precision`, of t's shape: bfloat16 operands converted (exactly), TF32 ones
+// rounded, float32 ones as they are.
+Tensor float32_operand(const Tensor& t, Precision precision) {
+  if (t.dtype() == DType::BFloat16) {
+    Tensor wide = Tensor::empty(t.shape(), DType::Float32, t.device());
+    cpu::convert(t, wide);
+    return wide;
+  }
+  if (precision != Precision::TF32) return t;
+  Tensor rounded = Tensor::empty(t.shape(), DType::Float32, t.device());
+  cpu::convert(t, rounded);  // a contiguous copy
+  float* values = rounded.mutable_data();
+  for (int64_t i = 0; i < rounded.numel(); ++i) values[i] = round_to_tf32(values[i]);
+  return rounded;
+}
+
 double sum_of(const float* x, int64_t n) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i) total += x[i];
@@ -170,29 +199,33 @@ class CpuBackend final : public Backend {
     TANDEM_INTERNAL_ASSERT(false, "cpu backend unary_backward: unknown op ", static_cast<int>(op));
   }
 
-  void gemm(const Tensor& a, const Tensor& b, const GemmEpilogue& epilogue, const Tensor& out) override {
+  void gemm(const Tensor& a, const Tensor& b, const GemmOptions& options, const Tensor& out) override {
     const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-    if (epilogue.a_row_sums.defined()) sum_rows(a, epilogue.a_row_sums);
+    // Note [Precision modes] in precision.h: the CPU rounds the inputs and multiplies in float32.
+    const Tensor lhs = float32_operand(a, options.precision);
+    const Tensor rhs = float32_operand(b, options.precision);
+    if (options.a_row_sums.defined()) sum_rows(a.dtype() == DType::BFloat16 ? lhs : a, options.a_row_sums);
     if (m == 0 || n == 0) return;
     Eigen::Map<RowMajorMatrix> result(out.mutable_data(), m, n);
-    if (epilogue.accumulate) {
+    if (options.accumulate) {
       if (k == 0) return;
       // The product is materialized and then added, so that accumulating gives the values that adding a product
       // computed on its own gives (Eigen would otherwise add each block of k into out as it goes).
       std::vector<float> values(static_cast<size_t>(m * n));
       Eigen::Map<RowMajorMatrix> product(values.data(), m, n);
-      multiply(a, b, product);
+      multiply(lhs, rhs, product);
       result += product;
       return;
     }
     if (k == 0) {
       result.setZero();
     } else {
-      multiply(a, b, result);
+      multiply(lhs, rhs, result);
     }
-    if (epilogue.bias.defined()) {
-      result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(epilogue.bias.data(), n);
+    if (options.bias.defined()) {
+      result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(options.bias.data(), n);
     }
+    if (options.relu) result = result.unaryExpr([](float v) { return v < 0.0f ? 0.0f : v; });
   }
 
   // Note [sum_dim layout]: x is contiguous, so it is [outer, reduce, inner] in memory; each output row of `inner`
@@ -243,8 +276,10 @@ class CpuBackend final : public Backend {
     mutable_array_of(grad_input) = factor * (array_of(input) - array_of(target));
   }
 
-  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                  const SgdUpdate& update) override {
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& given,
+                  const Tensor& lr) override {
+    SgdUpdate update = given;
+    if (lr.defined()) update.lr = lr.data()[0];
     float* p = param.mutable_data();
     const float* g = grad.data();
     float* buf = update.momentum != 0.0f ? momentum_buffer.mutable_data() : nullptr;
@@ -261,7 +296,13 @@ class CpuBackend final : public Backend {
   }
 
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                   const Tensor& max_exp_avg_sq, const AdamUpdate& u) override {
+                   const Tensor& max_exp_avg_sq, const AdamUpdate& given, const Tensor& step_factors) override {
+    AdamUpdate u = given;
+    if (step_factors.defined()) {
+      u.param_scale = step_factors.data()[0];
+      u.step_size = step_factors.data()[1];
+      u.bias_correction2_sqrt = step_factors.data()[2];
+    }
     float* p = param.mutable_data();
     const float* g = grad.data();
     float* m = exp_avg.mutable_data();

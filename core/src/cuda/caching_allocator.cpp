@@ -30,10 +30,40 @@ namespace {
 // holds a CollectiveLaunchExclusion (Note [Launching collectives]); and the thread that launches a collective must
 // not allocate, free or release device memory before the launch is done, which cuda_allocate, cuda_free and
 // cuda_empty_cache assert (Note [No device allocation during a collective launch]).
+//
+// Note [Capture pool]: while a CUDA graph is captured on a device (cuda_begin_capture_pool .. cuda_end_capture_pool),
+// nothing executes: the kernels are recorded with the addresses they were given, and every replay of the graph
+// reads and writes those same addresses. So a block that the capture uses must belong to the graph for as long as
+// the graph exists: if the cache handed it to anything outside, a replay and that other work would share memory.
+// Every block allocated on the device during the capture therefore comes from a pool owned by the capture, and so
+// does every block freed on the device during the capture (the graph may have used it before the free). Within the
+// capture, a block freed into the pool is handed out again to later allocations of the same capture: every tensor
+// of a device is used on its compute stream (Note [Stream-ordered reuse]), and capture turns stream order into
+// graph order, so in every replay the later user runs after the earlier one, as it would eagerly. A new pool block
+// is taken from the device's cached blocks when one fits (all its earlier uses were issued before the capture, and a
+// replay is ordered after all work issued before it: DeviceGraph::replay) and from cudaMalloc otherwise (allowed
+// while capturing in relaxed mode). Nothing outside the capture ever gets a block of the pool: once the capture
+// ends, blocks freed into the pool stay there. When the graph is destroyed (after synchronizing its devices),
+// cuda_release_capture_pool returns the pool's free blocks to the device's cache; its blocks still held by tensors
+// (the graph's static outputs, kept by their owners) go there when they are freed.
+struct CapturePool {
+  std::multimap<size_t, void*> free_blocks;  // by size, for best-fit reuse within the capture
+  size_t live = 0;                           // blocks of the pool held by tensors
+  bool released = false;                     // the graph is gone: freed blocks go back to the device's cache
+};
+
+struct LiveBlock {
+  size_t size;
+  uint64_t pool;  // the capture pool that owns the block; 0 for none
+};
+
 struct DeviceCache {
   std::mutex mutex;
-  std::multimap<size_t, void*> free_blocks;       // cached blocks by size, for best-fit reuse
-  std::unordered_map<void*, size_t> live_blocks;  // blocks handed out, with their sizes
+  std::multimap<size_t, void*> free_blocks;          // cached blocks by size, for best-fit reuse
+  std::unordered_map<void*, LiveBlock> live_blocks;  // blocks handed out, with their sizes and pools
+  std::unordered_map<uint64_t, CapturePool> pools;   // Note [Capture pool]
+  uint64_t capturing = 0;                            // the pool of the capture active on the device; 0 for none
+  uint64_t last_pool = 0;
   MemoryStats stats;
 };
 
@@ -98,12 +128,16 @@ void* cuda_allocate(int device, size_t nbytes) {
                nbytes, " bytes (", gib(nbytes), " GiB)");
   const size_t size = round_up(nbytes);
   std::lock_guard lock(cache.mutex);
-  auto [ptr, block_size] = take_cached_block(cache.free_blocks, size);
+  std::pair<void*, size_t> block{nullptr, 0};
+  if (cache.capturing != 0) block = take_cached_block(cache.pools.at(cache.capturing).free_blocks, size);
+  if (block.first == nullptr) block = take_cached_block(cache.free_blocks, size);
+  auto [ptr, block_size] = block;
   if (ptr == nullptr) {
     ptr = allocate_block(cache, device, size, nbytes);
     block_size = size;
   }
-  cache.live_blocks.emplace(ptr, block_size);
+  cache.live_blocks.emplace(ptr, LiveBlock{block_size, cache.capturing});
+  if (cache.capturing != 0) ++cache.pools.at(cache.capturing).live;
   cache.stats.allocated_bytes += block_size;
   return ptr;
 }
@@ -120,10 +154,48 @@ void cuda_free(int device, void* ptr) noexcept {
     const auto block = cache.live_blocks.find(ptr);
     TANDEM_INTERNAL_ASSERT(block != cache.live_blocks.end(), "alloc::cuda_free: ", ptr,
                            " is not a live block of the caching allocator of cuda:", device);
-    cache.free_blocks.emplace(block->second, ptr);  // first, as only it can throw; see Note [Stream-ordered reuse]
-    cache.stats.allocated_bytes -= block->second;
+    const auto [size, owner] = block->second;
+    // Note [Capture pool]: the pool that owns the block, or the active capture's for a block it may have used.
+    const uint64_t pool_id = owner != 0 ? owner : cache.capturing;
+    CapturePool* pool = pool_id != 0 ? &cache.pools.at(pool_id) : nullptr;
+    // Inserting comes first, as only it can throw; see Note [Stream-ordered reuse].
+    if (pool != nullptr && !pool->released) {
+      pool->free_blocks.emplace(size, ptr);
+    } else {
+      cache.free_blocks.emplace(size, ptr);
+    }
+    cache.stats.allocated_bytes -= size;
     cache.live_blocks.erase(block);
+    if (owner != 0 && --pool->live == 0 && pool->released) cache.pools.erase(owner);
   });
+}
+
+uint64_t cuda_begin_capture_pool(int device) {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_begin_capture_pool");
+  std::lock_guard lock(cache.mutex);
+  TANDEM_CHECK(cache.capturing == 0, "alloc::cuda_begin_capture_pool: a capture is already active on cuda:", device,
+               " but expected none (one capture per device at a time)");
+  cache.capturing = ++cache.last_pool;
+  cache.pools.emplace(cache.capturing, CapturePool{});
+  return cache.capturing;
+}
+
+void cuda_end_capture_pool(int device) noexcept {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_end_capture_pool");
+  std::lock_guard lock(cache.mutex);
+  cache.capturing = 0;
+}
+
+void cuda_release_capture_pool(int device, uint64_t pool_id) noexcept {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_release_capture_pool");
+  std::lock_guard lock(cache.mutex);
+  const auto found = cache.pools.find(pool_id);
+  if (found == cache.pools.end()) return;
+  CapturePool& pool = found->second;
+  if (cache.capturing == pool_id) cache.capturing = 0;
+  cache.free_blocks.merge(pool.free_blocks);
+  pool.released = true;
+  if (pool.live == 0) cache.pools.erase(found);
 }
 
 MemoryStats cuda_stats(int device) {

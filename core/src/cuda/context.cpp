@@ -73,17 +73,36 @@ cublasHandle_t cublas_handle(int device) {
 // Only the creation of an event selects the producer's device (an event belongs to the device current when it is
 // created); recording needs the event and the stream on one device, and a stream may wait for an event of any
 // device, whatever device is current.
-void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device) {
-  if (consumer == producer) return;
+namespace {
+
+// Records the producer's one cached event (creating it on first use); the caller holds a CollectiveLaunchExclusion.
+cudaEvent_t record_producer(cudaStream_t producer, int producer_device) {
   DeviceContext& context = context_of(producer_device, "cuda::stream_wait");
-  CollectiveLaunchExclusion lock;  // see Note [Launching collectives]
   cudaEvent_t& event = context.events[producer];
   if (event == nullptr) {
     DeviceGuard guard(producer_device);
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(event, producer));
-  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(consumer, event, 0));
+  return event;
+}
+
+}  // namespace
+
+void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device) {
+  if (consumer == producer) return;
+  CollectiveLaunchExclusion lock;  // see Note [Launching collectives]
+  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(consumer, record_producer(producer, producer_device), 0));
+}
+
+void streams_wait(const std::vector<cudaStream_t>& consumers, cudaStream_t producer, int producer_device) {
+  CollectiveLaunchExclusion lock;  // see Note [Launching collectives]
+  cudaEvent_t event = nullptr;
+  for (cudaStream_t consumer : consumers) {
+    if (consumer == producer) continue;
+    if (event == nullptr) event = record_producer(producer, producer_device);
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(consumer, event, 0));
+  }
 }
 
 DeviceGuard::DeviceGuard(int device) {

@@ -109,9 +109,9 @@ class CudaBackend final : public backend::Backend {
     kernels::unary_backward(op, grad.data(), saved.data(), out.mutable_data(), out.numel(), on.stream);
   }
 
-  void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out) override {
+  void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) override {
     OnDevice on(out);
-    cuda::gemm(a, b, epilogue, out, on.device);
+    cuda::gemm(a, b, options, out, on.device);
   }
 
   void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {
@@ -156,7 +156,7 @@ class CudaBackend final : public backend::Backend {
   }
 
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                  const backend::SgdUpdate& update) override {
+                  const backend::SgdUpdate& update, const Tensor& lr) override {
     if (param.numel() == 0) return;
     const bool uses_buffer = update.momentum != 0.0f;
     // sgd_update (fused.cpp) checks the buffer before it calls the backend.
@@ -164,18 +164,20 @@ class CudaBackend final : public backend::Backend {
                            " but no momentum buffer was given");
     OnDevice on(param);
     kernels::sgd_update(param.mutable_data(), grad.data(), uses_buffer ? momentum_buffer.mutable_data() : nullptr,
-                        param.numel(), update, on.stream);
+                        param.numel(), update, lr.defined() ? lr.data() : nullptr, on.stream);
   }
 
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                   const Tensor& max_exp_avg_sq, const backend::AdamUpdate& update) override {
+                   const Tensor& max_exp_avg_sq, const backend::AdamUpdate& update,
+                   const Tensor& step_factors) override {
     if (param.numel() == 0) return;
     // adam_update (fused.cpp) checks the buffers before it calls the backend.
     TANDEM_INTERNAL_ASSERT(!update.amsgrad || max_exp_avg_sq.defined(),
                            "adam_update: amsgrad without a max_exp_avg_sq buffer");
     OnDevice on(param);
     kernels::adam_update(param.mutable_data(), grad.data(), exp_avg.mutable_data(), exp_avg_sq.mutable_data(),
-                         update.amsgrad ? max_exp_avg_sq.mutable_data() : nullptr, param.numel(), update, on.stream);
+                         update.amsgrad ? max_exp_avg_sq.mutable_data() : nullptr, param.numel(), update,
+                         step_factors.defined() ? step_factors.data() : nullptr, on.stream);
   }
 
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {

@@ -5,6 +5,7 @@
 
 #include <climits>
 
+#include "cuda/convert.h"
 #include "cuda/gemm_operand.h"
 #include "cuda/kernels.h"
 #include "cuda/lt_matmul.h"
@@ -20,54 +21,66 @@ int to_int(int64_t value, const char* what) {
 }
 
 // sums[i] = the sum of a's row i, for a contiguous [m, k] or the transpose of a contiguous [k, m] (Backend::gemm's
-// contract when row sums are asked for); both are one sum_dim over memory.
+// contract when row sums are asked for); both are one sum_dim over memory. A bfloat16 a is widened (exactly) into a
+// contiguous float32 copy first.
 void sum_rows(const Tensor& a, const Tensor& sums, cudaStream_t stream) {
   const int64_t m = a.size(0);
   const int64_t k = a.size(1);
   if (m == 0) return;
   if (k == 0) {
     kernels::fill(sums.mutable_data(), collapse_dims(sums.shape(), {&sums.strides()}), 0.0f, stream);
-  } else if (a.is_contiguous()) {
-    kernels::sum_dim(a.data(), sums.mutable_data(), m, k, 1, stream);
+    return;
+  }
+  Tensor values = a;
+  if (a.dtype() == DType::BFloat16) {
+    values = Tensor::empty(a.shape(), DType::Float32, a.device());  // contiguous
+    kernels::convert(a.data_ptr(), a.dtype(), values.mutable_data_ptr(), DType::Float32,
+                     collapse_dims(a.shape(), {&values.strides(), &a.strides()}), stream);
+  }
+  if (values.is_contiguous()) {
+    kernels::sum_dim(values.data(), sums.mutable_data(), m, k, 1, stream);
   } else {
-    kernels::sum_dim(a.data(), sums.mutable_data(), 1, k, m, stream);
+    kernels::sum_dim(values.data(), sums.mutable_data(), 1, k, m, stream);
   }
 }
 
 // The product through cublasGemmEx, with the bias copied into every row first and the product accumulated onto it
-// (beta = 1), and the row sums reduced by a kernel of their own.
-void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out,
+// (beta = 1), the row sums reduced by a kernel of their own and ReLU applied in place afterwards.
+void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
                     int device) {
   const int64_t m = out.size(0);
   const int64_t n = out.size(1);
   const int64_t k = a.size(1);
   const cudaStream_t stream = compute_stream(device);
-  if (epilogue.a_row_sums.defined()) sum_rows(a, epilogue.a_row_sums, stream);
+  if (options.a_row_sums.defined()) sum_rows(a, options.a_row_sums, stream);
   if (m == 0 || n == 0) return;
-  const Tensor& bias = epilogue.bias;
+  const Tensor& bias = options.bias;
   if (bias.defined()) {
     const Shape bias_strides{0, bias.strides()[0]};
     kernels::copy(bias.data(), out.mutable_data(), collapse_dims(out.shape(), {&out.strides(), &bias_strides}), stream);
-  } else if (k == 0 && !epilogue.accumulate) {
+  } else if (k == 0 && !options.accumulate) {
     kernels::fill(out.mutable_data(), collapse_dims(out.shape(), {&out.strides()}), 0.0f, stream);
   }
-  if (k == 0) return;
-
-  const Operand left = transposed_operand(b, "b");
-  const Operand right = transposed_operand(a, "a");
-  const float alpha = 1.0f;
-  const float beta = bias.defined() || epilogue.accumulate ? 1.0f : 0.0f;
-  TANDEM_CUBLAS_CHECK(cublasGemmEx(
-      cublas_handle(device), left.op, right.op, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b.data(),
-      CUDA_R_32F, to_int(left.ld, "a leading dimension"), a.data(), CUDA_R_32F, to_int(right.ld, "a leading dimension"),
-      &beta, out.mutable_data(), CUDA_R_32F, to_int(n, "n"), compute_type(), CUBLAS_GEMM_DEFAULT));
+  if (k > 0) {
+    const Operand left = transposed_operand(b, "b");
+    const Operand right = transposed_operand(a, "a");
+    const cudaDataType_t type = operand_type(options.precision);
+    const float alpha = 1.0f;
+    const float beta = bias.defined() || options.accumulate ? 1.0f : 0.0f;
+    TANDEM_CUBLAS_CHECK(cublasGemmEx(cublas_handle(device), left.op, right.op, to_int(n, "n"), to_int(m, "m"),
+                                     to_int(k, "k"), &alpha, b.data_ptr(), type, to_int(left.ld, "a leading dimension"),
+                                     a.data_ptr(), type, to_int(right.ld, "a leading dimension"), &beta,
+                                     out.mutable_data(), CUDA_R_32F, to_int(n, "n"), compute_type(options.precision),
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+  if (options.relu) kernels::unary(backend::UnaryOp::Relu, out.data(), out.mutable_data(), out.numel(), stream);
 }
 
 }  // namespace
 
-void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device) {
-  if (lt_matmul(a, b, epilogue, out, device)) return;
-  gemm_in_passes(a, b, epilogue, out, device);
+void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
+  if (lt_matmul(a, b, options, out, device)) return;
+  gemm_in_passes(a, b, options, out, device);
 }
 
 }  // namespace tandem::cuda

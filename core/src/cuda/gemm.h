@@ -8,6 +8,6 @@
 namespace tandem::cuda {
 
 // Backend::gemm(a, b, epilogue, out) on the compute stream of `device`, which the caller has made current.
-void gemm(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device);
+void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& epilogue, const Tensor& out, int device);
 
 }  // namespace tandem::cuda

@@ -1,7 +1,6 @@
 #include "cuda/gemm_operand.h"
 
 #include "tandem/core/error.h"
-#include "tandem/core/matmul_settings.h"
 
 namespace tandem::cuda {
 
@@ -18,9 +17,16 @@ Operand transposed_operand(const Tensor& t, const char* name) {
   return {CUBLAS_OP_T, cols == 1 ? rows : col_stride};
 }
 
-// Note [TF32]: products run in plain FP32 by default, so that they match the CPU backend to ~1e-5. allow_tf32()
-// (TANDEM_ALLOW_TF32=1, or set_allow_tf32) lets cuBLAS use TF32 tensor cores: several times faster on large
-// products, with 10-bit mantissa multiplies.
-cublasComputeType_t compute_type() { return allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; }
+// Note [TF32]: products run in plain FP32 unless their precision says otherwise (Note [Precision modes] in
+// tandem/core/precision.h; default_precision() follows allow_tf32(), TANDEM_ALLOW_TF32=1 or set_allow_tf32), so that
+// they match the CPU backend to ~1e-5. TF32 lets cuBLAS use TF32 tensor cores: several times faster on large
+// products, with 10-bit mantissa multiplies. BFloat16 products take bfloat16 operands and accumulate in FP32.
+cublasComputeType_t compute_type(Precision precision) {
+  return precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+cudaDataType_t operand_type(Precision precision) {
+  return precision == Precision::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 }  // namespace tandem::cuda

@@ -1,11 +1,12 @@
 #pragma once
 // How the CUDA products (gemm.cpp through cuBLAS, lt_matmul.cpp through cuBLASLt) describe row-major tensors to
-// column-major BLAS, and which compute type they ask for.
+// column-major BLAS, and which compute and data types they ask for.
 
 #include <cublas_v2.h>
 
 #include <cstdint>
 
+#include "tandem/core/precision.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::cuda {
@@ -25,7 +26,11 @@ struct Operand {
 // Requires t to be row-major or a transposed view (raw::gemm copies any other operand; Backend::gemm's contract).
 Operand transposed_operand(const Tensor& t, const char* name);
 
-// The compute type of float32 products: plain FP32, or TF32 tensor-op math when allow_tf32() (Note [TF32]).
-cublasComputeType_t compute_type();
+// The compute type of a product in `precision` (Note [TF32]): plain FP32 for Float32 and for BFloat16 (bfloat16
+// operands, float32 accumulation), TF32 tensor-op math for TF32.
+cublasComputeType_t compute_type(Precision precision);
+// The data type of the operands of a product in `precision`: CUDA_R_16BF for BFloat16, else CUDA_R_32F. Outputs are
+// always CUDA_R_32F.
+cudaDataType_t operand_type(Precision precision);
 
 }  // namespace tandem::cuda

@@ -344,7 +344,10 @@ __global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
 
 // ---- optimizer ----------------------------------------------------------------------------------------------
 
-__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u) {
+// lr_on_device, when not null, replaces u.lr (Note [Hyper-parameters in device memory] in fused.h).
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u,
+                           const float* lr_on_device) {
+  const float lr = lr_on_device != nullptr ? *lr_on_device : u.lr;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     // See Note [Rounding like the CPU].
     float d = grad[i];
@@ -356,13 +359,20 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
       momentum_buffer[i] = buf;
       d = u.nesterov ? __fadd_rn(d, __fmul_rn(u.momentum, buf)) : buf;
     }
-    param[i] = __fsub_rn(param[i], __fmul_rn(u.lr, d));
+    param[i] = __fsub_rn(param[i], __fmul_rn(lr, d));
   }
 }
 
-// See Note [Rounding like the CPU]; the operations and their order are those of fused.h's AdamUpdate.
+// See Note [Rounding like the CPU]; the operations and their order are those of fused.h's AdamUpdate. step_factors,
+// when not null, replaces u.param_scale, u.step_size and u.bias_correction2_sqrt (Note [Hyper-parameters in device
+// memory] in fused.h).
 __global__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                            float* max_exp_avg_sq, AdamUpdate u) {
+                            float* max_exp_avg_sq, AdamUpdate u, const float* step_factors) {
+  if (step_factors != nullptr) {
+    u.param_scale = step_factors[0];
+    u.step_size = step_factors[1];
+    u.bias_correction2_sqrt = step_factors[2];
+  }
   const bool small_weight = fabsf(u.one_minus_beta1) < 0.5f;  // torch.lerp's choice of form
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float scaled = __fmul_rn(param[i], u.param_scale);
@@ -450,17 +460,17 @@ void mse_backward(const float* grad, const float* input, const float* target, fl
 }
 
 void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
-                cudaStream_t stream) {
+                const float* lr_on_device, cudaStream_t stream) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, momentum_buffer, update);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, momentum_buffer, update, lr_on_device);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
-                 const AdamUpdate& update, cudaStream_t stream) {
+                 const AdamUpdate& update, const float* step_factors, cudaStream_t stream) {
   if (n == 0) return;
   adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq,
-                                                      update.amsgrad ? max_exp_avg_sq : nullptr, update);
+                                                      update.amsgrad ? max_exp_avg_sq : nullptr, update, step_factors);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

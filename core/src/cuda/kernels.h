@@ -41,12 +41,14 @@ void broadcast_scalar(const float* scalar, float scale, float* out, int64_t n, c
 void mse_backward(const float* grad, const float* input, const float* target, float* grad_input, int64_t n,
                   cudaStream_t stream);
 // One step of torch.optim.SGD's rule (fused.h); momentum_buffer is read and written only when momentum != 0.
+// lr_on_device: null, or the learning rate in device memory, read in place of update.lr when the kernel runs.
 void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
-                cudaStream_t stream);
+                const float* lr_on_device, cudaStream_t stream);
 // One step of torch.optim.Adam's / AdamW's rule (fused.h); max_exp_avg_sq is read and written only when
-// update.amsgrad.
+// update.amsgrad. step_factors: null, or param_scale, step_size and bias_correction2_sqrt in device memory, read in
+// place of update's when the kernel runs.
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
-                 const AdamUpdate& update, cudaStream_t stream);
+                 const AdamUpdate& update, const float* step_factors, cudaStream_t stream);
 // x[i] *= min(max_norm / (*norm + 1e-6), 1), with norm in device memory (clip_grad_norm_'s scaling).
 void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream);
 

@@ -30,8 +30,8 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // Note [cuBLASLt plans]: what a cuBLASLt product needs besides its pointers (the matmul descriptor with transposes,
 // compute type and epilogue; the layouts of A, B and C = D; the algorithm cublasLtMatmulAlgoGetHeuristic picks)
-// depends only on its PlanKey: sizes, transposes, leading dimensions, compute type (allow_tf32() may change between
-// products), epilogue, and the alignments of the matrices' columns, by which cuBLASLt chooses kernels (the bias or
+// depends only on its PlanKey: sizes, transposes, leading dimensions, compute type and operand type (the product's
+// precision), epilogue, and the alignments of the matrices' columns, by which cuBLASLt chooses kernels (the bias or
 // row-sum vector is always 16-byte aligned: lt_matmul takes no other). So a plan is built once per key and device
 // and kept: a training step asks for a handful of keys, and each product after the first costs a map lookup. The
 // vector's pointer, which changes from call to call, is set on the cached descriptor just before the call; the
@@ -52,10 +52,11 @@ uint32_t alignment_of(uintptr_t bytes) {
 
 uint32_t pointer_alignment(const void* pointer) { return alignment_of(reinterpret_cast<uintptr_t>(pointer)); }
 
-// The alignment of every column of a column-major float matrix: of its first element's address and of the distance
-// between columns (ld floats), which is what cuBLASLt is told of the matrix, so that it assumes no more of any column.
-uint32_t matrix_alignment(const void* pointer, int64_t ld) {
-  return alignment_of(reinterpret_cast<uintptr_t>(pointer) | static_cast<uintptr_t>(ld) * sizeof(float));
+// The alignment of every column of a column-major matrix of `element`-byte elements: of its first element's address
+// and of the distance between columns (ld elements), which is what cuBLASLt is told of the matrix, so that it
+// assumes no more of any column.
+uint32_t matrix_alignment(const void* pointer, int64_t ld, size_t element) {
+  return alignment_of(reinterpret_cast<uintptr_t>(pointer) | static_cast<uintptr_t>(ld) * element);
 }
 
 // Owns one cuBLASLt descriptor.
@@ -96,6 +97,7 @@ struct PlanKey {
   int64_t lda, ldb;
   cublasOperation_t op_a, op_b;
   cublasComputeType_t compute;
+  cudaDataType_t operand;  // of A and B; C = D are float32
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_d;
   bool operator==(const PlanKey&) const = default;
@@ -107,7 +109,8 @@ struct PlanKeyHash {
     for (const uint64_t field :
          {static_cast<uint64_t>(key.m), static_cast<uint64_t>(key.n), static_cast<uint64_t>(key.k),
           static_cast<uint64_t>(key.lda), static_cast<uint64_t>(key.ldb), static_cast<uint64_t>(key.op_a),
-          static_cast<uint64_t>(key.op_b), static_cast<uint64_t>(key.compute), static_cast<uint64_t>(key.epilogue),
+          static_cast<uint64_t>(key.op_b), static_cast<uint64_t>(key.compute), static_cast<uint64_t>(key.operand),
+          static_cast<uint64_t>(key.epilogue),
           static_cast<uint64_t>(key.align_a), static_cast<uint64_t>(key.align_b), static_cast<uint64_t>(key.align_d)})
       hash ^= std::hash<uint64_t>{}(field) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
     return hash;
@@ -122,21 +125,22 @@ struct Plan {
   bool usable = false;
 };
 
-// `vector` is the bias or row-sum pointer of the first product with this key: the heuristic reads its alignment.
+// `vector` is the bias or row-sum pointer of the first product with this key (null when the epilogue has none): the
+// heuristic reads its alignment.
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const PlanKey& key, void* vector) {
   auto plan = std::make_unique<Plan>();
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(plan->desc.out(), key.compute, CUDA_R_32F));
   set_attribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, key.op_a);
   set_attribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, key.op_b);
   set_attribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);
-  set_attribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
+  if (vector != nullptr) set_attribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
   // op(A) is [n, k] and op(B) is [k, m]; a layout describes the stored matrix, before its transpose.
   const bool a_plain = key.op_a == CUBLAS_OP_N;
   const bool b_plain = key.op_b == CUBLAS_OP_N;
-  TANDEM_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(plan->a.out(), CUDA_R_32F, a_plain ? key.n : key.k, a_plain ? key.k : key.n, key.lda));
-  TANDEM_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(plan->b.out(), CUDA_R_32F, b_plain ? key.k : key.m, b_plain ? key.m : key.k, key.ldb));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(plan->a.out(), key.operand, a_plain ? key.n : key.k,
+                                                 a_plain ? key.k : key.n, key.lda));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(plan->b.out(), key.operand, b_plain ? key.k : key.m,
+                                                 b_plain ? key.m : key.k, key.ldb));
   TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(plan->d.out(), CUDA_R_32F, key.n, key.m, key.n));
 
   Preference preference;
@@ -188,6 +192,13 @@ LtDevice& lt_device(int device) {
   return state;
 }
 
+// The epilogue that fuses what `options` asks for besides the product.
+cublasLtEpilogue_t epilogue_of(const backend::GemmOptions& options) {
+  if (options.a_row_sums.defined()) return CUBLASLT_EPILOGUE_BGRADB;
+  if (options.bias.defined()) return options.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  return CUBLASLT_EPILOGUE_RELU;
+}
+
 }  // namespace
 
 void create_lt_state(int device) {
@@ -195,20 +206,20 @@ void create_lt_state(int device) {
   (void)lt_device(device);
 }
 
-bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& epilogue, const Tensor& out, int device) {
-  const bool adds_bias = epilogue.bias.defined();
-  const Tensor& vector = adds_bias ? epilogue.bias : epilogue.a_row_sums;
-  if (!fused_linear() || !vector.defined()) return false;
+bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
+  const Tensor& vector = options.bias.defined() ? options.bias : options.a_row_sums;
+  if (!fused_linear() || !(vector.defined() || options.relu)) return false;
   const int64_t m = out.size(0);
   const int64_t n = out.size(1);
   const int64_t k = a.size(1);
-  void* const vector_data = vector.mutable_data_ptr();
-  if (m == 0 || n == 0 || k == 0 || pointer_alignment(vector_data) < 16) return false;
+  void* const vector_data = vector.defined() ? vector.mutable_data_ptr() : nullptr;
+  if (m == 0 || n == 0 || k == 0 || (vector_data != nullptr && pointer_alignment(vector_data) < 16)) return false;
 
   const Operand left = transposed_operand(b, "b");
   const Operand right = transposed_operand(a, "a");
-  // BIAS adds a vector of D's row count (n) to every column of D = out^T; BGRADB sums op(B) = a^T over k into a
-  // vector of D's column count (m).
+  const size_t element = element_size(a.dtype());
+  // BIAS adds a vector of D's row count (n) to every column of D = out^T (RELU_BIAS then clamps D at 0); BGRADB sums
+  // op(B) = a^T over k into a vector of D's column count (m).
   const PlanKey key{m,
                     n,
                     k,
@@ -216,11 +227,12 @@ bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& ep
                     right.ld,
                     left.op,
                     right.op,
-                    compute_type(),
-                    adds_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
-                    matrix_alignment(b.data_ptr(), left.ld),
-                    matrix_alignment(a.data_ptr(), right.ld),
-                    matrix_alignment(out.data_ptr(), n)};
+                    compute_type(options.precision),
+                    operand_type(options.precision),
+                    epilogue_of(options),
+                    matrix_alignment(b.data_ptr(), left.ld, element),
+                    matrix_alignment(a.data_ptr(), right.ld, element),
+                    matrix_alignment(out.data_ptr(), n, sizeof(float))};
   LtDevice& state = lt_device(device);
   std::lock_guard<std::mutex> lock(state.mutex);
   auto found = state.plans.find(key);
@@ -230,12 +242,12 @@ bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmEpilogue& ep
   }
   Plan& plan = *found->second;
   if (!plan.usable) return false;
-  set_attribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector_data);
+  if (vector_data != nullptr) set_attribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector_data);
   const float alpha = 1.0f;
-  const float beta = epilogue.accumulate ? 1.0f : 0.0f;
+  const float beta = options.accumulate ? 1.0f : 0.0f;
   const cublasStatus_t status =
-      cublasLtMatmul(state.handle, plan.desc.get(), &alpha, b.data(), plan.a.get(), a.data(), plan.b.get(), &beta,
-                     out.data(), plan.d.get(), out.mutable_data(), plan.d.get(), &plan.algo, state.workspace,
+      cublasLtMatmul(state.handle, plan.desc.get(), &alpha, b.data_ptr(), plan.a.get(), a.data_ptr(), plan.b.get(),
+                     &beta, out.data(), plan.d.get(), out.mutable_data(), plan.d.get(), &plan.algo, state.workspace,
                      kWorkspaceBytes, compute_stream(device));
   // The heuristic's algorithm refused at launch (nothing was enqueued) counts as none.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {

@@ -31,9 +31,9 @@ inline constexpr size_t kDefaultBufferSize = 10485760;  // 10 MiB
 // Errors: undefined tensor; empty `devices`; a device that does not exist (cuda:7 with 2 GPUs).
 std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& devices);
 
-// Broadcasts several tensors at once: they are grouped in order into buckets of up to `buffer_size` bytes (a tensor
-// larger than that gets a bucket of its own), and each bucket is broadcast with one collective (on CUDA, one NCCL
-// group with an operation per tensor, straight into the outputs: nothing is packed or unpacked).
+// Broadcasts several tensors at once, with one collective for all of them (on CUDA, one NCCL group with an operation
+// per tensor, straight into the outputs: nothing is packed or unpacked). `buffer_size` is accepted for compatibility
+// with torch.cuda.comm, which stages tensors in flat buckets of that size; tandem stages nothing, so it has no effect.
 // Requires: every tensor is on devices[0] (the error names the first offender).
 // Ensures: result[d][i] is tensors[i] on devices[d]; result[0][i] is tensors[i] itself. Outputs on the other
 // devices are contiguous and alias neither each other nor the inputs.
@@ -53,7 +53,7 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
 
 // inputs[d] is a list of tensors on one device per d (distinct devices); all lists have the same length and
 // matching shapes position by position. Result [i] is the sum over d of inputs[d][i], on `destination` (default:
-// the device of inputs[0]). Grouped into buckets like broadcast_coalesced, one reduction per bucket.
+// the device of inputs[0]). One reduction for all the tensors, as broadcast_coalesced (`buffer_size` has no effect).
 // Ensures: results are contiguous and alias neither the inputs nor each other; with a single list, the result
 // holds those tensors themselves when they are on the destination.
 // Errors: empty `inputs`; lists of different lengths; a shape mismatch (naming list and position); a list whose

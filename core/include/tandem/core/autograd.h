@@ -85,10 +85,12 @@ class AccumulateGrad final : public Node {
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
   // Under this node's lock: when the leaf's .grad is a contiguous tensor of this node's output shape and device,
-  // calls write(.grad), which adds a gradient into it and returns true, or returns false having written nothing;
-  // after a write, runs the post-accumulate-grad hooks, as an accumulation does. Returns whether write wrote. Only
-  // the engine's LeafWrites call it (Note [Gradients written in place] in core/src/autograd/engine.cpp).
-  bool accumulate_in_place(const std::function<bool(const Tensor& grad)>& write);
+  // calls write(.grad, overwrite), which adds a gradient into it (or, with overwrite, writes it over .grad's stale
+  // values: Note [Stale gradients] in tensor.h) and returns true, or returns false having written nothing; after a
+  // write, clears the stale mark and runs the post-accumulate-grad hooks, as an accumulation does. Returns whether
+  // write wrote. Only the engine's LeafWrites call it (Note [Gradients written in place] in
+  // core/src/autograd/engine.cpp).
+  bool accumulate_in_place(const std::function<bool(const Tensor& grad, bool overwrite)>& write);
 
  private:
   void run_hooks(const Tensor& leaf) const;
@@ -152,12 +154,13 @@ class Function {
   // For backward: lets `write` add this Function's gradient for input `input` straight into the .grad of that input
   // (a leaf), instead of returning it, when the engine allows it (Note [Gradients written in place] in
   // core/src/autograd/engine.cpp: the input is a leaf used by this node alone in this backward pass, and its .grad
-  // is a contiguous tensor of the input's shape and device). write(grad) adds the gradient into grad and returns
-  // true, or returns false having written nothing (say, because grad shares memory with an operand). Returns true
+  // is a contiguous tensor of the input's shape and device). write(grad, overwrite) adds the gradient into grad, or
+  // with overwrite (grad is stale: Note [Stale gradients] in tensor.h) writes it over grad's values, and returns
+  // true; or returns false having written nothing (say, because grad shares memory with an operand). Returns true
   // when write wrote: the leaf's post-accumulate-grad hooks have then run, and backward must return an undefined
   // tensor for `input`. Returns false otherwise, without calling write or after it declined: backward returns the
   // gradient as usual. Errors: no such input; a second write of one input in one backward call.
-  bool write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad)>& write);
+  bool write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad, bool overwrite)>& write);
 
   // Keeps `tensors` for backward (call it from forward; a later call replaces them). A backward that does not
   // retain the graph frees them after running this Function's backward, and any later run of it is an error.

@@ -25,6 +25,17 @@ struct SgdUpdate {
 // param, grad and (when momentum != 0) momentum_buffer: contiguous, equal shapes, one device. Never recorded.
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update);
 
+// Note [Hyper-parameters in device memory]: a captured CUDA graph replays its kernels with the arguments they were
+// captured with, so a learning rate passed as a kernel argument would stay the captured step's for every replay. The
+// forms below read the values that change from step to step from a small tensor on the parameter's device when the
+// update runs (on a CPU device: when the call runs), and take everything else from `update`. Given the same values,
+// they compute exactly what the plain forms compute. Whoever owns the tensor refreshes it, in stream order, before
+// each update (optim::SGD and optim::Adam do, for their replayed steps: optimizer.h).
+// lr: one float32 element on param's device, used in place of update.lr. Errors: as above; lr undefined, on another
+// device, not float32 or not one element.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
+                const Tensor& lr);
+
 // torch.optim.Adam's and AdamW's rule for one parameter at its step t, in float32 with every operation in the order
 // PyTorch's single-tensor implementation takes (so CPU and CUDA agree bitwise):
 //   param = param * param_scale                                   (AdamW's decoupled decay, 1 - lr * weight_decay)
@@ -51,6 +62,12 @@ struct AdamUpdate {
 // last three are updated in place. Never recorded.
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& max_exp_avg_sq, const AdamUpdate& update);
+// The same with the factors that depend on the step and the learning rate in device memory (Note [Hyper-parameters
+// in device memory]): step_factors holds param_scale, step_size and bias_correction2_sqrt, in that order (three
+// contiguous float32 elements on param's device), used in place of update's. Errors: as above; step_factors
+// undefined, on another device, not float32, not contiguous or not three elements.
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors);
 
 // The `ord`-norm of all the tensors' elements taken together, computed as torch.nn.utils.clip_grad_norm_ does: the
 // norm of the vector of each tensor's norm, where a tensor's norm is (sum |x|^ord)^(1/ord), or max |x| for

@@ -2,13 +2,19 @@
 // Process-wide choices for matrix products. Each takes effect for the products issued after it changes, on every
 // thread; read and written atomically.
 
+#include "tandem/core/precision.h"
+
 namespace tandem {
 
-// Whether CUDA matrix products may use TF32 tensor cores: several times faster on large products, with 10-bit
-// mantissa multiplies (sums stay float32). Off by default, so that CUDA products match the CPU's to float32 rounding;
-// TANDEM_ALLOW_TF32=1 in the environment turns it on from the start. CPU products are always float32.
+// Whether matrix products that are given no precision of their own run in TF32 (Note [Precision modes] in
+// precision.h): on CUDA several times faster on large products, with 10-bit mantissa multiplies (sums stay float32);
+// the CPU rounds the inputs the same way. Off by default, so that products are plain float32;
+// TANDEM_ALLOW_TF32=1 in the environment turns it on from the start. A precision given to linear() or to a model
+// (nn::Module::set_precision) wins over this switch.
 bool allow_tf32();
 void set_allow_tf32(bool allow);
+// The precision of a product given none: Precision::TF32 when allow_tf32(), else Precision::Float32.
+Precision default_precision();
 
 // Whether linear() takes its fused form (on by default; TANDEM_FUSED_LINEAR=0 in the environment turns it off from
 // the start). Fused: on CUDA the bias is added in the epilogue of the forward product and the bias gradient comes

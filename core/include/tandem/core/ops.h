@@ -2,10 +2,12 @@
 // Differentiable tensor operations. Every op checks that its inputs are defined, live on one device and have
 // compatible shapes, and throws tandem::Error naming the op otherwise. Elementwise ops broadcast like NumPy.
 
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
+#include "tandem/core/precision.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem {
@@ -18,8 +20,14 @@ Tensor operator*(float s, const Tensor& a);
 Tensor operator/(const Tensor& a, float s);
 Tensor operator-(const Tensor& a);
 Tensor matmul(const Tensor& a, const Tensor& b);       // 2-D x 2-D
-// x W^T + b with x: [n, in], W: [out, in], b: [out] (or undefined); one fused op (one GEMM, bias in its epilogue)
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// x W^T + b with x: [n, in], W: [out, in], b: [out] (or undefined); one fused op (one GEMM, bias in its epilogue).
+// The product runs in `precision` (Note [Precision modes] in precision.h), or default_precision() when none is
+// given; x, W, b, the result and every gradient are float32 in every precision.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::optional<Precision> precision = std::nullopt);
+// relu(linear(x, weight, bias, precision)) as one op: the ReLU in the product's epilogue, the same values.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   std::optional<Precision> precision = std::nullopt);
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sum(const Tensor& x);                            // all elements -> shape {}

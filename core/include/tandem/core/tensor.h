@@ -41,6 +41,7 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;    // set on results of differentiable ops
   uint32_t output_nr = 0;                     // which output of grad_fn this tensor is
   std::shared_ptr<TensorImpl> grad;           // accumulated gradient (leaves)
+  bool grad_stale = false;                    // leaves: grad's values no longer count (Tensor::mark_grad_stale)
   std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: the node that accumulates into grad
   // leaves: (handle, hook) pairs, see Tensor::register_post_accumulate_grad_hook
   std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
@@ -172,8 +173,19 @@ class Tensor {
   // gradients.
   Tensor& set_requires_grad(bool requires_grad = true);
   bool is_leaf() const;
-  Tensor grad() const;                                   // undefined until a backward reaches it
-  void set_grad(const Tensor& grad) const;               // replaces (or with an undefined tensor, clears) .grad
+  // Undefined until a backward reaches it. A stale gradient (mark_grad_stale) is zeroed first, so its values are
+  // always the ones that count.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;  // replaces (or with an undefined tensor, clears) .grad and its stale mark
+  // Note [Stale gradients]: marks .grad stale: its values no longer count, as after zeroing it, but nothing is
+  // written now. The next gradient that backward accumulates into this leaf is written over them instead of added
+  // (AccumulateGrad copies it; a node that writes it in place, Note [Gradients written in place] in
+  // core/src/autograd/engine.cpp, writes it with beta = 0), which clears the mark; grad() zeroes a stale gradient
+  // before returning it, which clears it too. So a gradient buffer that every backward fills entirely needs no pass
+  // that zeroes it before each step (parallel::ReplicatedModule::zero_grad). Does nothing without a .grad. Not
+  // synchronized with a backward that reaches this leaf, like .grad itself.
+  void mark_grad_stale() const;
+  bool grad_is_stale() const;  // whether .grad is marked stale
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   // Accumulates the gradients of this tensor into the leaves' .grad (autograd::backward of one root). An undefined
   // `gradient` seeds a one-element tensor with 1. Without retain_graph the nodes that ran free their saved tensors,

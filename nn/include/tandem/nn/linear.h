@@ -15,8 +15,11 @@ class Linear : public Cloneable<Linear> {
   // not depend on `device`.
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Device device = Device::cpu());
 
-  // input: [..., in_features] (at least 1-D) -> [..., out_features].
+  // input: [..., in_features] (at least 1-D) -> [..., out_features], the product in precision() (Module).
   Tensor forward(const Tensor& input) override;
+  // relu(forward(input)) as one op, the ReLU in the product's epilogue (linear_relu in tandem/core/ops.h): what
+  // nn::Sequential runs for a Linear followed by a ReLU.
+  Tensor forward_relu(const Tensor& input);
   std::string extra_repr() const override;
 
   int64_t in_features() const { return in_features_; }
@@ -26,6 +29,8 @@ class Linear : public Cloneable<Linear> {
   Tensor bias;  // undefined (and not a parameter) when built with bias = false
 
  private:
+  Tensor apply(const Tensor& input, bool relu);
+
   int64_t in_features_;
   int64_t out_features_;
 };

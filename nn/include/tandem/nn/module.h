@@ -57,6 +57,7 @@
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/core/precision.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::nn {
@@ -163,6 +164,16 @@ class Module {
   // (Note [Following the master's modes]).
   static uint64_t training_mode_generation();
 
+  // ---- precision ----
+  // How the layers of this module multiply matrices (Note [Precision modes] in tandem/core/precision.h): sets the
+  // precision of this module and of every descendant; nn::Linear runs its product in it, and a custom layer may pass
+  // precision() to linear(). std::nullopt (the default of every module) follows the process-wide switch,
+  // default_precision(); a precision set here wins over it. Parameters, gradients and optimizer state stay float32.
+  // Copies (clone(), and with it parallel::replicate and the replicas of parallel::ReplicatedModule) take the
+  // precision the module has when they are made: set it before replicating.
+  void set_precision(std::optional<Precision> precision);
+  std::optional<Precision> precision() const { return precision_; }
+
   // ---- copies ----
   // Deep copy: same structure, every parameter copied to `device` (default: where it is) as a new leaf with the
   // original's requires_grad (true unless it was frozen), every buffer copied there too. Modules that do not derive
@@ -250,6 +261,7 @@ class Module {
   std::vector<ParameterSlot> buffer_slots_;
   std::vector<ModuleSlot> module_slots_;
   bool training_ = true;
+  std::optional<Precision> precision_;
 };
 
 // Prints the module tree like PyTorch:

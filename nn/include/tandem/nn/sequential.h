@@ -51,7 +51,9 @@ class Sequential : public Cloneable<Sequential> {
   bool empty() const { return child_count() == 0; }
   std::shared_ptr<Module> operator[](size_t index) const;  // throws Error when out of range
 
-  // An empty Sequential returns its input.
+  // An empty Sequential returns its input. A child that is an nn::Linear immediately followed by an nn::ReLU (both
+  // of exactly those classes, not derived ones) runs as one op, Linear::forward_relu: the same values, one pass over
+  // the output fewer (Note [Fused linear and ReLU] in core/src/ops.cpp).
   Tensor forward(const Tensor& input) override;
 };
 

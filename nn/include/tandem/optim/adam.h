@@ -66,6 +66,13 @@ class AdamFamily : public Optimizer {
   // or slots without a step count.
   void load_state_dict(const OptimizerState& state) override;
 
+  // Note [Replayed optimizer steps] in optimizer.h: the factors that depend on the learning rate and the step count
+  // come from device memory, and finish_replay() counts the step of every parameter that has a gradient.
+  bool replayable() const override { return true; }
+  void prepare_replay() override;
+  void replayable_step() override;
+  void finish_replay() override;
+
  private:
   struct Moments {
     int64_t step = 0;

@@ -4,10 +4,13 @@
 // groups with their learning rates, and the state a checkpoint keeps.
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tandem/core/device_scalars.h"
 #include "tandem/core/tensor.h"
 #include "tandem/optim/optimizer_state.h"
 
@@ -68,6 +71,32 @@ class Optimizer {
   // copied onto the parameter's device, never aliased). Errors: another count or shape; as state().
   virtual void set_state(const std::vector<Tensor>& state);
 
+  // ---- replayed steps ----
+  // Note [Replayed optimizer steps]: a step captured into a CUDA graph (parallel::CapturedStep) runs the kernels it
+  // was captured with, with their arguments, at every replay; so step() is split into three parts, whose sequence
+  // prepare_replay(), replayable_step(), finish_replay() computes exactly what step() computes:
+  //  - prepare_replay(), on the host before each replay: writes the hyper-parameters that change between steps into
+  //    a small buffer on the parameters' device (the learning rates; for Adam the factors of step t = step count + 1,
+  //    Note [Hyper-parameters in device memory] in tandem/core/fused.h), with one asynchronous copy ordered before
+  //    the work issued after it. So set_lr and LR schedules take effect at the next replay, without a new capture.
+  //  - replayable_step(), captured once: the update kernels of step(), reading those values from the buffer. It
+  //    changes no host state (capturing it must leave the optimizer as it was) and creates no state: the state that
+  //    step() creates on its first call (momentum buffers, Adam's moments) must exist, so take one step() first.
+  //  - finish_replay(), on the host after each replay is issued: advances the host state as step() does (Adam's step
+  //    counts of the parameters that have a gradient), so that state_dict() and checkpoints stay right.
+  // The buffer and the state are used at the addresses they had when the step was captured: replacing state
+  // (load_state_dict, set_state) or parameters invalidates a captured step.
+  // Whether this optimizer can be split so (SGD, Adam and AdamW can; the default cannot).
+  virtual bool replayable() const { return false; }
+  // Errors (all three): an optimizer that is not replayable; parameters on more than one device (prepare_replay);
+  // replayable_step before prepare_replay, or with a parameter that has a gradient but no state yet.
+  virtual void prepare_replay();
+  virtual void replayable_step();
+  virtual void finish_replay();
+  // Changes whenever a replayable optimizer replaces or creates state tensors (a first step, load_state_dict,
+  // set_state), which a captured step must not outlive: parallel::CapturedStep captures again when it changed.
+  uint64_t state_generation() const { return state_generation_; }
+
  protected:
   // Requires defined leaf tensors, no duplicates, not empty; errors start with `who` ("optim::SGD").
   Optimizer(std::vector<Tensor> parameters, const char* who);
@@ -90,6 +119,13 @@ class Optimizer {
   std::vector<Tensor> single_slot_tensors(const OptimizerState& state, const char* slot) const;
   // Throws "<who>::<caller>: group <group> but there are <n> parameter groups" unless the group exists.
   void check_group(size_t group, const char* caller) const;
+  // For replayable optimizers (Note [Replayed optimizer steps]): prepare_replay's upload of `values`, per_parameter
+  // values for each parameter, into the buffer (created on the first call, on the parameters' one device) ...
+  void upload_replay_values(const std::vector<float>& values, size_t per_parameter);
+  // ... and parameter `parameter`'s values in it, for replayable_step (errors name `caller`).
+  Tensor replay_values(size_t parameter, const char* caller) const;
+  // Called by replayable optimizers whenever they replace or create state tensors (state_generation()).
+  void state_replaced() { ++state_generation_; }
 
  private:
   // A group's learning rate; the base versions throw (an optimizer without learning rates). `group` is checked.
@@ -100,6 +136,9 @@ class Optimizer {
   std::vector<Tensor> parameters_;
   std::vector<size_t> group_ends_;  // one past each group's last parameter
   std::vector<double> initial_lrs_;
+  std::unique_ptr<DeviceScalars> replay_values_;  // Note [Replayed optimizer steps]
+  size_t replay_values_per_parameter_ = 0;
+  uint64_t state_generation_ = 0;
 };
 
 // The groups' parameters and resolved options, for the constructors of optimizers with parameter groups.

@@ -55,6 +55,13 @@ class SGD : public Optimizer {
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
 
+  // Note [Replayed optimizer steps] in optimizer.h: the learning rates come from device memory; SGD keeps no host
+  // state that a step changes once the momentum buffers exist, so finish_replay() does nothing.
+  bool replayable() const override { return true; }
+  void prepare_replay() override;
+  void replayable_step() override;
+  void finish_replay() override {}
+
  private:
   double group_lr(size_t group) const override { return groups_[group].lr; }
   void set_group_lr(size_t group, double lr) override { groups_[group].lr = lr; }

@@ -89,6 +89,7 @@ class GradientReducer {
   size_t size() const { return buffers_.size(); }  // replicas
   const GradientLayout& layout() const { return layout_; }
   const std::vector<Tensor>& buffers() const { return buffers_; }
+  const GradientCollective& collective() const { return collective_; }
 
   // Hooks every parameter of replica `replica` that has a place in the layout (parameters in layout order, on the
   // replica's device): once backward has accumulated its gradient, the hook calls mark_ready(replica, parameter).

@@ -50,9 +50,15 @@ std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_pt
   return parallel_apply(std::vector<std::shared_ptr<nn::Module>>(replicas.begin(), replicas.end()), inputs, devices);
 }
 
+// Where run_on_devices runs its tasks: each on its device's worker, concurrently (the default); or one after another
+// on the calling thread, each drawing from its device's generator stream (Note [Generator streams]) as the worker
+// would, for work that must be issued from one thread, such as the capture of a CUDA graph (parallel::CapturedStep).
+enum class ReplicaThreads { Workers, Caller };
+
 // The pool itself, for work that is not a module forward: runs tasks[i] on the worker of devices[i] (same rules:
 // concurrent across devices, in order on one device, caller's grad mode, first failure rethrown as
-// "in replica i on device d: <what>"). tasks.size() must equal devices.size().
-void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices);
+// "in replica i on device d: <what>"), or on the calling thread (`threads`). tasks.size() must equal devices.size().
+void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices,
+                    ReplicaThreads threads = ReplicaThreads::Workers);
 
 }  // namespace tandem::parallel

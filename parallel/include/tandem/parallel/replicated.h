@@ -28,6 +28,7 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/module.h"
 #include "tandem/parallel/gradient_reducer.h"
+#include "tandem/parallel/parallel_apply.h"
 
 namespace tandem::parallel {
 
@@ -84,9 +85,11 @@ class ReplicatedModule {
   // zero_grad() before going on); a step still open (prepare_for_backward()).
   // With `reduce` false nothing is summed (gradient accumulation): each replica's gradients accumulate in its own
   // buffer, and a later reduction sums everything accumulated; sums already held count once there too.
+  // `threads` chooses where the replicas run (parallel_apply.h): on their workers, all at once, or one after another
+  // on the calling thread (what the capture of a CUDA graph needs: parallel::CapturedStep).
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-                                       bool reduce = true);
+                                       bool reduce = true, ReplicaThreads threads = ReplicaThreads::Workers);
 
   // Prepares the buffers for a backward that the caller runs over the outputs of forward() (loss.backward()).
   // With `reduce` it opens a step: each bucket is summed as soon as it is final on every replica, while backward goes
@@ -101,13 +104,18 @@ class ReplicatedModule {
   // onto sums] in gradient_reducer.cpp). Errors: a step open; active > size().
   void prepare_for_backward(size_t active, bool reduce = true);
   bool step_open() const { return reducer_->step_open(); }
+  // Closes an open step without summing (after an exception in its backward): joins the collectives it started; the
+  // buffers hold partial gradients until zero_grad(). Does nothing without an open step.
+  void abandon_step() { reducer_->abandon(); }
 
   // Sums the replicas' gradients: afterwards every replica's .grad holds the sum over replicas (one all_reduce per
   // bucket). Closes the step that prepare_for_backward() opened (summing the buckets that are left and joining the
   // collectives started during backward). Does nothing when they are sums already (after forward_backward, or after
   // reduce_gradients() with no backward since).
   void reduce_gradients();
-  // Zeroes every gradient buffer in place (and reinstalls the gradient views where something replaced them).
+  // Zeroes every gradient (and reinstalls the gradient views where something replaced them), without a pass over
+  // the buffers: the views are marked stale and the next backward writes over them (Note [Zeroing by marking] in
+  // replicated.cpp); reading a gradient (.grad, gradient_buffer()) or reducing gives zeros where none was written.
   // Errors: a step open (prepare_for_backward()).
   void zero_grad();
   // Copies the master's parameter values into every other replica (after changing the master outside of the
@@ -117,11 +125,15 @@ class ReplicatedModule {
   void sync_buffers();
 
   size_t bucket_count() const { return reducer_->layout().buckets().size(); }
-  // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order).
+  // Whether the gradients are reduced across processes (the module of a DistributedDataParallel).
+  bool spans_processes() const { return reducer_->collective().spans_processes; }
+  // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
+  // first (Note [Zeroing by marking] in replicated.cpp).
   const Tensor& gradient_buffer(size_t replica) const;
 
  private:
   bool install_gradient_views(bool zero);
+  void zero_stale_gradients(size_t replica) const;
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
   void check_no_step_open(const char* caller) const;
   void prepare_buffers(size_t active, bool reduce);

@@ -39,6 +39,14 @@ class ReplicatedOptimizer {
 
   void step();       // steps every replica's optimizer
   void zero_grad();  // model.zero_grad(): the gradients stay views of the flat buffers
+
+  // A step split for a CUDA graph (Note [Replayed optimizer steps] in tandem/optim/optimizer.h), on every replica's
+  // optimizer: replayable() when all of them are; the three parts, each on every replica, with their errors.
+  bool replayable() const;
+  uint64_t state_generation() const;  // the sum of the replicas' optim::Optimizer::state_generation()
+  void prepare_replay();
+  void replayable_step();
+  void finish_replay();
   size_t size() const { return optimizers_.size(); }
   // Replica d's optimizer; replica 0's updates the master. Errors: no such replica.
   optim::Optimizer& optimizer(size_t replica) { return at(replica); }

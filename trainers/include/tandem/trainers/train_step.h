@@ -8,6 +8,7 @@
 #include "tandem/nn/loss.h"
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/parallel/weighted_step.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/tensor_loader.h"
 
@@ -15,7 +16,7 @@ namespace tandem::trainers {
 
 // A training loss: a one-element tensor from a model's output and the targets of the same rows. For the step to match
 // one device, it must be a mean over the rows (as nn::mse_loss is).
-using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+using LossFunction = parallel::LossFunction;
 
 // One optimizer step on the batch (features [n, ...], targets [n, ...], any device) with the loss (by default the
 // mean squared error):
@@ -26,7 +27,8 @@ using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& ta
 //      the full-batch mean loss, as on one device), and runs its backward (model.forward_backward);
 //   3. the replicas' gradients are summed, bucket by bucket as backward finishes them, and every replica takes the
 //      same optimizer step.
-// Returns the batch's mean loss, sum_i loss_i (a scalar on devices[0]; reading it waits for the step).
+// Returns the batch's mean loss, sum_i loss_i (a scalar on devices[0]; reading it waits for the step). The body is
+// parallel::data_parallel_step (weighted_step.h), which parallel::CapturedStep replays as a CUDA graph.
 // Errors: features and targets with different numbers of rows; a loss that is not one element (naming its shape).
 Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimizer& optimizer, const Tensor& features,
                   const Tensor& targets, const LossFunction& loss = nn::mse_loss);

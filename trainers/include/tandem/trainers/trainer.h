@@ -102,6 +102,10 @@ struct TrainerOptions {
   // The learning rate per epoch (lr_schedule.h); none: the optimizer's lr throughout. Its optimizer must have
   // learning rates (SGD, Adam, AdamW do).
   std::optional<LrSchedule> lr_schedule;
+  // How the model's layers multiply (Note [Precision modes] in tandem/core/precision.h): set on the model
+  // (nn::Module::set_precision) before it is replicated. Recorded as the setup fact "precision" when it is not
+  // Precision::Float32, so that checkpoints of float32 runs keep their facts. None: the model keeps its own.
+  std::optional<Precision> precision;
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in

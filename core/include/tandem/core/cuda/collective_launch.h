@@ -11,8 +11,8 @@ namespace tandem::cuda {
 // thread could do between those launches would then hang the process:
 //  - make a stream of a participating device that does not yet hold its collective kernel wait for an event
 //    recorded after the kernel already launched on another participating device: a cycle between the devices, once
-//    the remaining kernel is launched behind that wait (the joins of Note [Comm stream ordering] make such events
-//    common);
+//    the remaining kernel is launched behind that wait (the cross-device waits of comm's peer copies, Note [Comm
+//    peer copy ordering], and core's cross-device copies make such events common);
 //  - call cudaDeviceSynchronize or cudaFree on a participating device: that thread waits for the launched kernel
 //    while holding driver locks that the remaining launches need.
 // So the comm backend launches every collective while holding a CollectiveLaunchLock, and stream_wait and the

@@ -6,6 +6,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "tandem/core/cuda/collective_launch.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stream_marker.h"
@@ -13,12 +15,13 @@
 namespace tandem::cuda {
 
 // Note [Streams]: each device has one compute stream on which every op for that device is issued (whatever host
-// thread issues it), and one communication stream on which comm issues its work for that device: the NCCL
-// collectives of the single-process backend (Note [Comm stream ordering] in comm/src/cuda/collective.h), every
-// started all-reduce (Note [Deferred join] there), and the overlapping peer copies (Note [Comm peer copy ordering] in
-// comm/src/cuda/peer_copies.cpp). A process group's synchronous collectives run on the compute stream (Note [Group
-// collective streams] in comm/src/cuda/group_collectives.cpp). Both are non-blocking streams created on first use
-// and kept for the life of the process. Work crosses streams and devices only through events.
+// thread issues it), and one communication stream on which comm issues the work that overlaps the compute stream:
+// every started all-reduce (Note [Deferred join] in comm/src/cuda/collective.h) and the overlapping peer copies of
+// large scatters and gathers (Note [Comm peer copy ordering] in comm/src/cuda/peer_copies.cpp). Synchronous NCCL
+// collectives run on the compute stream, those of the single-process backend (Note [Comm stream ordering] in
+// collective.h) as those of a process group (Note [Group collective streams] in comm/src/cuda/group_collectives.cpp),
+// and so do small peer copies (on their sources' streams). Both are non-blocking streams created on first use and
+// kept for the life of the process. Work crosses streams and devices only through events.
 cudaStream_t compute_stream(int device);
 cudaStream_t comm_stream(int device);
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
@@ -26,6 +29,8 @@ cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device)
 // Makes `consumer` wait (on the device) for all work issued so far on `producer`; no host synchronization. Holds a
 // CollectiveLaunchExclusion while it records and enqueues the wait (Note [Launching collectives]).
 void stream_wait(cudaStream_t consumer, cudaStream_t producer, int producer_device);
+// As stream_wait for several consumers of one producer, with one event record for all of them (a join).
+void streams_wait(const std::vector<cudaStream_t>& consumers, cudaStream_t producer, int producer_device);
 
 // The event of a marker recorded on a CUDA device (Note [Stream markers]), valid while the marker lives. Errors: a
 // marker that holds no event (recorded on a CPU device, or default-constructed).

@@ -1,0 +1,68 @@
+#pragma once
+// DeviceGraph: the work issued on some GPUs' streams, captured once as one CUDA graph and replayed with a single
+// launch (cudaStreamBeginCapture / cudaGraphInstantiate / cudaGraphLaunch), for steps whose host-side cost (kernel
+// launches, event waits, collective launches) exceeds their device time.
+//
+//   DeviceGraph graph;
+//   graph.begin_capture(devices);   // nothing issued on the devices' streams runs from here on: it is recorded
+//   ... issue the work (ops, comm collectives) ...
+//   graph.end_capture();            // instantiates; throws if anything in between broke the capture
+//   graph.replay();                 // runs the recorded work, as often as needed
+//
+// Note [Captured graphs]: the capture begins on devices[0]'s compute stream, in relaxed mode (other threads may
+// allocate while it runs), and forks every other stream that tandem issues work on into it (the other devices'
+// compute streams and every device's communication stream, Note [Streams] in cuda/context.h) by an event, so that
+// all work issued on those streams in between, from any thread, lands in the one graph: every op, every cross-stream
+// event wait (which becomes a graph edge), every NCCL collective (the communicators must exist before the capture).
+// end_capture joins every forked stream back into the origin, ends the capture and instantiates the graph. While
+// capturing, nothing runs, and host work that waits for a device (a copy to the host, a synchronize, an event query)
+// or copies from pageable host memory is not allowed: CUDA invalidates the capture and the failing call throws; the
+// capture must then be ended with abort_capture(), which leaves every stream as it was before begin_capture.
+// Device memory allocated or freed on the devices while capturing belongs to the graph (Note [Capture pool] in
+// cuda/caching_allocator.cpp) until the graph is destroyed. A replay reads and writes exactly the memory the capture
+// used, so every tensor the captured work used must live, at the same address, as long as the graph: inputs are fed
+// by copying into tensors allocated before the capture, never by replacing them.
+// replay() is ordered like any op: after all work issued before it on the devices' compute streams, and before all
+// work issued after it there (event waits on the device; the host does not wait).
+// The destructor synchronizes the graph's devices before it destroys the graph: destroy graphs before anything they
+// captured (communicators included; comm's cached ones are never destroyed).
+// Not thread-safe: one thread drives a DeviceGraph; while it captures, no other thread may issue work on the devices
+// (it would land in the graph).
+
+#include <memory>
+#include <vector>
+
+#include "tandem/core/device.h"
+
+namespace tandem {
+
+class DeviceGraph {
+ public:
+  DeviceGraph();
+  ~DeviceGraph();  // ends a capture still open (abort_capture), then synchronizes and destroys; never throws
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+
+  // Starts capturing the work issued on the devices' streams. Errors: no devices; a device listed twice, not a
+  // CUDA device ("capture needs CUDA devices") or not existing; a capture already begun on this graph or active on
+  // one of the devices; tandem built without CUDA.
+  void begin_capture(const std::vector<Device>& devices);
+  // Ends the capture and instantiates the graph. Errors: no capture open; a capture that CUDA invalidated or that
+  // cannot be instantiated (the CUDA error named): the capture is then aborted, as abort_capture() does.
+  void end_capture();
+  // Ends a capture without keeping anything (after an exception while capturing): every stream stops capturing and
+  // the memory the capture allocated returns to the devices' caches. Does nothing without an open capture.
+  void abort_capture() noexcept;
+  // Runs the captured work once (see Note [Captured graphs] for the ordering). Errors: nothing captured.
+  void replay();
+
+  bool capturing() const;
+  bool ready() const;  // captured and instantiated: replay() may run
+  const std::vector<Device>& devices() const;
+
+ private:
+  struct State;  // the CUDA objects (cuda/device_graph.cpp)
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,186 @@
+// DeviceGraph on CUDA (Note [Captured graphs] in tandem/core/device_graph.h).
+
+#include "tandem/core/device_graph.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "allocator.h"
+#include "device_graph_checks.h"
+#include "tandem/core/cuda/context.h"
+
+namespace tandem {
+
+struct DeviceGraph::State {
+  std::vector<Device> devices;
+  std::vector<uint64_t> pools;  // [device]: the capture pool (Note [Capture pool]); 0 once released
+  bool capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  int origin_device() const { return devices.front().index(); }
+  cudaStream_t origin() const { return cuda::compute_stream(origin_device()); }
+
+  // Every stream forked into the capture, with its device: the other devices' compute streams and every device's
+  // communication stream.
+  std::vector<std::pair<cudaStream_t, int>> forked() const {
+    std::vector<std::pair<cudaStream_t, int>> streams;
+    for (const Device& device : devices) {
+      const int d = device.index();
+      if (d != origin_device()) streams.emplace_back(cuda::compute_stream(d), d);
+      streams.emplace_back(cuda::comm_stream(d), d);
+    }
+    return streams;
+  }
+
+  void end_pools() noexcept {
+    for (const Device& device : devices) alloc::cuda_end_capture_pool(device.index());
+  }
+  void release_pools() noexcept {
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (pools[d] != 0) alloc::cuda_release_capture_pool(devices[d].index(), pools[d]);
+      pools[d] = 0;
+    }
+  }
+};
+
+DeviceGraph::DeviceGraph() = default;
+
+DeviceGraph::~DeviceGraph() {
+  if (state_ == nullptr) return;
+  abort_capture();
+  static constinit detail::ReportOnce failures("DeviceGraph: destroying a captured graph");
+  failures.run([this] {
+    // The last replay may still run on any of the devices (Note [Captured graphs]).
+    if (state_->exec != nullptr) {
+      for (const Device& device : state_->devices) cuda::synchronize(device.index());
+    }
+    if (state_->exec != nullptr) TANDEM_CUDA_CHECK(cudaGraphExecDestroy(state_->exec));
+    if (state_->graph != nullptr) TANDEM_CUDA_CHECK(cudaGraphDestroy(state_->graph));
+    state_->exec = nullptr;
+    state_->graph = nullptr;
+  });
+  // Only after the synchronization: until then, a replay may still use the pools' blocks. A failure above leaves
+  // them to the graph (leaked), which is safe.
+  if (state_->exec == nullptr && state_->graph == nullptr) state_->release_pools();
+}
+
+void DeviceGraph::begin_capture(const std::vector<Device>& devices) {
+  constexpr const char* fn = "DeviceGraph::begin_capture";
+  detail::check_capture_devices(devices);
+  for (const Device& device : devices) check_device_available(device, fn);
+  TANDEM_CHECK(state_ == nullptr, fn, ": this graph has ",
+               state_ && state_->capturing ? "a capture open"
+                                           : "been "
+                                             "captured",
+               " already; a DeviceGraph captures once");
+  auto state = std::make_unique<State>();
+  state->devices = devices;
+  state->pools.assign(devices.size(), 0);
+  try {
+    for (size_t d = 0; d < devices.size(); ++d) state->pools[d] = alloc::cuda_begin_capture_pool(devices[d].index());
+  } catch (...) {
+    state->end_pools();
+    state->release_pools();
+    throw;
+  }
+  state_ = std::move(state);
+  try {
+    cuda::DeviceGuard guard(state_->origin_device());
+    TANDEM_CUDA_CHECK(cudaStreamBeginCapture(state_->origin(), cudaStreamCaptureModeRelaxed));
+    state_->capturing = true;
+    for (const auto& [stream, device] : state_->forked()) {
+      cuda::stream_wait(stream, state_->origin(), state_->origin_device());
+    }
+  } catch (...) {
+    abort_capture();
+    throw;
+  }
+}
+
+void DeviceGraph::end_capture() {
+  constexpr const char* fn = "DeviceGraph::end_capture";
+  TANDEM_CHECK(capturing(), fn, ": no capture is open");
+  cudaGraph_t graph = nullptr;
+  try {
+    for (const auto& [stream, device] : state_->forked()) cuda::stream_wait(state_->origin(), stream, device);
+    cuda::DeviceGuard guard(state_->origin_device());
+    const cudaError_t status = cudaStreamEndCapture(state_->origin(), &graph);
+    state_->capturing = false;
+    state_->end_pools();
+    if (status != cudaSuccess || graph == nullptr) {
+      (void)cudaGetLastError();
+      TANDEM_FAIL(fn, ": the capture failed: ", cudaGetErrorString(status), " (", cudaGetErrorName(status), ")");
+    }
+    state_->graph = graph;
+    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&state_->exec, state_->graph, 0));
+  } catch (...) {
+    if (state_->capturing) {
+      abort_capture();
+    } else {
+      // Nothing of the graph ever ran, so its memory can go back to the caches at once.
+      if (state_->graph != nullptr) (void)cudaGraphDestroy(state_->graph);
+      (void)cudaGetLastError();
+      state_->graph = nullptr;
+      state_->exec = nullptr;
+      state_->release_pools();
+    }
+    throw;
+  }
+}
+
+void DeviceGraph::abort_capture() noexcept {
+  if (!capturing()) return;
+  State& state = *state_;
+  // Joining first keeps a capture that is still valid from failing as unjoined; on an invalidated capture the
+  // joins fail, and ending the capture on its origin stream ends it on every stream.
+  for (const auto& [stream, device] : state.forked()) {
+    try {
+      cuda::stream_wait(state.origin(), stream, device);
+    } catch (const Error&) {
+    }
+  }
+  int previous = 0;
+  const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+  (void)cudaSetDevice(state.origin_device());
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(state.origin(), &graph);
+  if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  if (restore) (void)cudaSetDevice(previous);
+  (void)cudaGetLastError();  // the capture's error is not sticky: later work on the streams must not see it
+  state.capturing = false;
+  state.end_pools();
+  state.release_pools();  // nothing that the capture recorded ever ran
+}
+
+void DeviceGraph::replay() {
+  TANDEM_CHECK(ready(), "DeviceGraph::replay: nothing was captured");
+  const State& state = *state_;
+  const cudaStream_t origin = state.origin();
+  for (const Device& device : state.devices) {
+    const int d = device.index();
+    if (d != state.origin_device()) cuda::stream_wait(origin, cuda::compute_stream(d), d);
+  }
+  {
+    cuda::DeviceGuard guard(state.origin_device());
+    // One launch starts the collectives of every device (Note [Launching collectives]).
+    cuda::CollectiveLaunchLock lock;
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(state.exec, origin));
+  }
+  for (const Device& device : state.devices) {
+    const int d = device.index();
+    if (d != state.origin_device()) cuda::stream_wait(cuda::compute_stream(d), origin, state.origin_device());
+  }
+}
+
+bool DeviceGraph::capturing() const { return state_ != nullptr && state_->capturing; }
+
+bool DeviceGraph::ready() const { return state_ != nullptr && state_->exec != nullptr; }
+
+const std::vector<Device>& DeviceGraph::devices() const {
+  static const std::vector<Device> none;
+  return state_ != nullptr ? state_->devices : none;
+}
+
+}  // namespace tandem

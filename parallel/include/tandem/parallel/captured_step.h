@@ -1,0 +1,139 @@
+#pragma once
+// CapturedStep: trainers::train_step's whole data-parallel step (forward, loss, backward, the gradient all-reduce and
+// the optimizer step of every device) captured once per batch shape as one CUDA graph and replayed, so that a step
+// costs a handful of host calls instead of dozens of kernel launches per device.
+//
+//   parallel::ReplicatedModule model(net, devices);
+//   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});
+//   parallel::CapturedStep step(model, sgd, nn::mse_loss);
+//   for (const trainers::Batch& batch : loader) {
+//     Tensor loss = step.step(batch.features, batch.targets);   // eager warm-up, then capture, then replays
+//     scheduler.step();                                          // an LR schedule needs no new capture
+//   }
+//
+// Note [Capturing a step]: the first options.warmup_steps steps (at least one) run eagerly, as train_step does: they
+// create everything created lazily (momentum or Adam buffers, cuBLAS and cuBLASLt handles, plans and workspaces,
+// NCCL communicators, peer access). The next step of a batch shape not seen yet is captured, on the calling thread:
+// DeviceGraph::begin_capture forks every device's streams into one capture on devices[0]'s compute stream; every
+// replica's forward, weighted loss and backward run on this thread one after another (the reducer's hooks still fire
+// and record each bucket's all-reduce in the capture, overlapping the rest of backward in the graph as it does
+// eagerly), then the reduction is finished, the optimizer's replayable_step() and the sum of the losses are recorded,
+// and end_capture() joins the streams and instantiates the graph. Nothing executes during the capture, so the step
+// is then replayed once for the batch it was captured with. The replicas read their chunks from static buffers, one
+// pair (features, targets) per device allocated before the capture; step() copies the batch's chunks into them
+// (torch.chunk's split, as comm::scatter does) and replays: one graph launch on devices[0]'s compute stream covers
+// every device. The loss is written by the graph into a tensor of its own; step() returns a copy of it made on
+// devices[0]'s compute stream, so a returned loss is never overwritten by a later step.
+//
+// Note [Host state of a captured step]: a replay must leave every piece of host state as the eager step would.
+//  - The optimizer: capturing runs replayable_step(), which changes no host state; each replay is
+//    prepare_replay() (this step's learning rates and step factors into device memory, outside the graph), the
+//    launch, then finish_replay() (Adam's step counts): so state_dict() and checkpoints count every step, and
+//    set_lr or an LR schedule takes effect at the next replay (Note [Replayed optimizer steps] in optimizer.h).
+//  - The reducer and the gradient views: the capture ran zero_grad and a whole overlapped step on the host, which
+//    leaves them as an eager step does (buffers summed, step closed); a replay changes nothing there.
+//  - The generator: a step whose forward draws on the host (Dropout's masks) cannot be captured (below); the capture
+//    restores the generator state it found when it fails.
+//  - The modules' training modes: a graph records the modes it was captured in; when any module's mode changes
+//    (nn::Module::training_mode_generation()), every graph is dropped and the next steps are captured again.
+//  - The tensors the graphs use: when a replica's parameter or gradient buffer is no longer the tensor the graphs
+//    were captured with (Module::to, set_parameters, a .grad replaced), or the optimizer replaced its state
+//    (load_state_dict, set_state: optim::Optimizer::state_generation()), every graph is dropped likewise. A replay
+//    works on the flat gradient buffers, as the captured zero_grad installed their views; a .grad that the caller
+//    replaces between steps (zero_grad with set_to_none) is not reinstalled by a replay.
+//
+// Note [Falling back to the eager step]: where capture is impossible, step() runs trainers::train_step's eager step
+// (parallel::data_parallel_step) instead, and fallback_reason() says why: options.enabled false; CPU devices
+// ("capture needs CUDA devices"); a batch with fewer rows than devices; a model whose gradients are reduced across
+// processes ("capture across processes is not supported yet": DistributedDataParallel's process group tracks each
+// collective it launches with events on the host); an optimizer that cannot split its step; max_graphs graphs held
+// already; and a step that does host work capture cannot record (host random draws such as Dropout's masks, copies
+// to the host such as label checks): CUDA invalidates the capture and the failing call throws. The capture is then
+// ended cleanly (DeviceGraph::abort_capture), the reducer's step abandoned and the generator restored, so the failed
+// attempt changes no state (nothing it recorded ran), the step runs eagerly, and the reason (with the error's text)
+// is kept: every later step of that shape runs eagerly at once.
+//
+// Requirements: model and optimizer outlive the CapturedStep. Not thread-safe; no other thread may use the devices
+// while a step is captured.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/device_graph.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/shape.h"
+#include "tandem/core/tensor.h"
+#include "tandem/parallel/replicated.h"
+#include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/parallel/weighted_step.h"
+
+namespace tandem::parallel {
+
+struct CaptureOptions {
+  int warmup_steps = 2;   // eager steps before the first capture; at least one is always taken
+  size_t max_graphs = 4;  // graphs held at most (one per batch shape); further shapes run eagerly
+  bool enabled = true;    // false: every step runs eagerly
+};
+
+class CapturedStep {
+ public:
+  // Errors: an empty loss function; warmup_steps < 0.
+  CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss, CaptureOptions options = {});
+  ~CapturedStep();  // destroys the graphs (synchronizing their devices) before anything they captured
+  CapturedStep(const CapturedStep&) = delete;
+  CapturedStep& operator=(const CapturedStep&) = delete;
+
+  // One optimizer step on the batch (features [n, ...], targets [n, ...], any device), with trainers::train_step's
+  // contract and result: the batch's mean loss, a scalar on devices[0] (not read here; reading it waits for the
+  // step). Replayed from a graph when possible (Note [Capturing a step]), eager otherwise (Note [Falling back to the
+  // eager step]). Errors: as train_step.
+  Tensor step(const Tensor& features, const Tensor& targets);
+
+  bool captured() const { return captured_; }  // whether the last step() replayed a graph
+  // Why the last step() ran eagerly; "" when it replayed.
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  size_t graphs() const { return graphs_.size(); }  // graphs held (one per distinct batch shape)
+  // Drops every graph and every remembered capture failure: the next step of each shape is captured again.
+  void reset();
+
+ private:
+  // One batch shape's graph and the static tensors it reads and writes.
+  struct Graph {
+    std::vector<Tensor> inputs;  // [replica]: the chunk of features the graph reads
+    std::vector<Tensor> labels;  // [replica]: the chunk of targets
+    Tensor loss;                 // written by the graph
+    DeviceGraph graph;           // declared last: destroyed first, before the tensors it uses
+  };
+  struct Key {
+    Shape features, targets;
+    DType features_dtype, targets_dtype;
+    auto operator<=>(const Key&) const = default;
+  };
+
+  Tensor eager(const Tensor& features, const Tensor& targets, std::string reason);
+  Tensor replay(Graph& graph, const Tensor& features, const Tensor& targets);
+  // Captures the step for this batch's shape; null (and `reason` set) when the capture failed.
+  std::unique_ptr<Graph> capture(const Tensor& features, const Tensor& targets, std::string& reason);
+  // Why no step can be captured for this batch, whatever its shape; "" when one can.
+  std::string capture_blocker(const Tensor& features) const;
+  // What the graphs depend on besides their own tensors (Note [Host state of a captured step]): training modes,
+  // the optimizer's state generation, and the addresses of every replica's parameters and gradient buffer.
+  std::vector<uint64_t> fingerprint() const;
+
+  ReplicatedModule& model_;
+  ReplicatedOptimizer& optimizer_;
+  LossFunction loss_;
+  CaptureOptions options_;
+  int eager_steps_ = 0;
+  std::vector<uint64_t> fingerprint_;  // fingerprint() when the graphs were captured
+  std::map<Key, std::unique_ptr<Graph>> graphs_;
+  std::map<Key, std::string> failures_;  // shapes whose capture failed, with the reason
+  bool captured_ = false;
+  std::string fallback_reason_;
+};
+
+}  // namespace tandem::parallel

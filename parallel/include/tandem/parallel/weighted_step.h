@@ -1,0 +1,48 @@
+#pragma once
+// The body of a data-parallel training step on replicas kept alive across steps, each replica's loss weighted by its
+// share of the batch: one home for what trainers::train_step and parallel::CapturedStep both run.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/loss.h"
+#include "tandem/parallel/distributed.h"
+#include "tandem/parallel/parallel_apply.h"
+#include "tandem/parallel/replicated.h"
+#include "tandem/parallel/replicated_optimizer.h"
+
+namespace tandem::parallel {
+
+// A training loss: a one-element tensor from a model's output and the targets of the same rows. For the step to match
+// one device, it must be a mean over the rows (as nn::mse_loss is).
+using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// Throws "<caller>: features of shape [..] and targets of shape [..] but expected the same number of rows" unless
+// both have a first dimension of the same size.
+void check_batch_rows(const Tensor& features, const Tensor& targets, const char* caller);
+
+// Zeroes the gradients, then runs each replica i on inputs[i]: forward, its loss weighted by its chunk's share of
+// `global_rows`, loss_i = loss(output_i, labels[i]) * rows_i / global_rows (so that the summed gradients are the
+// gradient of the mean over the whole batch), and backward; the replicas' gradients are summed (forward_backward).
+// Returns the weighted losses, detached. Errors: a loss that is not one element ("train_step: the loss of replica i
+// has shape ..."); forward_backward's.
+std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
+                                              const std::vector<Tensor>& labels, int64_t global_rows,
+                                              const LossFunction& loss,
+                                              ReplicaThreads threads = ReplicaThreads::Workers);
+std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
+                                              const std::vector<Tensor>& labels, int64_t global_rows,
+                                              const LossFunction& loss);
+
+// The sum of the weighted losses as a scalar on `device` (zero for no losses: a process without rows).
+Tensor sum_losses(const std::vector<Tensor>& losses, Device device);
+
+// The whole eager step of trainers::train_step (see there): features and targets scattered over model.devices(),
+// weighted_forward_backward, optimizer.step(), and the sum of the losses on devices[0]. Errors: as train_step.
+Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
+                          const Tensor& targets, const LossFunction& loss = nn::mse_loss);
+
+}  // namespace tandem::parallel

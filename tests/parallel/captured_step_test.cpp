@@ -1,0 +1,398 @@
+// parallel::CapturedStep: trainers::train_step's step captured as one CUDA graph and replayed, against the eager step
+// from the same start; its fallbacks (CPU devices, Dropout, max_graphs) and the pieces it is built from that run on
+// CPU devices too (replayed optimizer steps, DeviceScalars, DeviceGraph's checks).
+
+#include "tandem/parallel/captured_step.h"
+
+#include <unistd.h>
+
+#include <functional>
+#include <memory>
+
+#include "parallel/parallel_test_helpers.h"
+#include "tandem/trainers/train_step.h"
+
+namespace tandem::testing {
+namespace {
+
+using OptimizerFactory =
+    std::function<std::unique_ptr<parallel::ReplicatedOptimizer>(parallel::ReplicatedModule& model)>;
+
+std::unique_ptr<parallel::ReplicatedOptimizer> sgd_momentum(parallel::ReplicatedModule& model) {
+  return std::make_unique<parallel::ReplicatedSGD>(model, optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+}
+
+std::unique_ptr<parallel::ReplicatedOptimizer> adamw(parallel::ReplicatedModule& model) {
+  return std::make_unique<parallel::ReplicatedAdamW>(model, optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.05});
+}
+
+// The seed net's shape (Linear(10, 20) -> tanh -> Linear(20, 1)), optionally with Dropout after the hidden layer.
+class SeedNet : public nn::Cloneable<SeedNet> {
+ public:
+  SeedNet(Device device, double dropout) {
+    manual_seed(4321);
+    fc1 = std::make_shared<nn::Linear>(10, 20, true, device);
+    fc2 = std::make_shared<nn::Linear>(20, 1, true, device);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    if (dropout > 0.0) {
+      drop = std::make_shared<nn::Dropout>(dropout);
+      register_module("drop", drop);
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor hidden = tanh(fc1->forward(x));
+    if (drop) hidden = drop->forward(hidden);
+    return fc2->forward(hidden);
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  std::shared_ptr<nn::Dropout> drop;
+};
+
+// One training setup: a net replicated over `devices` and an optimizer over the replicas.
+struct Training {
+  Training(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer, double dropout = 0.0)
+      : net(std::make_shared<SeedNet>(devices[0], dropout)),
+        model(std::make_unique<parallel::ReplicatedModule>(net, devices)),
+        optimizer(make_optimizer(*model)) {}
+  std::shared_ptr<SeedNet> net;
+  std::unique_ptr<parallel::ReplicatedModule> model;
+  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer;
+};
+
+// The batch of step `step`: `rows` rows on `device`, the same on every run.
+std::pair<Tensor, Tensor> batch_of(int step, int64_t rows, Device device) {
+  return {seeded_randn({rows, 10}, device, 100 + step), seeded_randn({rows, 1}, device, 900 + step)};
+}
+
+// What a run does after each step (an LR schedule's step, say), and a maker of one for each run.
+using AfterStep = std::function<void(Training&, int step)>;
+using AfterStepMaker = std::function<AfterStep()>;
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<bool> captured;
+  std::vector<std::string> reasons;
+};
+
+// `steps` steps with rows_of(step) rows each, through a CapturedStep or (captured == nullptr) train_step.
+RunResult run(Training& setup, parallel::CapturedStep* captured, int steps, const std::function<int64_t(int)>& rows_of,
+              const AfterStep& after = nullptr) {
+  RunResult result;
+  for (int step = 0; step < steps; ++step) {
+    const auto [features, targets] = batch_of(step, rows_of(step), setup.model->devices()[0]);
+    manual_seed(77 + step);  // Dropout's masks: the same draws in both runs
+    const Tensor loss = captured != nullptr ? captured->step(features, targets)
+                                            : trainers::train_step(*setup.model, *setup.optimizer, features, targets);
+    result.losses.push_back(loss.item<float>());
+    if (captured != nullptr) {
+      result.captured.push_back(captured->captured());
+      result.reasons.push_back(captured->fallback_reason());
+    }
+    if (after) after(setup, step);
+  }
+  return result;
+}
+
+void expect_runs_equal(const RunResult& actual, const RunResult& expected, double rtol) {
+  ASSERT_EQ(actual.losses.size(), expected.losses.size());
+  for (size_t i = 0; i < actual.losses.size(); ++i) {
+    EXPECT_NEAR(actual.losses[i], expected.losses[i], rtol * std::abs(expected.losses[i]) + 1e-7) << "step " << i;
+  }
+}
+
+int64_t constant_rows(int) { return 256; }
+
+// ---- CPU devices: the eager fallback, which CI runs ----------------------------------------------------------
+
+TEST(CapturedStep, FallsBackOnCpuDevicesAndEqualsTrainStepExactly) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Training captured_setup(devices, sgd_momentum);
+  Training eager_setup(devices, sgd_momentum);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  const RunResult captured = run(captured_setup, &step, 5, constant_rows);
+  const RunResult eager = run(eager_setup, nullptr, 5, constant_rows);
+  expect_runs_equal(captured, eager, 0.0);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 0.0, 0.0);
+  EXPECT_FALSE(step.captured());
+  EXPECT_EQ(step.graphs(), 0u);
+  EXPECT_EQ(step.fallback_reason(), "capture needs CUDA devices, but the model runs on cpu:0");
+}
+
+TEST(CapturedStep, DisabledRunsEagerlyWithItsReason) {
+  const std::vector<Device> devices = {Device::cpu(0)};
+  Training setup(devices, adamw);
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss, {.enabled = false});
+  run(setup, &step, 3, constant_rows);
+  EXPECT_FALSE(step.captured());
+  EXPECT_EQ(step.fallback_reason(), "capture is disabled (CaptureOptions::enabled is false)");
+  EXPECT_EQ(dynamic_cast<optim::AdamW&>(setup.optimizer->optimizer(0)).step_count(0), 3);
+}
+
+TEST(CapturedStep, RejectsBadArguments) {
+  const std::vector<Device> devices = {Device::cpu(0)};
+  Training setup(devices, sgd_momentum);
+  EXPECT_ERROR(parallel::CapturedStep(*setup.model, *setup.optimizer, nullptr),
+               "parallel::CapturedStep: the loss function is empty");
+  EXPECT_ERROR(parallel::CapturedStep(*setup.model, *setup.optimizer, nn::mse_loss, {.warmup_steps = -1}),
+               "parallel::CapturedStep: warmup_steps is -1 but expected >= 0");
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  EXPECT_ERROR(step.step(Tensor::zeros({4, 10}), Tensor::zeros({3, 1})),
+               "parallel::CapturedStep::step: features of shape [4, 10] and targets of shape [3, 1] but expected "
+               "the same number of rows");
+}
+
+// ---- replayed optimizer steps, on CPU devices -----------------------------------------------------------------
+
+// Steps two copies of one net's parameters with the same gradients: `stepped` with step(), `replayed` with one
+// step() and then prepare_replay / replayable_step / finish_replay, changing the learning rate every step.
+template <class Optimizer, class Options>
+void expect_replayed_steps_equal_steps(const Options& options) {
+  const Device device = Device::cpu(0);
+  auto stepped_net = make_net(device);
+  auto replayed_net = make_net(device);
+  Optimizer stepped(stepped_net->parameters(), options);
+  Optimizer replayed(replayed_net->parameters(), options);
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Tensor x = seeded_randn({5, 4}, device, 10 + step);
+    for (auto* net : {stepped_net.get(), replayed_net.get()}) {
+      net->zero_grad();
+      sum(net->forward(x)).backward();
+    }
+    const double lr = 0.02 / (1.0 + step);
+    stepped.set_lr(lr);
+    replayed.set_lr(lr);
+    stepped.step();
+    if (step == 0) {
+      replayed.step();
+    } else {
+      replayed.prepare_replay();
+      replayed.replayable_step();
+      replayed.finish_replay();
+    }
+    expect_parameters_close(*replayed_net, *stepped_net, 0.0, 0.0);
+  }
+  const optim::OptimizerState a = stepped.state_dict();
+  const optim::OptimizerState b = replayed.state_dict();
+  ASSERT_EQ(a.parameters.size(), b.parameters.size());
+  for (size_t i = 0; i < a.parameters.size(); ++i) EXPECT_EQ(a.parameters[i].step, b.parameters[i].step);
+}
+
+TEST(ReplayedOptimizerStep, SgdWithMomentumEqualsStep) {
+  expect_replayed_steps_equal_steps<optim::SGD>(
+      optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+}
+
+TEST(ReplayedOptimizerStep, AdamWEqualsStepAndCountsSteps) {
+  expect_replayed_steps_equal_steps<optim::AdamW>(optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+}
+
+TEST(ReplayedOptimizerStep, AdamWithAmsgradEqualsStep) {
+  expect_replayed_steps_equal_steps<optim::Adam>(optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+}
+
+TEST(ReplayedOptimizerStep, NeedsStateAndAPreparedBuffer) {
+  auto net = make_net(Device::cpu(0));
+  sum(net->forward(seeded_randn({2, 4}, Device::cpu(0), 3))).backward();
+  optim::SGD sgd(net->parameters(), {.lr = 0.1, .momentum = 0.9});
+  EXPECT_ERROR(sgd.replayable_step(), "optim::SGD::replayable_step: prepare_replay() has not run yet");
+  sgd.prepare_replay();
+  EXPECT_ERROR(sgd.replayable_step(),
+               "optim::SGD::replayable_step: parameter 0 has no momentum buffer yet but expected one");
+  optim::Adam adam(net->parameters());
+  adam.prepare_replay();
+  EXPECT_ERROR(adam.replayable_step(), "optim::Adam::replayable_step: parameter 0 has no moments yet");
+  EXPECT_TRUE(sgd.replayable());
+}
+
+TEST(ReplayedOptimizerStep, NeedsEveryParameterOnOneDevice) {
+  const Tensor a = Tensor::zeros({2}, Device::cpu(0)).set_requires_grad(true);
+  const Tensor b = Tensor::zeros({2}, Device::cpu(1)).set_requires_grad(true);
+  optim::SGD sgd({a, b}, {.lr = 0.1});
+  EXPECT_ERROR(sgd.prepare_replay(), "optim::SGD::prepare_replay: parameter 1 is on cpu:1 but parameter 0 is on cpu:0");
+}
+
+TEST(FusedUpdates, RejectHyperParametersOfTheWrongShape) {
+  const Tensor param = Tensor::zeros({3});
+  const Tensor grad = Tensor::ones({3});
+  EXPECT_ERROR(sgd_update(param, grad, Tensor(), SgdUpdate{}, Tensor::zeros({2})),
+               "sgd_update: lr has shape [2] but expected 1 contiguous elements");
+  EXPECT_ERROR(
+      adam_update(param, grad, Tensor::zeros({3}), Tensor::zeros({3}), Tensor(), AdamUpdate{}, Tensor::zeros({2})),
+      "adam_update: step_factors has shape [2] but expected 3 contiguous elements");
+  sgd_update(param, grad, Tensor(), SgdUpdate{.lr = 5.0f}, Tensor::full({1}, 0.5, DType::Float32));
+  expect_values(param, {-0.5, -0.5, -0.5}, {3});
+}
+
+TEST(DeviceScalars, UploadsOnCpuDevices) {
+  DeviceScalars scalars(Device::cpu(1), 2);
+  expect_values(scalars.values(), {0.0, 0.0}, {2});
+  scalars.upload({1.5f, -2.0f});
+  expect_values(scalars.values(), {1.5, -2.0}, {2});
+  EXPECT_EQ(scalars.values().device(), Device::cpu(1));
+  EXPECT_ERROR(scalars.upload({1.0f}), "DeviceScalars::upload: got 1 values but expected 2");
+  EXPECT_ERROR(DeviceScalars(Device::cpu(0), 0), "DeviceScalars: got a count of 0");
+}
+
+TEST(DeviceGraph, CaptureNeedsCudaDevices) {
+  DeviceGraph graph;
+  EXPECT_ERROR(graph.begin_capture({Device::cpu(0)}),
+               "DeviceGraph::begin_capture: got cpu:0 but capture needs CUDA devices");
+  EXPECT_ERROR(graph.begin_capture({}), "DeviceGraph::begin_capture: got no devices");
+  EXPECT_ERROR(graph.replay(), "DeviceGraph::replay: nothing was captured");
+  EXPECT_FALSE(graph.capturing());
+  EXPECT_FALSE(graph.ready());
+}
+
+// ---- CUDA: captured against eager ---------------------------------------------------------------------------
+
+std::vector<Device> first_gpus(int count) {
+  std::vector<Device> devices;
+  for (int d = 0; d < count; ++d) devices.push_back(Device::cuda(d));
+  return devices;
+}
+
+// 20 captured steps against 20 eager ones from the same start: equal losses and parameters.
+void expect_captured_equals_eager(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer,
+                                  const std::function<int64_t(int)>& rows_of, const AfterStepMaker& make_after,
+                                  size_t expected_graphs) {
+  Training captured_setup(devices, make_optimizer);
+  Training eager_setup(devices, make_optimizer);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  const RunResult captured = run(captured_setup, &step, 20, rows_of, make_after ? make_after() : nullptr);
+  const RunResult eager = run(eager_setup, nullptr, 20, rows_of, make_after ? make_after() : nullptr);
+  expect_runs_equal(captured, eager, 1e-6);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  for (size_t d = 1; d < devices.size(); ++d)
+    expect_parameters_close(*captured_setup.model->replicas()[d], *captured_setup.net, 0.0, 0.0);
+  for (int i = 2; i < 20; ++i) EXPECT_TRUE(captured.captured[i]) << "step " << i << ": " << captured.reasons[i];
+  EXPECT_FALSE(captured.captured[0]);
+  EXPECT_EQ(captured.reasons[0], "warm-up step 1 of 2");
+  EXPECT_EQ(step.graphs(), expected_graphs);
+}
+
+// The LR changes every step: a LinearLR ramp for AdamW, a cosine for SGD, one scheduler per replica.
+AfterStep schedule_steps(bool cosine) {
+  auto schedulers = std::make_shared<std::vector<std::unique_ptr<optim::LRScheduler>>>();
+  return [schedulers, cosine](Training& setup, int) {
+    if (schedulers->empty()) {
+      for (size_t d = 0; d < setup.optimizer->size(); ++d) {
+        optim::Optimizer& optimizer = setup.optimizer->optimizer(d);
+        if (cosine) {
+          schedulers->push_back(std::make_unique<optim::CosineAnnealingLR>(optimizer, 20));
+        } else {
+          schedulers->push_back(std::make_unique<optim::LinearLR>(optimizer, 0.2, 1.0, 20));
+        }
+      }
+    }
+    for (auto& scheduler : *schedulers) scheduler->step();
+  };
+}
+
+AfterStepMaker with_schedule(bool cosine) {
+  return [cosine] { return schedule_steps(cosine); };
+}
+
+class CapturedStepOnGpus : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { TANDEM_REQUIRE_GPUS(GetParam()); }
+  std::vector<Device> devices() const { return first_gpus(GetParam()); }
+};
+
+TEST_P(CapturedStepOnGpus, SgdMomentumEqualsEager) {
+  expect_captured_equals_eager(devices(), sgd_momentum, constant_rows, nullptr, 1);
+}
+
+TEST_P(CapturedStepOnGpus, AdamWWithLinearScheduleEqualsEagerWithoutRecapture) {
+  expect_captured_equals_eager(devices(), adamw, constant_rows, with_schedule(false), 1);
+}
+
+TEST_P(CapturedStepOnGpus, SgdWithCosineScheduleEqualsEager) {
+  expect_captured_equals_eager(devices(), sgd_momentum, constant_rows, with_schedule(true), 1);
+}
+
+TEST_P(CapturedStepOnGpus, ShortLastBatchGetsItsOwnGraph) {
+  expect_captured_equals_eager(
+      devices(), sgd_momentum, [](int step) { return step % 5 == 4 ? 100 : 256; }, nullptr, 2);
+}
+
+TEST_P(CapturedStepOnGpus, AdamStepCountsAdvanceAsEager) {
+  Training setup(devices(), adamw);
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  run(setup, &step, 7, constant_rows);
+  EXPECT_TRUE(step.captured());
+  for (size_t d = 0; d < setup.optimizer->size(); ++d) {
+    EXPECT_EQ(dynamic_cast<optim::AdamW&>(setup.optimizer->optimizer(d)).step_count(0), 7);
+  }
+}
+
+TEST_P(CapturedStepOnGpus, CapturesAgainAfterTheOptimizerStateIsReplaced) {
+  Training captured_setup(devices(), sgd_momentum);
+  Training eager_setup(devices(), sgd_momentum);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  const AfterStep reload = [](Training& training, int i) {
+    if (i == 5) training.optimizer->load_state_dict(training.optimizer->state_dict());  // new buffer tensors
+  };
+  const RunResult captured = run(captured_setup, &step, 10, constant_rows, reload);
+  const RunResult eager = run(eager_setup, nullptr, 10, constant_rows, reload);
+  expect_runs_equal(captured, eager, 1e-6);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  EXPECT_TRUE(step.captured());
+  EXPECT_EQ(step.graphs(), 1u);
+}
+
+TEST_P(CapturedStepOnGpus, ReturnsAFreshLossEachStep) {
+  Training setup(devices(), sgd_momentum);
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  std::vector<Tensor> losses;
+  for (int i = 0; i < 5; ++i) {
+    const auto [features, targets] = batch_of(i, 256, devices()[0]);
+    losses.push_back(step.step(features, targets));
+  }
+  EXPECT_TRUE(step.captured());
+  const float third = losses[3].item<float>();
+  const auto [features, targets] = batch_of(9, 256, devices()[0]);
+  step.step(features, targets);
+  EXPECT_EQ(losses[3].item<float>(), third);
+  EXPECT_NE(losses[4].item<float>(), third);
+}
+
+TEST_P(CapturedStepOnGpus, DropoutFallsBackAndEqualsEager) {
+  Training captured_setup(devices(), sgd_momentum, 0.25);
+  Training eager_setup(devices(), sgd_momentum, 0.25);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  const RunResult captured = run(captured_setup, &step, 6, constant_rows);
+  const RunResult eager = run(eager_setup, nullptr, 6, constant_rows);
+  expect_runs_equal(captured, eager, 1e-6);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  EXPECT_FALSE(step.captured());
+  EXPECT_EQ(step.graphs(), 0u);
+  EXPECT_NE(step.fallback_reason().find("the capture of the step failed"), std::string::npos) << step.fallback_reason();
+  EXPECT_EQ(captured.reasons[3], captured.reasons[5]);  // later steps of the shape go straight to eager
+}
+
+TEST_P(CapturedStepOnGpus, MoreShapesThanMaxGraphsRunEagerly) {
+  Training captured_setup(devices(), sgd_momentum);
+  Training eager_setup(devices(), sgd_momentum);
+  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss, {.max_graphs = 1});
+  const auto rows_of = [](int i) { return i % 2 == 0 ? 256 : 128; };
+  const RunResult captured = run(captured_setup, &step, 8, rows_of);
+  const RunResult eager = run(eager_setup, nullptr, 8, rows_of);
+  expect_runs_equal(captured, eager, 1e-6);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  EXPECT_EQ(step.graphs(), 1u);
+  EXPECT_TRUE(captured.captured[6]);
+  EXPECT_FALSE(captured.captured[7]);
+  EXPECT_EQ(captured.reasons[7],
+            "1 graphs are held already (CaptureOptions::max_graphs is 1), so the batch of shape [128, 10] runs "
+            "eagerly");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpus, CapturedStepOnGpus, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 1 ? std::string("CUDA") : std::string("MultiCUDA");
+                         });
+
+}  // namespace
+}  // namespace tandem::testing
