@@ -86,15 +86,18 @@ int exit_status(std::string_view program, Body&& body) {
 
 // ---- workloads
 
-// The wide MLP of train_step_bench and ddp_step_bench: 4 x Linear(4096, 4096) with ReLU between.
-inline std::shared_ptr<nn::Module> wide_mlp() {
+// 4 x Linear(width, width) with ReLU between (train_step_bench's --widths sweep).
+inline std::shared_ptr<nn::Module> mlp(int64_t width) {
   auto net = std::make_shared<nn::Sequential>();
   for (int layer = 0; layer < 4; ++layer) {
     if (layer > 0) net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(4096, 4096));
+    net->push_back(std::make_shared<nn::Linear>(width, width));
   }
   return net;
 }
+
+// The wide MLP of train_step_bench and ddp_step_bench.
+inline std::shared_ptr<nn::Module> wide_mlp() { return mlp(4096); }
 
 // ---- timing
 

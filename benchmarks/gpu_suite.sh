@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
 # every log under $OUT (default: out/). Stages to run are arguments (default: all):
-#   build  tests  examples  comm_bench  linear_bench  step_bench  torch  libtorch  ddp
+#   build  tests  examples  comm_bench  linear_bench  step_bench  torch  libtorch  ddp  width
 # Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +63,8 @@ run_stage() {
       tail -20 "$out/libtorch.log" ;;
     ddp)  # multi-process DDP against PyTorch's DDP under torchrun, and all_reduce against raw NCCL
       TANDEM_BUILD_DIR="$build" benchmarks/ddp_suite.sh "$out/ddp" ;;
+    width)  # step time against model width: tandem eager and captured beside PyTorch's DDP, with an SVG plot
+      TANDEM_BUILD_DIR="$build" benchmarks/width_sweep.sh "$out/width" ;;
     *) echo "unknown stage $1"; return 2 ;;
   esac
 }

@@ -13,15 +13,20 @@ def seed_net():
     return nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 1))
 
 
-def wide_mlp():
-    """4 x Linear(4096, 4096) with ReLU between."""
+def mlp(width):
+    """4 x Linear(width, width) with ReLU between."""
     from torch import nn
     layers = []
     for layer in range(4):
         if layer > 0:
             layers.append(nn.ReLU())
-        layers.append(nn.Linear(4096, 4096))
+        layers.append(nn.Linear(width, width))
     return nn.Sequential(*layers)
+
+
+def wide_mlp():
+    """4 x Linear(4096, 4096) with ReLU between."""
+    return mlp(4096)
 
 
 def sgd_mse_step(run, parameters, x, y, autocast_dtype=None):

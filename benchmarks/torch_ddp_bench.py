@@ -13,14 +13,16 @@ start together) and ends when the GPU is synchronized again; the host wall clock
 rank 0 reports the median, one JSON line per workload (on stdout, and into --jsonl PATH).
 
 Usage: torchrun --standalone --nproc_per_node 2 benchmarks/torch_ddp_bench.py [--workloads seed,wide,wide-tf32,...]
-                [--steps N] [--jsonl PATH]
+                [--steps N] [--jsonl PATH] [--widths W1,W2,...]
+With --widths, the workloads are 4 x Linear(W) with ReLU between, global batch 8192, plain FP32, one per width (the
+sweep of benchmarks/width_sweep.sh).
 """
 import argparse
 import json
 import os
 import sys
 
-from torch_bench_support import median_step_ms, seed_net, sgd_mse_step, wide_mlp
+from torch_bench_support import median_step_ms, mlp, seed_net, sgd_mse_step, wide_mlp
 
 # name: (title, make, global batch, inputs, outputs, warm-up steps, timed steps, precision)
 WORKLOADS = {
@@ -29,6 +31,12 @@ WORKLOADS = {
     "wide-tf32": ("wide MLP TF32, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, "tf32"),
     "wide-bf16": ("wide MLP bf16, batch 8192", wide_mlp, 8192, 4096, 4096, 10, 100, "bf16"),
 }
+WIDTH_BATCH = 8192  # the global batch of the --widths sweep (train_step_bench --widths uses the same)
+
+
+def width_workload(width):
+    """The --widths sweep's workload for one width: 4 x Linear(width) with ReLU between, plain FP32."""
+    return (f"4 x Linear({width}), batch {WIDTH_BATCH}", lambda: mlp(width), WIDTH_BATCH, width, width, 5, 30, "fp32")
 
 
 def parse_arguments():
@@ -36,8 +44,21 @@ def parse_arguments():
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of " + ", ".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=0, help="timed steps of every workload (default: its own)")
     parser.add_argument("--jsonl", default="", help="also write rank 0's JSON lines to this file")
+    parser.add_argument("--widths", default="",
+                        help="instead of --workloads: 4 x Linear(W) for each comma-separated width W (a sweep)")
     args = parser.parse_args()
     args.workloads = args.workloads.split(",")
+    if args.widths:
+        try:
+            widths = [int(width) for width in args.widths.split(",")]
+        except ValueError:
+            parser.error(f"--widths is {args.widths!r} but expected comma-separated integers")
+        if any(width < 1 or width > 65536 for width in widths):
+            parser.error(f"--widths is {args.widths!r} but expected widths in [1, 65536]")
+        args.workloads = []
+        for width in widths:
+            WORKLOADS[f"mlp-{width}"] = width_workload(width)
+            args.workloads.append(f"mlp-{width}")
     for name in args.workloads:
         if name not in WORKLOADS:
             parser.error(f"--workloads names {name!r} but expected one of {', '.join(WORKLOADS)}")
@@ -66,7 +87,7 @@ def time_workload(torch, dist, name, steps_override, device, world_size):
     torch.backends.cuda.matmul.allow_tf32 = False
     return {"framework": "pytorch", "torch": torch.__version__, "processes": world_size, "devices_per_process": 1,
             "device_type": "cuda", "workload": name, "title": title, "global_batch": global_batch,
-            "warmup": warmup, "steps": steps, "median_ms": median_ms}
+            "warmup": warmup, "steps": steps, "median_ms": median_ms, "width": inputs}
 
 
 def main():

@@ -9,15 +9,21 @@
 // after each step, and the host wall clock between is the step's time; the median over the timed steps, after a
 // warm-up, is reported.
 //
-//   train_step_bench [--gpus N] [--markdown PATH]
+// With --widths W1,W2,... it sweeps 4 x Linear(W) with ReLU between (global batch 8192, float32) on N GPUs instead,
+// eager and captured, and writes one JSON line per width and mode to --jsonl (benchmarks/width_sweep.sh draws them
+// beside PyTorch's DDP).
+//
+//   train_step_bench [--gpus N] [--markdown PATH] [--widths W1,W2,... --jsonl PATH]
 
 #include <tandem/tandem.h>
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench_support.h"
@@ -43,16 +49,44 @@ std::vector<Workload> workloads() {
           {"wide MLP, batch 8192", 8192, 4096, 4096, 5, 30, bench::wide_mlp}};
 }
 
+constexpr int64_t kSweepBatch = 8192;  // torch_ddp_bench.py --widths uses the same global batch
+
+Workload sweep_workload(int64_t width) {
+  return {"4 x Linear(" + std::to_string(width) + "), batch " + std::to_string(kSweepBatch), kSweepBatch, width,
+          width, 5, 30, [width] { return bench::mlp(width); }};
+}
+
 struct Options {
   int gpus = 2;
   std::string markdown;
+  std::string widths;
+  std::string jsonl;
+  std::vector<int64_t> sweep;  // parsed from widths
 };
 
 Options parse(int argc, char** argv) {
   Options options;
-  bench::parse_flags(
-      argc, argv, "train_step_bench", "usage: train_step_bench [--gpus N] [--markdown PATH]",
-      {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown)});
+  const char* usage = "usage: train_step_bench [--gpus N] [--markdown PATH] [--widths W1,W2,... --jsonl PATH]";
+  bench::parse_flags(argc, argv, "train_step_bench", usage,
+                     {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown),
+                      bench::text_flag("--widths", options.widths), bench::text_flag("--jsonl", options.jsonl)});
+  if (options.widths.empty()) {
+    TANDEM_CHECK(options.jsonl.empty(), "--jsonl goes with --widths; ", usage);
+    return options;
+  }
+  TANDEM_CHECK(!options.jsonl.empty(), "--widths needs --jsonl PATH; ", usage);
+  std::string_view rest = options.widths;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    int64_t width = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), width);
+    TANDEM_CHECK(error == std::errc() && end == item.data() + item.size() && width >= 1 && width <= 65536,
+                 "--widths names ", tandem::excerpt(item), " but expected integers in [1, 65536]");
+    options.sweep.push_back(width);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
   return options;
 }
 
@@ -82,12 +116,35 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
 // Milliseconds as the table prints them.
 std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
 
+// The --widths sweep: one JSON line per width and mode, on `gpus` GPUs.
+int sweep(const Options& options, int gpus) {
+  tandem::check_writable(options.jsonl, "--jsonl");
+  std::vector<tandem::Device> devices;
+  for (int g = 0; g < gpus; ++g) devices.push_back(tandem::Device::cuda(g));
+  std::ostringstream lines;
+  for (const int64_t width : options.sweep) {
+    const Workload workload = sweep_workload(width);
+    for (const bool captured : {false, true}) {
+      const double ms = time_step(workload, devices, captured);
+      const std::string line = bench::formatted(
+          "{\"framework\": \"tandem\", \"mode\": \"%s\", \"devices\": %d, \"width\": %lld, \"global_batch\": %lld, "
+          "\"median_ms\": %.6f}",
+          captured ? "captured" : "eager", gpus, static_cast<long long>(width), static_cast<long long>(kSweepBatch), ms);
+      std::cout << line << std::endl;
+      lines << line << "\n";
+    }
+  }
+  tandem::write_file_atomically(options.jsonl, lines.str(), "--jsonl");
+  return 0;
+}
+
 int run(const Options& options) {
   const int gpus = std::min(options.gpus, tandem::cuda_device_count());
   if (gpus < 1) {
     std::cout << "train_step_bench: no GPU visible; nothing to measure\n";
     return 0;
   }
+  if (!options.sweep.empty()) return sweep(options, gpus);
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   std::ostringstream table;
   table << "| workload | eager 1 GPU | captured 1 GPU | eager " << gpus << " GPUs | captured " << gpus << " GPUs |\n"
