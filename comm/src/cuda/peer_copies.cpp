@@ -13,8 +13,8 @@ size_t bytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * eleme
 
 // One peer copy on `stream` (of the current device).
 void issue_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
-  TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst.mutable_data_ptr(), dst.device().index(), src.data_ptr(),
-                                        src.device().index(), bytes_of(src), stream));
+  cuda::copy_peer_async(dst.mutable_data_ptr(), dst.device().index(), src.data_ptr(), src.device().index(), bytes_of(src),
+                        stream);
 }
 
 void add_once(std::vector<int>& devices, int device) {

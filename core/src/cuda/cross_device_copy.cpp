@@ -25,7 +25,7 @@ void copy_between_gpus(const Tensor& src, const Tensor& dst, size_t nbytes) {
   cuda::stream_wait(dst_stream, src_stream, from);
   {
     cuda::DeviceGuard guard(to);
-    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst.mutable_data_ptr(), to, src.data_ptr(), from, nbytes, dst_stream));
+    cuda::copy_peer_async(dst.mutable_data_ptr(), to, src.data_ptr(), from, nbytes, dst_stream);
   }
   cuda::stream_wait(src_stream, dst_stream, to);
 }

@@ -39,4 +39,18 @@ void enable_peer_access_between(int a, int b) {
   enable_peer_access(b, a, done);
 }
 
+// Note [Peer copies in a captured graph]: a stream that is being captured into a CUDA graph refuses
+// cudaMemcpyPeerAsync (cudaErrorStreamCaptureUnsupported), but takes cudaMemcpyAsync with cudaMemcpyDefault, which
+// finds both devices from the unified address space and becomes a copy node of the graph. Outside a capture the peer
+// copy stays the call it always was.
+void copy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t nbytes, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TANDEM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) {
+    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
+  } else {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+  }
+}
+
 }  // namespace tandem::cuda
