@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds tandem on a GPU machine and runs, in one go, the test suites, the examples and the benchmarks, keeping
 # every log under $OUT (default: out/). Stages to run are arguments (default: all):
-#   build  tests  examples  comm_bench  linear_bench  step_bench  torch  libtorch  ddp  width
+#   build  tests  examples  comm_bench  linear_bench  step_bench  torch  libtorch  ddp  width  sanitize
 # Usage on a machine with two GPUs: benchmarks/gpu_suite.sh build tests examples comm_bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench linear_bench step_bench torch libtorch ddp)
+[ ${#stages[@]} -gt 0 ] || stages=(build tests examples comm_bench linear_bench step_bench torch libtorch ddp width sanitize)
 build="${TANDEM_BUILD_DIR:-build-gpu}"
 export NCCL_NVLS_ENABLE=0  # never use NVLink multicast on shared machines
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -63,6 +63,18 @@ run_stage() {
       tail -20 "$out/libtorch.log" ;;
     ddp)  # multi-process DDP against PyTorch's DDP under torchrun, and all_reduce against raw NCCL
       TANDEM_BUILD_DIR="$build" benchmarks/ddp_suite.sh "$out/ddp" ;;
+    sanitize)  # compute-sanitizer's memcheck, synccheck and racecheck on the captured step's tests
+      # --report-api-errors no: NCCL's start-up probes fail cudaFuncGetAttributes on purpose. racecheck serializes
+      # kernels, and a collective's kernels on two GPUs must run together, so it takes the one-GPU cases only.
+      local tests="$build/bin/tandem_parallel_tests"
+      for tool in memcheck synccheck racecheck; do
+        local filter='Gpus/CapturedStepOnGpus.*:*ReplayedOptimizerStep*'
+        [ "$tool" = racecheck ] && filter='Gpus/CapturedStepOnGpus.*/CUDA'
+        timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 3 "$tests" \
+          --gtest_filter="$filter" >"$out/sanitize_$tool.log" 2>&1
+        echo "$tool: exit status $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1);" \
+          "$(grep -E '^\[  PASSED|^\[  FAILED' "$out/sanitize_$tool.log" | head -2 | tr '\n' ' ')"
+      done ;;
     width)  # step time against model width: tandem eager and captured beside PyTorch's DDP, with an SVG plot
       TANDEM_BUILD_DIR="$build" benchmarks/width_sweep.sh "$out/width" ;;
     *) echo "unknown stage $1"; return 2 ;;
