@@ -1,6 +1,8 @@
 #include "tandem/core/fused.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend.h"
 #include "raw_ops.h"
@@ -43,11 +45,40 @@ void check_hyperparameters(const char* caller, const Tensor& param, const Tensor
                to_string(values.shape()), " but expected ", count, " contiguous elements");
 }
 
+void check_sgd_parameter(const SgdParameter& p) {
+  check_param_and_grad("sgd_update", p.param, p.grad);
+  if (p.update.momentum != 0.0f) check_buffer("sgd_update", p.param, p.momentum_buffer, "momentum_buffer");
+  if (p.lr.defined()) check_hyperparameters("sgd_update", p.param, p.lr, 1, "lr");
+}
+
+void check_adam_parameter(const AdamParameter& p) {
+  check_param_and_grad("adam_update", p.param, p.grad);
+  check_buffer("adam_update", p.param, p.exp_avg, "exp_avg");
+  check_buffer("adam_update", p.param, p.exp_avg_sq, "exp_avg_sq");
+  if (p.update.amsgrad) check_buffer("adam_update", p.param, p.max_exp_avg_sq, "max_exp_avg_sq");
+  if (p.step_factors.defined()) check_hyperparameters("adam_update", p.param, p.step_factors, 3, "step_factors");
+}
+
+// Checks a list form's entries (Note [Multi-tensor updates]) and runs `run` on the entries of each device, in the order
+// of their first entries.
+template <typename Entry, typename Run>
+void per_device(const std::vector<Entry>& entries, const char* caller, void (*check)(const Entry&), const Run& run) {
+  TANDEM_CHECK(!entries.empty(), caller, ": got no parameters but expected at least one");
+  for (const Entry& entry : entries) check(entry);
+  std::vector<std::pair<Device, std::vector<Entry>>> groups;
+  for (const Entry& entry : entries) {
+    const Device device = entry.param.device();
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == device; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {device, {}});
+    group->second.push_back(entry);
+  }
+  for (const auto& [device, group] : groups) run(backend::for_device(device), group);
+}
+
 // Both forms of sgd_update; `lr` undefined takes update.lr.
 void checked_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
                         const Tensor& lr) {
-  check_param_and_grad("sgd_update", param, grad);
-  if (update.momentum != 0.0f) check_buffer("sgd_update", param, momentum_buffer, "momentum_buffer");
+  check_sgd_parameter({param, grad, momentum_buffer, update, lr});
   if (param.numel() == 0) return;
   backend::for_device(param.device()).sgd_update(param, grad, momentum_buffer, update, lr);
 }
@@ -55,10 +86,7 @@ void checked_sgd_update(const Tensor& param, const Tensor& grad, const Tensor& m
 // Both forms of adam_update; `step_factors` undefined takes update's.
 void checked_adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                          const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) {
-  check_param_and_grad("adam_update", param, grad);
-  check_buffer("adam_update", param, exp_avg, "exp_avg");
-  check_buffer("adam_update", param, exp_avg_sq, "exp_avg_sq");
-  if (update.amsgrad) check_buffer("adam_update", param, max_exp_avg_sq, "max_exp_avg_sq");
+  check_adam_parameter({param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, step_factors});
   if (param.numel() == 0) return;
   backend::for_device(param.device())
       .adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, step_factors);
@@ -72,8 +100,18 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
                 const Tensor& lr) {
-  check_hyperparameters("sgd_update", param, lr, 1, "lr");
+  raw::check_defined("sgd_update", lr, "lr");
   checked_sgd_update(param, grad, momentum_buffer, update, lr);
+}
+
+void sgd_update(const std::vector<SgdParameter>& parameters) {
+  per_device(parameters, "sgd_update", check_sgd_parameter,
+             [](backend::Backend& backend, const std::vector<SgdParameter>& group) { backend.sgd_update(group); });
+}
+
+void adam_update(const std::vector<AdamParameter>& parameters) {
+  per_device(parameters, "adam_update", check_adam_parameter,
+             [](backend::Backend& backend, const std::vector<AdamParameter>& group) { backend.adam_update(group); });
 }
 
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -83,7 +121,7 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) {
-  check_hyperparameters("adam_update", param, step_factors, 3, "step_factors");
+  raw::check_defined("adam_update", step_factors, "step_factors");
   checked_adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, update, step_factors);
 }
 

@@ -75,9 +75,11 @@ int64_t AdamFamily<kDecoupled>::step_count(size_t parameter) const {
   return moments_[parameter].step;
 }
 
+// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h).
 template <bool kDecoupled>
 void AdamFamily<kDecoupled>::step() {
   NoGradGuard no_grad;
+  std::vector<AdamParameter> updates;
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
@@ -90,10 +92,11 @@ void AdamFamily<kDecoupled>::step() {
       if (options.amsgrad) m.max_exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
       state_replaced();
     }
-    adam_update(parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
-                update_at(options, m.step + 1));
+    updates.push_back({parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
+                       update_at(options, m.step + 1), Tensor()});
     ++m.step;
   }
+  if (!updates.empty()) adam_update(updates);
 }
 
 template <bool kDecoupled>
@@ -110,18 +113,19 @@ void AdamFamily<kDecoupled>::prepare_replay() {
 template <bool kDecoupled>
 void AdamFamily<kDecoupled>::replayable_step() {
   NoGradGuard no_grad;
+  std::vector<AdamParameter> updates;
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    const Tensor factors = replay_values(i, "replayable_step");
     const Moments& m = moments_[i];
     TANDEM_CHECK(m.step > 0, who(), "::replayable_step: parameter ", i,
                  " has no moments yet but expected them (take one step() before capturing)");
-    // The step-dependent factors of `update` are replaced by the device's (Note [Replayed optimizer steps]).
-    adam_update(parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
-                update_at(groups_[param_group_of(i)], m.step + 1), factors);
+    // The step-dependent factors of the update are replaced by the device's (Note [Replayed optimizer steps]).
+    updates.push_back({parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
+                       update_at(groups_[param_group_of(i)], m.step + 1), replay_values(i, "replayable_step")});
   }
+  if (!updates.empty()) adam_update(updates);
 }
 
 template <bool kDecoupled>

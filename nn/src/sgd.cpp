@@ -36,27 +36,34 @@ const SGDOptions& SGD::options(size_t group) const {
   return groups_[group];
 }
 
+SgdUpdate SGD::update_of(size_t parameter, bool first_step) const {
+  const SGDOptions& options = groups_[param_group_of(parameter)];
+  return SgdUpdate{.lr = static_cast<float>(options.lr),
+                   .momentum = static_cast<float>(options.momentum),
+                   .dampening = static_cast<float>(options.dampening),
+                   .weight_decay = static_cast<float>(options.weight_decay),
+                   .nesterov = options.nesterov,
+                   .first_step = first_step};
+}
+
+// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h).
 void SGD::step() {
   NoGradGuard no_grad;
+  std::vector<SgdParameter> updates;
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& parameter = parameters()[i];
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    const SGDOptions& options = groups_[param_group_of(i)];
     Tensor& buffer = momentum_buffers_[i];
-    const SgdUpdate update{.lr = static_cast<float>(options.lr),
-                           .momentum = static_cast<float>(options.momentum),
-                           .dampening = static_cast<float>(options.dampening),
-                           .weight_decay = static_cast<float>(options.weight_decay),
-                           .nesterov = options.nesterov,
-                           .first_step = !buffer.defined()};
+    const SgdUpdate update = update_of(i, !buffer.defined());
     // The first step writes buf = d, so the new buffer needs no initial values.
-    if (options.momentum != 0.0 && update.first_step) {
+    if (update.momentum != 0.0f && update.first_step) {
       buffer = Tensor::empty(parameter.shape(), parameter.device());
       state_replaced();
     }
-    sgd_update(parameter, grad.contiguous(), buffer, update);
+    updates.push_back({parameter, grad.contiguous(), buffer, update, Tensor()});
   }
+  if (!updates.empty()) sgd_update(updates);
 }
 
 void SGD::prepare_replay() {
@@ -67,23 +74,20 @@ void SGD::prepare_replay() {
 
 void SGD::replayable_step() {
   NoGradGuard no_grad;
+  std::vector<SgdParameter> updates;
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    const Tensor lr = replay_values(i, "replayable_step");
-    const SGDOptions& options = groups_[param_group_of(i)];
     const Tensor& buffer = momentum_buffers_[i];
-    TANDEM_CHECK(options.momentum == 0.0 || buffer.defined(), "optim::SGD::replayable_step: parameter ", i,
+    TANDEM_CHECK(groups_[param_group_of(i)].momentum == 0.0 || buffer.defined(),
+                 "optim::SGD::replayable_step: parameter ", i,
                  " has no momentum buffer yet but expected one (take one step() before capturing)");
-    const SgdUpdate update{.lr = 0.0f,  // read from the device (Note [Replayed optimizer steps])
-                           .momentum = static_cast<float>(options.momentum),
-                           .dampening = static_cast<float>(options.dampening),
-                           .weight_decay = static_cast<float>(options.weight_decay),
-                           .nesterov = options.nesterov,
-                           .first_step = false};
-    sgd_update(parameter, grad.contiguous(), buffer, update, lr);
+    SgdUpdate update = update_of(i, /*first_step=*/false);
+    update.lr = 0.0f;  // read from the device (Note [Replayed optimizer steps])
+    updates.push_back({parameter, grad.contiguous(), buffer, update, replay_values(i, "replayable_step")});
   }
+  if (!updates.empty()) sgd_update(updates);
 }
 
 void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {

@@ -326,6 +326,16 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void sgd_update(const std::vector<SgdParameter>& parameters) override {
+    for (const SgdParameter& p : parameters) sgd_update(p.param, p.grad, p.momentum_buffer, p.update, p.lr);
+  }
+
+  void adam_update(const std::vector<AdamParameter>& parameters) override {
+    for (const AdamParameter& p : parameters) {
+      adam_update(p.param, p.grad, p.exp_avg, p.exp_avg_sq, p.max_exp_avg_sq, p.update, p.step_factors);
+    }
+  }
+
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {
     const float* px = x.data();
     const int64_t n = x.numel();

@@ -180,6 +180,39 @@ class CudaBackend final : public backend::Backend {
                          step_factors.defined() ? step_factors.data() : nullptr, on.stream);
   }
 
+  void sgd_update(const std::vector<backend::SgdParameter>& parameters) override {
+    std::vector<kernels::SgdEntry> entries;
+    entries.reserve(parameters.size());
+    for (const backend::SgdParameter& p : parameters) {
+      const bool uses_buffer = p.update.momentum != 0.0f;
+      entries.push_back({.param = p.param.mutable_data(),
+                         .grad = p.grad.data(),
+                         .momentum_buffer = uses_buffer ? p.momentum_buffer.mutable_data() : nullptr,
+                         .lr = p.lr.defined() ? p.lr.data() : nullptr,
+                         .n = p.param.numel(),
+                         .update = p.update});
+    }
+    OnDevice on(parameters.front().param);
+    kernels::sgd_update(entries, on.stream);
+  }
+
+  void adam_update(const std::vector<backend::AdamParameter>& parameters) override {
+    std::vector<kernels::AdamEntry> entries;
+    entries.reserve(parameters.size());
+    for (const backend::AdamParameter& p : parameters) {
+      entries.push_back({.param = p.param.mutable_data(),
+                         .grad = p.grad.data(),
+                         .exp_avg = p.exp_avg.mutable_data(),
+                         .exp_avg_sq = p.exp_avg_sq.mutable_data(),
+                         .max_exp_avg_sq = p.update.amsgrad ? p.max_exp_avg_sq.mutable_data() : nullptr,
+                         .step_factors = p.step_factors.defined() ? p.step_factors.data() : nullptr,
+                         .n = p.param.numel(),
+                         .update = p.update});
+    }
+    OnDevice on(parameters.front().param);
+    kernels::adam_update(entries, on.stream);
+  }
+
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {
     OnDevice on(out);
     Scratch scratch(on.device, kernels::reduce_scratch_floats(x.numel()));

@@ -344,9 +344,11 @@ __global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
 
 // ---- optimizer ----------------------------------------------------------------------------------------------
 
-// lr_on_device, when not null, replaces u.lr (Note [Hyper-parameters in device memory] in fused.h).
-__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u,
-                           const float* lr_on_device) {
+// The SGD rule for the elements of one tensor that this thread covers; lr_on_device, when not null, replaces u.lr
+// (Note [Hyper-parameters in device memory] in fused.h). The single-tensor and the multi-tensor kernels both run it,
+// so their results are bitwise equal (Note [Multi-tensor updates] in fused.h).
+__device__ void sgd_elements(int64_t n, float* param, const float* grad, float* momentum_buffer, const SgdUpdate& u,
+                             const float* lr_on_device) {
   const float lr = lr_on_device != nullptr ? *lr_on_device : u.lr;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     // See Note [Rounding like the CPU].
@@ -363,11 +365,17 @@ __global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* mo
   }
 }
 
-// See Note [Rounding like the CPU]; the operations and their order are those of fused.h's AdamUpdate. step_factors,
-// when not null, replaces u.param_scale, u.step_size and u.bias_correction2_sqrt (Note [Hyper-parameters in device
-// memory] in fused.h).
-__global__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                            float* max_exp_avg_sq, AdamUpdate u, const float* step_factors) {
+__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u,
+                           const float* lr_on_device) {
+  sgd_elements(n, param, grad, momentum_buffer, u, lr_on_device);
+}
+
+// The Adam rule for the elements of one tensor that this thread covers. See Note [Rounding like the CPU]; the
+// operations and their order are those of fused.h's AdamUpdate. step_factors, when not null, replaces u.param_scale,
+// u.step_size and u.bias_correction2_sqrt (Note [Hyper-parameters in device memory] in fused.h). Shared by the single-
+// and the multi-tensor kernels, as sgd_elements is.
+__device__ void adam_elements(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                              float* max_exp_avg_sq, AdamUpdate u, const float* step_factors) {
   if (step_factors != nullptr) {
     u.param_scale = step_factors[0];
     u.step_size = step_factors[1];
@@ -392,6 +400,62 @@ __global__ void adam_kernel(int64_t n, float* param, const float* grad, float* e
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(second), u.bias_correction2_sqrt), u.eps);
     param[i] = __fadd_rn(scaled, __fdiv_rn(__fmul_rn(-u.step_size, new_m), denom));
   }
+}
+
+__global__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                            float* max_exp_avg_sq, AdamUpdate u, const float* step_factors) {
+  adam_elements(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, u, step_factors);
+}
+
+// Note [Multi-tensor kernel arguments]: a multi-tensor kernel takes its entries by value, in one kernel argument of
+// at most kArgumentBytes (under CUDA's 4 KiB limit on a launch's arguments), so a captured graph keeps them in the
+// node and a replay reads nothing from the host. Every thread walks every entry with the grid-stride loop of the
+// single-tensor kernel; a longer list is launched in several blocks of entries.
+constexpr size_t kArgumentBytes = 3584;
+
+template <typename Entry>
+struct EntryBlock {
+  static constexpr int kCapacity = static_cast<int>((kArgumentBytes - sizeof(int)) / sizeof(Entry));
+  Entry entries[kCapacity];
+  int count;
+};
+static_assert(sizeof(EntryBlock<SgdEntry>) <= 4096 && EntryBlock<SgdEntry>::kCapacity >= 16);
+static_assert(sizeof(EntryBlock<AdamEntry>) <= 4096 && EntryBlock<AdamEntry>::kCapacity >= 16);
+
+__global__ void multi_sgd_kernel(EntryBlock<SgdEntry> block) {
+  for (int t = 0; t < block.count; ++t) {
+    const SgdEntry& e = block.entries[t];
+    sgd_elements(e.n, e.param, e.grad, e.momentum_buffer, e.update, e.lr);
+  }
+}
+
+__global__ void multi_adam_kernel(EntryBlock<AdamEntry> block) {
+  for (int t = 0; t < block.count; ++t) {
+    const AdamEntry& e = block.entries[t];
+    adam_elements(e.n, e.param, e.grad, e.exp_avg, e.exp_avg_sq, e.max_exp_avg_sq, e.update, e.step_factors);
+  }
+}
+
+// Launches `kernel` over the entries with elements, kCapacity entries per launch, each launch's grid sized for its
+// largest entry.
+template <typename Entry>
+void launch_blocks(const std::vector<Entry>& entries, void (*kernel)(EntryBlock<Entry>), cudaStream_t stream) {
+  EntryBlock<Entry> block{};
+  int64_t largest = 0;
+  const auto flush = [&] {
+    if (block.count == 0) return;
+    kernel<<<blocks_for(largest), kThreads, 0, stream>>>(block);
+    TANDEM_CUDA_CHECK_LAUNCH();
+    block.count = 0;
+    largest = 0;
+  };
+  for (const Entry& entry : entries) {
+    if (entry.n == 0) continue;
+    block.entries[block.count++] = entry;
+    largest = std::max(largest, entry.n);
+    if (block.count == EntryBlock<Entry>::kCapacity) flush();
+  }
+  flush();
 }
 
 struct ClipByNormOp {  // the norm stays in device memory: no host round trip
@@ -472,6 +536,14 @@ void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg
   adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq,
                                                       update.amsgrad ? max_exp_avg_sq : nullptr, update, step_factors);
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_update(const std::vector<SgdEntry>& entries, cudaStream_t stream) {
+  launch_blocks(entries, multi_sgd_kernel, stream);
+}
+
+void adam_update(const std::vector<AdamEntry>& entries, cudaStream_t stream) {
+  launch_blocks(entries, multi_adam_kernel, stream);
 }
 
 void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream) {

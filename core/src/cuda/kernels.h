@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend.h"
 
@@ -49,6 +50,29 @@ void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t
 // place of update's when the kernel runs.
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
                  const AdamUpdate& update, const float* step_factors, cudaStream_t stream);
+// The multi-tensor forms (Note [Multi-tensor updates] in fused.h): each entry is one call of the launcher above,
+// entries without elements are skipped, and the whole list takes one launch (a few for a very long list). Bitwise the
+// results of one single-tensor launch per entry.
+struct SgdEntry {
+  float* param;
+  const float* grad;
+  float* momentum_buffer;  // read and written only when update.momentum != 0
+  const float* lr;         // null: update.lr
+  int64_t n;
+  SgdUpdate update;
+};
+void sgd_update(const std::vector<SgdEntry>& entries, cudaStream_t stream);
+struct AdamEntry {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  float* max_exp_avg_sq;      // null unless update.amsgrad
+  const float* step_factors;  // null: update's factors
+  int64_t n;
+  AdamUpdate update;
+};
+void adam_update(const std::vector<AdamEntry>& entries, cudaStream_t stream);
 // x[i] *= min(max_norm / (*norm + 1e-6), 1), with norm in device memory (clip_grad_norm_'s scaling).
 void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream);
 

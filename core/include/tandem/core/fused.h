@@ -36,6 +36,24 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update,
                 const Tensor& lr);
 
+// One parameter's part of a multi-tensor SGD update: the tensors and arguments of one sgd_update call (lr undefined:
+// update.lr).
+struct SgdParameter {
+  Tensor param;
+  Tensor grad;
+  Tensor momentum_buffer;
+  SgdUpdate update;
+  Tensor lr;
+};
+
+// Note [Multi-tensor updates]: the list forms apply the single-tensor rule to every entry, with exactly the same
+// arithmetic (bitwise equal results), but launch one kernel per device for a whole list on GPUs (a list longer than a
+// kernel's arguments hold takes a few), so that an optimizer's step over every parameter of a device costs one launch,
+// and one node of a captured graph, instead of one per parameter. Entries may live on several devices; no two may
+// share a tensor that either writes. Errors: an empty list; each entry's errors as the single-tensor form's (lr
+// checked as there when defined).
+void sgd_update(const std::vector<SgdParameter>& parameters);
+
 // torch.optim.Adam's and AdamW's rule for one parameter at its step t, in float32 with every operation in the order
 // PyTorch's single-tensor implementation takes (so CPU and CUDA agree bitwise):
 //   param = param * param_scale                                   (AdamW's decoupled decay, 1 - lr * weight_decay)
@@ -68,6 +86,22 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 // undefined, on another device, not float32, not contiguous or not three elements.
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors);
+
+// One parameter's part of a multi-tensor Adam update (Note [Multi-tensor updates]): the tensors and arguments of one
+// adam_update call (step_factors undefined: update's factors).
+struct AdamParameter {
+  Tensor param;
+  Tensor grad;
+  Tensor exp_avg;
+  Tensor exp_avg_sq;
+  Tensor max_exp_avg_sq;
+  AdamUpdate update;
+  Tensor step_factors;
+};
+
+// adam_update of every entry, as few launches as the list form of sgd_update (Note [Multi-tensor updates]). Errors:
+// as that form's.
+void adam_update(const std::vector<AdamParameter>& parameters);
 
 // The `ord`-norm of all the tensors' elements taken together, computed as torch.nn.utils.clip_grad_norm_ does: the
 // norm of the vector of each tensor's norm, where a tensor's norm is (sum |x|^ord)^(1/ord), or max |x| for

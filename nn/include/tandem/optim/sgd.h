@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "tandem/core/fused.h"
 #include "tandem/core/tensor.h"
 #include "tandem/optim/optimizer.h"
 
@@ -63,6 +64,8 @@ class SGD : public Optimizer {
   void finish_replay() override {}
 
  private:
+  // The update of one parameter with its group's options.
+  SgdUpdate update_of(size_t parameter, bool first_step) const;
   double group_lr(size_t group) const override { return groups_[group].lr; }
   void set_group_lr(size_t group, double lr) override { groups_[group].lr = lr; }
 
