@@ -118,12 +118,13 @@ void AdamFamily<kDecoupled>::replayable_step() {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
+    const Tensor factors = replay_values(i, "replayable_step");
     const Moments& m = moments_[i];
     TANDEM_CHECK(m.step > 0, who(), "::replayable_step: parameter ", i,
                  " has no moments yet but expected them (take one step() before capturing)");
     // The step-dependent factors of the update are replaced by the device's (Note [Replayed optimizer steps]).
     updates.push_back({parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
-                       update_at(groups_[param_group_of(i)], m.step + 1), replay_values(i, "replayable_step")});
+                       update_at(groups_[param_group_of(i)], m.step + 1), factors});
   }
   if (!updates.empty()) adam_update(updates);
 }

@@ -79,13 +79,14 @@ void SGD::replayable_step() {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
+    const Tensor lr = replay_values(i, "replayable_step");
     const Tensor& buffer = momentum_buffers_[i];
     TANDEM_CHECK(groups_[param_group_of(i)].momentum == 0.0 || buffer.defined(),
                  "optim::SGD::replayable_step: parameter ", i,
                  " has no momentum buffer yet but expected one (take one step() before capturing)");
     SgdUpdate update = update_of(i, /*first_step=*/false);
     update.lr = 0.0f;  // read from the device (Note [Replayed optimizer steps])
-    updates.push_back({parameter, grad.contiguous(), buffer, update, replay_values(i, "replayable_step")});
+    updates.push_back({parameter, grad.contiguous(), buffer, update, lr});
   }
   if (!updates.empty()) sgd_update(updates);
 }

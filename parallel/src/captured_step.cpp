@@ -113,6 +113,7 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Tensor& feature
       graph->inputs.push_back(Tensor::empty(feature_chunks[i].shape(), features.dtype(), devices[i]));
       graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), targets.dtype(), devices[i]));
     }
+    graph->weights = loss_weights(graph->labels, features.size(0));  // outside the graph: no fill per replay
   }
   // Outside the capture: the optimizer's device buffers are created by their first upload.
   optimizer_.prepare_replay();
@@ -120,7 +121,7 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Tensor& feature
   try {
     graph->graph.begin_capture(devices);
     const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, features.size(0),
-                                                                 loss_, ReplicaThreads::Caller);
+                                                                 loss_, ReplicaThreads::Caller, graph->weights);
     optimizer_.replayable_step();
     graph->loss = sum_losses(losses, devices.front());
     graph->graph.end_capture();

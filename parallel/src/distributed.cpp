@@ -54,8 +54,11 @@ std::vector<Tensor> DistributedDataParallel::forward(const std::vector<Tensor>& 
 }
 
 std::vector<Tensor> DistributedDataParallel::forward_backward(
-    const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss) {
-  if (!inputs.empty()) return replicated_->forward_backward(inputs, loss, /*reduce=*/!no_sync_);
+    const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
+    const std::vector<Tensor>& seeds) {
+  if (!inputs.empty()) {
+    return replicated_->forward_backward(inputs, loss, /*reduce=*/!no_sync_, ReplicaThreads::Workers, seeds);
+  }
   replicated_->prepare_for_backward(0, /*reduce=*/!no_sync_);  // Note [A process without rows]
   if (!no_sync_) replicated_->reduce_gradients();
   return {};

@@ -101,9 +101,11 @@ void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
 
 std::vector<Tensor> ReplicatedModule::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-    bool reduce, ReplicaThreads threads) {
+    bool reduce, ReplicaThreads threads, const std::vector<Tensor>& seeds) {
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
+  TANDEM_CHECK(seeds.empty() || seeds.size() == inputs.size(), kName, "::forward_backward: got ", seeds.size(),
+               " seeds for ", inputs.size(), " inputs but expected one per input (or none)");
   follow_master_modes();
   sync_buffers();
   prepare_buffers(inputs.size(), reduce);
@@ -113,7 +115,8 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   for (size_t i = 0; i < inputs.size(); ++i) {
     tasks.emplace_back([&, i] {
       Tensor replica_loss = loss(i, replicas_[i]->forward(inputs[i]));
-      replica_loss.backward();
+      replica_loss.backward(seeds.empty() || !replica_loss.defined() ? Tensor()
+                                                                     : seeds[i].reshape(replica_loss.shape()));
       losses[i] = replica_loss.detach();
     });
   }

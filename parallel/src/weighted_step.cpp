@@ -8,14 +8,34 @@
 namespace tandem::parallel {
 namespace {
 
-// Replica i's loss, weighted by its chunk's share of the batch.
-auto weighted_loss(const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss) {
-  return [&labels, global_rows, &loss](size_t i, const Tensor& output) {
-    const Tensor value = loss(output, labels[i]);
+// Note [Weighting by the seed]: replica i's loss counts in the step as w_i * loss_i, w_i = rows_i / global_rows. Its
+// gradients are those of loss_i scaled by w_i, and backward delivers exactly that when it starts from w_i in place of
+// one: the product's backward would pass 1 * w_i, the same float, to loss_i's backward. So the product is never part
+// of the autograd graph: its forward (a scale kernel) is taken on the detached loss only to return the weighted value,
+// and not at all when w_i is 1 (one replica), and its backward and the seed's fill of ones are gone. Results are
+// bitwise those of backward over w_i * loss_i.
+auto checked_loss(const std::vector<Tensor>& labels, const LossFunction& loss) {
+  return [&labels, &loss](size_t i, const Tensor& output) {
+    Tensor value = loss(output, labels[i]);
     TANDEM_CHECK(value.defined() && value.numel() == 1, "train_step: the loss of replica ", i, " has shape ",
                  value.defined() ? to_string(value.shape()) : "(undefined)", " but expected one element");
-    return value * (static_cast<float>(labels[i].size(0)) / static_cast<float>(global_rows));
+    return value;
   };
+}
+
+float weight_of(const Tensor& labels, int64_t global_rows) {
+  return static_cast<float>(labels.size(0)) / static_cast<float>(global_rows);
+}
+
+// The losses that forward_backward returned (detached), each weighted by its replica's share (Note [Weighting by the
+// seed]).
+std::vector<Tensor> weighted(std::vector<Tensor> losses, const std::vector<Tensor>& labels, int64_t global_rows) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const float weight = weight_of(labels[i], global_rows);
+    if (weight != 1.0f) losses[i] = losses[i] * weight;
+  }
+  return losses;
 }
 
 }  // namespace
@@ -26,18 +46,29 @@ void check_batch_rows(const Tensor& features, const Tensor& targets, const char*
                to_string(targets.shape()), " but expected the same number of rows");
 }
 
+std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t global_rows) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> weights;
+  for (const Tensor& chunk : labels) weights.push_back(Tensor::scalar(weight_of(chunk, global_rows), chunk.device()));
+  return weights;
+}
+
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
-                                              const LossFunction& loss, ReplicaThreads threads) {
+                                              const LossFunction& loss, ReplicaThreads threads,
+                                              const std::vector<Tensor>& weights) {
   model.zero_grad();
-  return model.forward_backward(inputs, weighted_loss(labels, global_rows, loss), /*reduce=*/true, threads);
+  const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
+  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds), labels,
+                  global_rows);
 }
 
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss) {
   model.zero_grad();
-  return model.forward_backward(inputs, weighted_loss(labels, global_rows, loss));
+  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), loss_weights(labels, global_rows)), labels,
+                  global_rows);
 }
 
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {

@@ -105,6 +105,7 @@ class CapturedStep {
   struct Graph {
     std::vector<Tensor> inputs;  // [replica]: the chunk of features the graph reads
     std::vector<Tensor> labels;  // [replica]: the chunk of targets
+    std::vector<Tensor> weights;  // [replica]: loss_weights(labels), the seeds of the backwards
     Tensor loss;                 // written by the graph
     DeviceGraph graph;           // declared last: destroyed first, before the tensors it uses
   };

@@ -68,8 +68,10 @@ class DistributedDataParallel {
   // Forward, loss and backward of every local replica at once, with the reduction over the processes, as
   // ReplicatedModule::forward_backward. Outside no_sync() every replica's gradients hold the reduction afterwards.
   // Fewer inputs than local devices, down to none, as forward(). Errors: as ReplicatedModule::forward_backward.
+  // `seeds` as there.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
-                                       const std::function<Tensor(size_t replica, const Tensor& output)>& loss);
+                                       const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
+                                       const std::vector<Tensor>& seeds = {});
   // Closes the step opened by forward() (joining its collectives: no host synchronization) or, without one,
   // reduces every bucket now. Afterwards every replica of every process holds the reduced gradients. Inside
   // no_sync() it does nothing.

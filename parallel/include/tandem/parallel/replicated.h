@@ -87,9 +87,13 @@ class ReplicatedModule {
   // buffer, and a later reduction sums everything accumulated; sums already held count once there too.
   // `threads` chooses where the replicas run (parallel_apply.h): on their workers, all at once, or one after another
   // on the calling thread (what the capture of a CUDA graph needs: parallel::CapturedStep).
+  // `seeds`, when not empty, holds one one-element tensor per input: replica i's backward starts from seeds[i] in
+  // place of a one (Tensor::backward's gradient), so that the gradients are those of seeds[i] * loss_i without the
+  // product being taken (Note [Weighting by the seed] in weighted_step.cpp). Errors: also seeds of another count.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-                                       bool reduce = true, ReplicaThreads threads = ReplicaThreads::Workers);
+                                       bool reduce = true, ReplicaThreads threads = ReplicaThreads::Workers,
+                                       const std::vector<Tensor>& seeds = {});
 
   // Prepares the buffers for a backward that the caller runs over the outputs of forward() (loss.backward()).
   // With `reduce` it opens a step: each bucket is summed as soon as it is final on every replica, while backward goes

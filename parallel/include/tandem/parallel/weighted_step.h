@@ -29,13 +29,20 @@ void check_batch_rows(const Tensor& features, const Tensor& targets, const char*
 // gradient of the mean over the whole batch), and backward; the replicas' gradients are summed (forward_backward).
 // Returns the weighted losses, detached. Errors: a loss that is not one element ("train_step: the loss of replica i
 // has shape ..."); forward_backward's.
+// `weights`: loss_weights(labels, global_rows) made beforehand (a captured step keeps them static), or empty to make
+// them here.
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss,
-                                              ReplicaThreads threads = ReplicaThreads::Workers);
+                                              ReplicaThreads threads = ReplicaThreads::Workers,
+                                              const std::vector<Tensor>& weights = {});
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss);
+
+// Each chunk's share of the batch, rows_i / global_rows, as a float32 scalar on the chunk's device: the gradient that
+// replica i's backward starts from (Note [Weighting by the seed] in weighted_step.cpp).
+std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t global_rows);
 
 // The sum of the weighted losses as a scalar on `device` (zero for no losses: a process without rows).
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device);
