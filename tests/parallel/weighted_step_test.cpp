@@ -27,8 +27,7 @@ TEST(WeightedStep, SeededBackwardEqualsBackwardOfTheWeightedLossBitForBit) {
     const Tensor x = Tensor::randn({6, 3});
     const Tensor y = Tensor::randn({6, 1});
     parallel::ReplicatedModule model(net, {Device::cpu(0)});
-    const std::vector<Tensor> losses =
-        parallel::weighted_forward_backward(model, {x}, {y}, global_rows, nn::mse_loss);
+    const std::vector<Tensor> losses = parallel::weighted_forward_backward(model, {x}, {y}, global_rows, nn::mse_loss);
 
     const float weight = 6.0f / static_cast<float>(global_rows);
     const Tensor expected = nn::mse_loss(reference->forward(x), y) * weight;

@@ -1,6 +1,6 @@
 #pragma once
 // Fused, non-differentiable kernels of the optimizers and of gradient clipping: in-place updates (one kernel per
-// parameter) and norms, computed on the tensors' device without waiting for it.
+// parameter, or per device for a list of parameters) and norms, computed on the tensors' device without waiting for it.
 
 #include <vector>
 

@@ -27,8 +27,9 @@ void check_batch_rows(const Tensor& features, const Tensor& targets, const char*
 // Zeroes the gradients, then runs each replica i on inputs[i]: forward, its loss weighted by its chunk's share of
 // `global_rows`, loss_i = loss(output_i, labels[i]) * rows_i / global_rows (so that the summed gradients are the
 // gradient of the mean over the whole batch), and backward; the replicas' gradients are summed (forward_backward).
-// Returns the weighted losses, detached. Errors: a loss that is not one element ("train_step: the loss of replica i
-// has shape ..."); forward_backward's.
+// The weight is the seed of replica i's backward, not a product in its graph (Note [Weighting by the seed] in
+// weighted_step.cpp). Returns the weighted losses, detached. Errors: a loss that is not one element ("train_step: the
+// loss of replica i has shape ..."); forward_backward's.
 // `weights`: loss_weights(labels, global_rows) made beforehand (a captured step keeps them static), or empty to make
 // them here.
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
