@@ -1,5 +1,6 @@
 #include "tandem/parallel/captured_step.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 
@@ -12,6 +13,41 @@ namespace tandem::parallel {
 namespace {
 
 constexpr const char* kName = "parallel::CapturedStep";
+
+// The shape of the whole batch that `chunks` were cut from: chunk 0's with the rows of all; every chunk on its device
+// (devices[i]) with chunk 0's dtype and trailing dimensions.
+Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& devices, const char* what) {
+  Shape shape = chunks.front().shape();
+  shape[0] = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Tensor& chunk = chunks[i];
+    TANDEM_CHECK(chunk.device() == devices[i], kName, "::step_chunks: ", what, " chunk ", i, " is on ", chunk.device(),
+                 " but expected the model's device ", devices[i]);
+    Shape rest = chunk.shape();
+    rest[0] = 0;
+    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::step_chunks: ", what, " chunk ", i,
+                 " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
+                 to_string(chunks.front().shape()), " and ", chunks.front().dtype(),
+                 "; expected the same beyond the rows");
+  }
+  for (const Tensor& chunk : chunks) shape[0] += chunk.size(0);
+  return shape;
+}
+
+// Throws unless the chunks' rows are torch.chunk's cut of their sum over `devices` devices (as the static buffers of
+// a graph captured from a whole batch of that many rows are).
+void check_chunk_rows(const std::vector<Tensor>& chunks, int64_t rows, size_t devices) {
+  TANDEM_CHECK(rows >= 1, kName, "::step_chunks: the batch has no rows; expected at least one");
+  const int64_t size = (rows + static_cast<int64_t>(devices) - 1) / static_cast<int64_t>(devices);
+  const int64_t count = size == 0 ? 1 : (rows + size - 1) / size;
+  TANDEM_CHECK(static_cast<int64_t>(chunks.size()) == count, kName, "::step_chunks: got ", chunks.size(), " chunks of ",
+               rows, " rows but torch.chunk cuts them into ", count, " for ", devices, " devices");
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t expected = std::min(size, rows - static_cast<int64_t>(i) * size);
+    TANDEM_CHECK(chunks[i].size(0) == expected, kName, "::step_chunks: chunk ", i, " has ", chunks[i].size(0),
+                 " rows but torch.chunk's cut of ", rows, " rows over ", devices, " devices gives it ", expected);
+  }
+}
 
 }  // namespace
 
@@ -29,31 +65,61 @@ void CapturedStep::reset() {
   failures_.clear();
 }
 
-std::string CapturedStep::capture_blocker(const Tensor& features) const {
+std::string CapturedStep::blocker() const {
   if (!options_.enabled) return "capture is disabled (CaptureOptions::enabled is false)";
   for (const Device& device : model_.devices()) {
     if (!device.is_cuda()) return detail::concat("capture needs CUDA devices, but the model runs on ", device);
   }
   if (model_.spans_processes()) return "capture across processes is not supported yet";
-  const auto devices = static_cast<int64_t>(model_.size());
-  if (features.size(0) < devices) {
-    return detail::concat("the batch has ", features.size(0), " rows for ", devices,
-                          " devices, so some replica has no rows; capture needs every replica active");
-  }
   if (!optimizer_.replayable()) {
     return "the optimizer cannot split its step for a replay (optim::Optimizer::replayable() is false)";
   }
   return "";
 }
 
+std::string CapturedStep::capture_blocker(const Batch& batch) const {
+  std::string reason = blocker();
+  if (!reason.empty()) return reason;
+  const auto devices = static_cast<int64_t>(model_.size());
+  if (batch.rows < devices) {
+    return detail::concat("the batch has ", batch.rows, " rows for ", devices,
+                          " devices, so some replica has no rows; capture needs every replica active");
+  }
+  return "";
+}
+
 Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
   check_batch_rows(features, targets, "parallel::CapturedStep::step");
-  std::string blocker = capture_blocker(features);
-  if (!blocker.empty()) return eager(features, targets, std::move(blocker));
+  return run({.features = &features,
+              .targets = &targets,
+              .rows = features.size(0),
+              .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}});
+}
+
+Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) {
+  TANDEM_CHECK(!inputs.empty() && inputs.size() == labels.size() && inputs.size() <= model_.size(), kName,
+               "::step_chunks: got ", inputs.size(), " chunks of features and ", labels.size(),
+               " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    check_batch_rows(inputs[i], labels[i], "parallel::CapturedStep::step_chunks");
+  const Shape features = whole_shape(inputs, model_.devices(), "features");
+  const Shape targets = whole_shape(labels, model_.devices(), "targets");
+  check_chunk_rows(inputs, features[0], model_.size());
+  return run({.inputs = &inputs,
+              .labels = &labels,
+              .rows = features[0],
+              .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}});
+}
+
+Tensor CapturedStep::run(const Batch& batch) {
+  std::string blocked = capture_blocker(batch);
+  if (!blocked.empty()) return eager(batch, std::move(blocked));
   // Note [Capturing a step]: the warm-up creates the lazy state; at least one eager step is needed for that.
   if (eager_steps_ < std::max(options_.warmup_steps, 1)) {
-    return eager(features, targets,
-                 detail::concat("warm-up step ", eager_steps_ + 1, " of ", std::max(options_.warmup_steps, 1)));
+    Tensor loss =
+        eager(batch, detail::concat("warm-up step ", eager_steps_ + 1, " of ", std::max(options_.warmup_steps, 1)));
+    warming_up_ = true;
+    return loss;
   }
   // Note [Host state of a captured step]: graphs hold on to the modes and tensors they were captured with.
   std::vector<uint64_t> now = fingerprint();
@@ -61,29 +127,29 @@ Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
     reset();
     fingerprint_ = std::move(now);
   }
-  const Key key{features.shape(), targets.shape(), features.dtype(), targets.dtype()};
-  const auto found = graphs_.find(key);
-  if (found != graphs_.end()) return replay(*found->second, features, targets);
-  const auto failed = failures_.find(key);
-  if (failed != failures_.end()) return eager(features, targets, failed->second);
+  const auto found = graphs_.find(batch.key);
+  if (found != graphs_.end()) return replay(*found->second, batch);
+  const auto failed = failures_.find(batch.key);
+  if (failed != failures_.end()) return eager(batch, failed->second);
   if (graphs_.size() >= options_.max_graphs) {
-    return eager(
-        features, targets,
-        detail::concat(graphs_.size(), " graphs are held already (CaptureOptions::max_graphs is ", options_.max_graphs,
-                       "), so the batch of shape ", to_string(features.shape()), " runs eagerly"));
+    return eager(batch, detail::concat(graphs_.size(), " graphs are held already (CaptureOptions::max_graphs is ",
+                                       options_.max_graphs, "), so the batch of shape ", to_string(batch.key.features),
+                                       " runs eagerly"));
   }
   std::string reason;
-  std::unique_ptr<Graph> graph = capture(features, targets, reason);
+  std::unique_ptr<Graph> graph = capture(batch, reason);
   if (graph == nullptr) {
-    failures_.emplace(key, reason);
-    return eager(features, targets, std::move(reason));
+    failures_.emplace(batch.key, reason);
+    return eager(batch, std::move(reason));
   }
-  Graph& captured = *graphs_.emplace(key, std::move(graph)).first->second;
-  return replay(captured, features, targets);  // the capture ran nothing
+  ++captures_;
+  Graph& captured = *graphs_.emplace(batch.key, std::move(graph)).first->second;
+  return replay(captured, batch);  // the capture ran nothing
 }
 
 std::vector<uint64_t> CapturedStep::fingerprint() const {
-  std::vector<uint64_t> values = {nn::Module::training_mode_generation(), optimizer_.state_generation()};
+  std::vector<uint64_t> values = {optimizer_.state_generation()};
+  for (const bool training : model_.module()->training_modes()) values.push_back(training ? 1 : 0);
   const auto address = [](const Tensor& t) {
     return t.defined() ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())) : 0;
   };
@@ -94,34 +160,43 @@ std::vector<uint64_t> CapturedStep::fingerprint() const {
   return values;
 }
 
-Tensor CapturedStep::eager(const Tensor& features, const Tensor& targets, std::string reason) {
+Tensor CapturedStep::eager(const Batch& batch, std::string reason) {
   captured_ = false;
+  warming_up_ = false;
   fallback_reason_ = std::move(reason);
   ++eager_steps_;
-  return data_parallel_step(model_, optimizer_, features, targets, loss_);
+  if (batch.inputs != nullptr) {
+    return placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_);
+  }
+  return data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_);
 }
 
-std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Tensor& features, const Tensor& targets,
-                                                           std::string& reason) {
+std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const Batch& batch) const {
+  if (batch.inputs != nullptr) return {*batch.inputs, *batch.labels};
+  NoGradGuard no_grad;
+  const auto devices = static_cast<int64_t>(model_.size());
+  return {batch.features->chunk(devices, 0), batch.targets->chunk(devices, 0)};
+}
+
+std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, std::string& reason) {
   const std::vector<Device>& devices = model_.devices();
   auto graph = std::make_unique<Graph>();
   {
     NoGradGuard no_grad;
-    const std::vector<Tensor> feature_chunks = features.chunk(static_cast<int64_t>(devices.size()), 0);
-    const std::vector<Tensor> target_chunks = targets.chunk(static_cast<int64_t>(devices.size()), 0);
+    const auto [feature_chunks, target_chunks] = chunks(batch);
     for (size_t i = 0; i < feature_chunks.size(); ++i) {
-      graph->inputs.push_back(Tensor::empty(feature_chunks[i].shape(), features.dtype(), devices[i]));
-      graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), targets.dtype(), devices[i]));
+      graph->inputs.push_back(Tensor::empty(feature_chunks[i].shape(), batch.key.features_dtype, devices[i]));
+      graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), batch.key.targets_dtype, devices[i]));
     }
-    graph->weights = loss_weights(graph->labels, features.size(0));  // outside the graph: no fill per replay
+    graph->weights = loss_weights(graph->labels, batch.rows);  // outside the graph: no fill per replay
   }
   // Outside the capture: the optimizer's device buffers are created by their first upload.
   optimizer_.prepare_replay();
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
-    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, features.size(0),
-                                                                 loss_, ReplicaThreads::Caller, graph->weights);
+    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, batch.rows, loss_,
+                                                                 ReplicaThreads::Caller, graph->weights);
     optimizer_.replayable_step();
     graph->loss = sum_losses(losses, devices.front());
     graph->graph.end_capture();
@@ -137,11 +212,10 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Tensor& feature
   return graph;
 }
 
-Tensor CapturedStep::replay(Graph& graph, const Tensor& features, const Tensor& targets) {
+Tensor CapturedStep::replay(Graph& graph, const Batch& batch) {
   {
     NoGradGuard no_grad;
-    const std::vector<Tensor> feature_chunks = features.chunk(static_cast<int64_t>(graph.inputs.size()), 0);
-    const std::vector<Tensor> target_chunks = targets.chunk(static_cast<int64_t>(graph.labels.size()), 0);
+    const auto [feature_chunks, target_chunks] = chunks(batch);
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
       graph.inputs[i].copy_(feature_chunks[i]);
       graph.labels[i].copy_(target_chunks[i]);
@@ -151,6 +225,7 @@ Tensor CapturedStep::replay(Graph& graph, const Tensor& features, const Tensor& 
   graph.graph.replay();
   optimizer_.finish_replay();
   captured_ = true;
+  warming_up_ = false;
   fallback_reason_.clear();
   return graph.loss.clone();  // on devices[0]'s compute stream, after the replay
 }

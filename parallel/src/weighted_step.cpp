@@ -82,8 +82,14 @@ Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {
 Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
                           const Tensor& targets, const LossFunction& loss) {
   check_batch_rows(features, targets, "train_step");
-  const std::vector<Tensor> losses = weighted_forward_backward(
-      model, comm::scatter(features, model.devices()), comm::scatter(targets, model.devices()), features.size(0), loss);
+  return placed_data_parallel_step(model, optimizer, comm::scatter(features, model.devices()),
+                                   comm::scatter(targets, model.devices()), features.size(0), loss);
+}
+
+Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
+                                 const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t rows,
+                                 const LossFunction& loss) {
+  const std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, rows, loss);
   optimizer.step();
   return sum_losses(losses, model.devices().front());
 }

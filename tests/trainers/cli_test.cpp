@@ -94,8 +94,39 @@ TEST(TandemTrain, QuietPrintsOnlyTheSummary) {
   ToolRun run = run_tool("--quiet --epochs 2 --devices cpu:0");
   ASSERT_EQ(run.status, 0) << run.output;
   std::vector<std::string> lines = lines_of(run.output);
-  ASSERT_EQ(lines.size(), 3u) << run.output;
+  ASSERT_EQ(lines.size(), 4u) << run.output;
   EXPECT_EQ(lines[0].rfind("done: 2 epochs, 12 steps in ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1], "steps: eager (capture needs CUDA devices, but the model runs on cpu:0)");
+}
+
+// The steps' mode, in the output and the summary: eager on CPU devices (which never capture, so --no-capture changes
+// nothing but the reason), and the flags that turn capture off.
+TEST(TandemTrain, CaptureFlagsAndTheStepModeInTheSummary) {
+  const std::string summary = temp_path("capture.json");
+  std::vector<double> test_mse;
+  for (const char* flag : {"", "--capture on", "--capture off", "--no-capture"}) {
+    SCOPED_TRACE(flag);
+    ToolRun run = run_tool(std::string("--quiet --epochs 3 --devices cpu:0,cpu:1 ") + flag + " --summary-json " +
+                           summary);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const nlohmann::json result = read_json(summary);
+    const bool off = std::string(flag).find("off") != std::string::npos || std::string(flag) == "--no-capture";
+    const std::string reason = off ? "capture is off (TrainerOptions::capture is false)"
+                                   : "capture needs CUDA devices, but the model runs on cpu:0";
+    EXPECT_EQ(result.at("step_mode"), "eager");
+    EXPECT_EQ(result.at("eager_reason"), reason);
+    EXPECT_EQ(result.at("captured_steps"), 0);
+    EXPECT_NE(run.output.find("\nsteps: eager (" + reason + ")\n"), std::string::npos) << run.output;
+    test_mse.push_back(result.at("test_mse").get<double>());
+  }
+  for (double mse : test_mse) EXPECT_EQ(mse, test_mse.front());  // bit-identical on CPU devices
+
+  ToolRun bad = run_tool("--capture maybe");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(bad.output, "tandem-train: --capture must be on or off, got \"maybe\"\n");
+  bad = run_tool("--capture off --no-capture");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--capture excludes --no-capture"), std::string::npos) << bad.output;
 }
 
 TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {

@@ -85,9 +85,7 @@ Tensor train_step(parallel::ReplicatedModule& model, parallel::ReplicatedOptimiz
                " and the batch has ", rows, " rows but expected the same number, at least one (one process)");
   check_shard(batch.device_rows, rows, rows, model.devices().size());
   const auto [inputs, labels] = placed_parts(batch, model.devices());
-  const std::vector<Tensor> losses = parallel::weighted_forward_backward(model, inputs, labels, rows, loss);
-  optimizer.step();
-  return parallel::sum_losses(losses, model.devices().front());
+  return parallel::placed_data_parallel_step(model, optimizer, inputs, labels, rows, loss);
 }
 
 Tensor train_step(parallel::DistributedDataParallel& model, parallel::ReplicatedOptimizer& optimizer,

@@ -109,6 +109,29 @@ TensorDataset training_tensors(const Dataset& data) {
 // Predictions in batches of this many rows (no gradients, so the size only bounds memory).
 constexpr int64_t kPredictBatch = 65536;
 
+// Note [Captured training steps]: with options.capture, fit's steps go through a parallel::CapturedStep over the
+// replicas: after its eager warm-up, each batch shape's step (the full batches', the short last batch's) is captured
+// once as one CUDA graph and replayed, so a step costs the host the loader's asynchronous copies from its pinned
+// staging (TensorDataLoader), their copies into the graph's static buffers, the learning rates' upload and one
+// launch, with no wait: the loss stays on the device and is read once per epoch (Note [Losses read once per epoch]),
+// an LR schedule's new rates reach the replays without a new capture, and an evaluation between epochs (eval mode
+// switched on and back) keeps the graphs (Note [Host state of a captured step] in captured_step.h). Where nothing can
+// be captured (CPU devices, a group of several processes, capture off: CapturedStep::blocker()) the steps are
+// train_step's, unchanged; where a step's capture fails (Dropout draws its masks on the host) CapturedStep runs it
+// eagerly. FitResult says which happened.
+std::unique_ptr<parallel::CapturedStep> captured_step_for(parallel::ReplicatedModule& model,
+                                                          parallel::ReplicatedOptimizer& optimizer,
+                                                          const TrainerOptions& options) {
+  return std::make_unique<parallel::CapturedStep>(model, optimizer, options.loss.function,
+                                                  parallel::CaptureOptions{.enabled = options.capture});
+}
+
+// Why none of fit's steps can be captured; "" when they may be.
+std::string capture_blocker(const parallel::CapturedStep& step, const TrainerOptions& options) {
+  if (!options.capture) return "capture is off (TrainerOptions::capture is false)";
+  return step.blocker();
+}
+
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
@@ -118,6 +141,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       schedules_(schedules_for(*optimizer_, options_)),
+      captured_(captured_step_for(distributed_ ? distributed_->replicated() : *replicas_, *optimizer_, options_)),
+      capture_blocker_(capture_blocker(*captured_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -154,12 +179,14 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   warm_up_devices();
   const bool read_each_step = reads_each_step_loss();
   notify([&](Callback& callback) { callback.on_fit_begin(*this); });
+  StepModes modes;
+  const int64_t first_step = step_;
   const Clock::time_point begin = Clock::now();
   while (epoch_ < options_.epochs) {
     const Clock::time_point epoch_begin = Clock::now();
     EpochReport report;
     for (const auto& schedule : schedules_) schedule->set_last_epoch(epoch_);
-    report.train_loss = train_epoch(loader, read_each_step);
+    report.train_loss = train_epoch(loader, read_each_step, modes);
     ++epoch_;
     shuffle_state_ = loader.shuffle_state();
     check_parameters_finite();
@@ -187,6 +214,14 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   result.epochs = epoch_;
   result.steps = step_;
   result.seconds = seconds_since(begin);
+  result.captured_steps = modes.captured;
+  if (step_ == first_step) {
+    result.eager_reason = "this fit ran no training steps";
+  } else if (!modes.eager_reason.empty() || modes.captured > 0) {
+    result.eager_reason = modes.eager_reason;
+  } else {
+    result.eager_reason = modes.warm_up_reason;
+  }
   notify([&](Callback& callback) { callback.on_fit_end(*this, result); });
   return result;
 }
@@ -234,7 +269,29 @@ SetupFacts Trainer::setup() const {
   return facts;
 }
 
-double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step) {
+Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes) {
+  if (!capture_blocker_.empty()) {
+    modes.eager_reason = capture_blocker_;
+    return distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
+                        : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+  }
+  std::vector<Tensor> inputs, labels;  // the loader's parts: {features, targets} per device
+  for (const std::vector<Tensor>& part : batch.parts) {
+    inputs.push_back(part.at(0));
+    labels.push_back(part.at(1));
+  }
+  Tensor loss = captured_->step_chunks(inputs, labels);
+  if (captured_->captured()) {
+    ++modes.captured;
+  } else if (captured_->warming_up()) {
+    modes.warm_up_reason = captured_->fallback_reason();
+  } else {
+    modes.eager_reason = captured_->fallback_reason();
+  }
+  return loss;
+}
+
+double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes) {
   loader.begin_epoch();
   double to_original = 1.0;  // target_scale^units_power (for MSE target_scale * target_scale, exactly)
   for (int i = 0; i < options_.loss.units_power; ++i) to_original *= standardizer_->target_scale;
@@ -251,8 +308,7 @@ double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step) {
   std::vector<int64_t> rows(static_cast<size_t>(batches));
   for (int64_t b = 0; b < batches; ++b) {
     const TensorBatch batch = loader.batch(b);
-    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
-                                     : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    const Tensor loss = train_step_on(batch, modes);
     rows[static_cast<size_t>(b)] = batch.global_rows;
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
@@ -330,8 +386,12 @@ void Trainer::notify(const Event& event) const {
 
 void Trainer::check_parameters_finite() const {
   NoGradGuard no_grad;
-  for (const auto& [name, parameter] : model_->named_parameters()) {
-    TANDEM_CHECK(std::isfinite(sum(parameter).item()), "Trainer::fit: parameter ", name, " is not finite after epoch ",
+  const auto named = model_->named_parameters();
+  std::vector<Tensor> sums;  // each parameter's sum, read at once: one host wait per epoch
+  for (const auto& [name, parameter] : named) sums.push_back(sum(parameter).reshape({1}));
+  const std::vector<float> values = cat(sums).to_vector();
+  for (size_t i = 0; i < named.size(); ++i) {
+    TANDEM_CHECK(std::isfinite(values[i]), "Trainer::fit: parameter ", named[i].first, " is not finite after epoch ",
                  epoch_, " (step ", step_, "); ", stopped_note());
   }
 }

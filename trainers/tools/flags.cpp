@@ -204,6 +204,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string missing = "error";
   std::string activation;
   std::string precision = "fp32";
+  std::string capture = "on";
+  bool no_capture = false;
 
   CLI::App app(
       "Trains a small regression net or classifier, data parallel. With no flags: Linear(10,20) -> Linear(20,1) "
@@ -252,6 +254,12 @@ ParsedFlags parse_flags(int argc, char** argv) {
                  "fp32|tf32|bf16: how the layers multiply (bf16: bfloat16 products, float32 weights, gradients and "
                  "optimizer state)")
       ->capture_default_str();
+  CLI::Option* capture_option =
+      app.add_option("--capture", capture,
+                     "on|off: on CUDA devices of one process, run each training step as one replayed CUDA graph "
+                     "(off: eager steps; the results agree to float rounding)")
+          ->capture_default_str();
+  app.add_flag("--no-capture", no_capture, "The same as --capture off")->excludes(capture_option);
   app.add_option("--seed", seed, "Seed of the initialization and of the shuffling")->capture_default_str();
   app.add_option("--test-fraction", flags.test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();
@@ -286,6 +294,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
                                    : parse_layers("--layers", layers.empty() ? defaults.layers : layers);
     if (activation.empty()) activation = defaults.activation;
     flags.lr_schedule = lr_schedule.empty() ? defaults.lr_schedule : lr_schedule;
+    check(capture == "on" || capture == "off", "--capture must be on or off, got \"" + excerpt(capture) + "\"");
+    flags.capture = capture == "on" && !no_capture;
     flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
     flags.checkpoint_every = parse_integer<int64_t>("--checkpoint-every", checkpoint_every, 1, kMaxEpochs);
     flags.allow_change = parse_allowed_changes(allow_change);

@@ -40,6 +40,7 @@ struct Flags {
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;  // after each hidden layer's activation; 0: no Dropout layers
   Precision precision = Precision::Float32;  // of the model's products (TrainerOptions::precision)
+  bool capture = true;  // training steps as CUDA graphs where possible (TrainerOptions::capture)
   uint64_t seed = 0;
   double test_fraction = 0.0;
   std::optional<std::string> checkpoint;

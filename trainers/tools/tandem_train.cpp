@@ -125,9 +125,16 @@ void print_banner(const Flags& flags, const CsvTable& table, const Dataset& data
   if (flags.resume) std::cout << "resuming from \"" << *flags.resume << "\" at epoch " << trainer.epoch() << "\n";
 }
 
+// "steps: captured as a CUDA graph (598 steps replayed)" or "steps: eager (<why>)".
+std::string describe_steps(const FitResult& result) {
+  if (!result.steps_captured()) return "steps: eager (" + result.eager_reason + ")";
+  return "steps: captured as a CUDA graph (" + std::to_string(result.captured_steps) + " steps replayed)";
+}
+
 void print_summary(const FitResult& result, const Trainer& trainer) {
   std::printf("done: %lld epochs, %lld steps in %.3f s on %s\n", static_cast<long long>(result.epochs),
               static_cast<long long>(result.steps), result.seconds, describe_devices(*trainer.group()).c_str());
+  std::printf("%s\n", describe_steps(result).c_str());
   if (result.train_classes) {
     std::printf("train: accuracy %.4f  loss %.4f  (%lld rows)\n", result.train_classes->accuracy,
                 result.train_classes->cross_entropy, static_cast<long long>(result.train_classes->rows));
@@ -176,6 +183,9 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["world_size"] = trainer.group()->size();
   summary["rank_devices"] = devices_by_rank;
   summary["seconds"] = result.seconds;
+  summary["step_mode"] = result.steps_captured() ? "captured" : "eager";
+  if (!result.steps_captured()) summary["eager_reason"] = result.eager_reason;
+  summary["captured_steps"] = result.captured_steps;
   write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }
 
@@ -223,6 +233,7 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   if (flags.task == Task::Classification) options.classes = ClassLabels::of(data);
   options.shuffle_seed = flags.seed;
   options.precision = flags.precision;
+  options.capture = flags.capture;
   options.setup = setup_facts(flags, data);
   options.resume_may_change = flags.allow_change;
   const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();

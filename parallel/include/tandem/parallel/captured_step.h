@@ -34,8 +34,10 @@
 //    leaves them as an eager step does (buffers summed, step closed); a replay changes nothing there.
 //  - The generator: a step whose forward draws on the host (Dropout's masks) cannot be captured (below); the capture
 //    restores the generator state it found when it fails.
-//  - The modules' training modes: a graph records the modes it was captured in; when any module's mode changes
-//    (nn::Module::training_mode_generation()), every graph is dropped and the next steps are captured again.
+//  - The modules' training modes: a graph records the modes it was captured in; when the master's modes (which
+//    every replica follows, Note [Following the master's modes] in module.h) differ from those, every graph is
+//    dropped and the next steps are captured again. Modes switched and switched back between steps (an evaluation
+//    in eval mode) keep the graphs.
 //  - The tensors the graphs use: when a replica's parameter or gradient buffer is no longer the tensor the graphs
 //    were captured with (Module::to, set_parameters, a .grad replaced), or the optimizer replaced its state
 //    (load_state_dict, set_state: optim::Optimizer::state_generation()), every graph is dropped likewise. A replay
@@ -61,6 +63,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/device_graph.h"
@@ -92,11 +95,25 @@ class CapturedStep {
   // step). Replayed from a graph when possible (Note [Capturing a step]), eager otherwise (Note [Falling back to the
   // eager step]). Errors: as train_step.
   Tensor step(const Tensor& features, const Tensor& targets);
+  // The same step on a batch already cut over the devices, as trainers::TensorDataLoader delivers it with the model's
+  // devices: inputs[i] and labels[i] on devices[i] hold chunk i, the chunks being torch.chunk's (comm::scatter's) cut
+  // of the batch's rows over the devices, one per device that gets rows. A replay copies them into the graph's static
+  // buffers on the devices' compute streams (asynchronously: the host does not wait); the eager step uses them as
+  // they are. A batch shape's graph serves both step() and step_chunks(). Errors: no chunks; different numbers of
+  // inputs and labels; a chunk not on its device, of another dtype or shape than chunk 0 (beyond its rows), or with
+  // other rows than torch.chunk's cut (each naming the chunk); those of train_step.
+  Tensor step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels);
 
   bool captured() const { return captured_; }  // whether the last step() replayed a graph
   // Why the last step() ran eagerly; "" when it replayed.
   const std::string& fallback_reason() const { return fallback_reason_; }
+  // Whether the last step() was one of the eager warm-up steps (Note [Capturing a step]).
+  bool warming_up() const { return warming_up_; }
+  // Why no step can be captured, whatever its batch ("" when steps may be): options.enabled false, CPU devices, a
+  // model reduced across processes, an optimizer that cannot split its step (Note [Falling back to the eager step]).
+  std::string blocker() const;
   size_t graphs() const { return graphs_.size(); }  // graphs held (one per distinct batch shape)
+  size_t captures() const { return captures_; }     // graphs captured so far, those captured again included
   // Drops every graph and every remembered capture failure: the next step of each shape is captured again.
   void reset();
 
@@ -114,13 +131,25 @@ class CapturedStep {
     DType features_dtype, targets_dtype;
     auto operator<=>(const Key&) const = default;
   };
+  // One batch as step() got it: whole (the features and targets) or already cut into chunks (inputs, labels).
+  struct Batch {
+    const Tensor* features = nullptr;
+    const Tensor* targets = nullptr;
+    const std::vector<Tensor>* inputs = nullptr;
+    const std::vector<Tensor>* labels = nullptr;
+    int64_t rows = 0;
+    Key key;
+  };
 
-  Tensor eager(const Tensor& features, const Tensor& targets, std::string reason);
-  Tensor replay(Graph& graph, const Tensor& features, const Tensor& targets);
+  Tensor run(const Batch& batch);
+  // The batch's chunks for the replicas: as given, or cut from the whole batch by torch.chunk's rule (views).
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> chunks(const Batch& batch) const;
+  Tensor eager(const Batch& batch, std::string reason);
+  Tensor replay(Graph& graph, const Batch& batch);
   // Captures the step for this batch's shape; null (and `reason` set) when the capture failed.
-  std::unique_ptr<Graph> capture(const Tensor& features, const Tensor& targets, std::string& reason);
-  // Why no step can be captured for this batch, whatever its shape; "" when one can.
-  std::string capture_blocker(const Tensor& features) const;
+  std::unique_ptr<Graph> capture(const Batch& batch, std::string& reason);
+  // blocker(), or why this batch cannot be captured (fewer rows than devices); "" when it can.
+  std::string capture_blocker(const Batch& batch) const;
   // What the graphs depend on besides their own tensors (Note [Host state of a captured step]): training modes,
   // the optimizer's state generation, and the addresses of every replica's parameters and gradient buffer.
   std::vector<uint64_t> fingerprint() const;
@@ -133,7 +162,9 @@ class CapturedStep {
   std::vector<uint64_t> fingerprint_;  // fingerprint() when the graphs were captured
   std::map<Key, std::unique_ptr<Graph>> graphs_;
   std::map<Key, std::string> failures_;  // shapes whose capture failed, with the reason
+  size_t captures_ = 0;
   bool captured_ = false;
+  bool warming_up_ = false;
   std::string fallback_reason_;
 };
 

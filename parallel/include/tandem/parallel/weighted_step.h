@@ -49,8 +49,14 @@ std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t glob
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device);
 
 // The whole eager step of trainers::train_step (see there): features and targets scattered over model.devices(),
-// weighted_forward_backward, optimizer.step(), and the sum of the losses on devices[0]. Errors: as train_step.
+// then placed_data_parallel_step. Errors: as train_step.
 Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
                           const Tensor& targets, const LossFunction& loss = nn::mse_loss);
+// The same step on a batch already cut over the devices: inputs[i] and labels[i] on model.devices()[i] (a prefix of
+// the devices), `rows` rows in all: weighted_forward_backward, optimizer.step(), and the sum of the losses on
+// devices[0]. Errors: as weighted_forward_backward.
+Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
+                                 const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t rows,
+                                 const LossFunction& loss = nn::mse_loss);
 
 }  // namespace tandem::parallel

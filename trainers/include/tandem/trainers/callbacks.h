@@ -65,6 +65,13 @@ struct FitResult {
   // standardizes the data and creates what the first step would otherwise create (Note [Set-up before the clock] in
   // trainers/src/trainer.cpp).
   double seconds = 0.0;
+  // How this fit's training steps ran (TrainerOptions::capture, Note [Captured training steps] in
+  // trainers/src/trainer.cpp): the steps that replayed a CUDA graph, and why steps ran eagerly: "" when every step
+  // after the capture's eager warm-up replayed one; otherwise the reason of the last eager step after the warm-up (of
+  // the last warm-up step when none replayed), e.g. "capture needs CUDA devices, but the model runs on cpu:0".
+  int64_t captured_steps = 0;
+  std::string eager_reason;
+  bool steps_captured() const { return eager_reason.empty(); }
 };
 
 class Callback {

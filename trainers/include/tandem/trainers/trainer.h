@@ -41,6 +41,7 @@
 #include "tandem/nn/module.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
+#include "tandem/parallel/captured_step.h"
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/trainers/callbacks.h"
@@ -106,6 +107,12 @@ struct TrainerOptions {
   // (nn::Module::set_precision) before it is replicated. Recorded as the setup fact "precision" when it is not
   // Precision::Float32, so that checkpoints of float32 runs keep their facts. None: the model keeps its own.
   std::optional<Precision> precision;
+  // Run the training steps through a parallel::CapturedStep, each one CUDA graph replayed (Note [Captured training
+  // steps] in trainer.cpp): on CUDA devices within one process (a group of one included). Elsewhere, for a step that
+  // cannot be captured (Dropout's host draws), or when false, the steps run eagerly, and FitResult::eager_reason says
+  // why. The results equal the eager steps' to float rounding (exactly on CPU devices, which never capture); not a
+  // setup fact: a checkpoint resumes with either.
+  bool capture = true;
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
@@ -170,6 +177,9 @@ class Trainer {
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
   const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
+  // The step fit() replays where it may capture (Note [Captured training steps] in trainer.cpp): its graphs,
+  // captures and the last step's fallback reason.
+  const parallel::CapturedStep& captured_step() const { return *captured_; }
   const TrainerOptions& options() const { return options_; }  // with the devices filled in
   const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }  // null without one
   bool primary() const { return !options_.group || options_.group->rank() == 0; }  // rank 0: runs the callbacks
@@ -178,9 +188,17 @@ class Trainer {
   const std::optional<Standardizer>& standardizer() const { return standardizer_; }
 
  private:
+  // How the steps of a fit ran, for FitResult::captured_steps and eager_reason.
+  struct StepModes {
+    int64_t captured = 0;
+    std::string eager_reason;    // of the last eager step after the capture's warm-up
+    std::string warm_up_reason;  // of the last warm-up step
+  };
   // One epoch of steps; returns its mean loss, weighted by batch rows (EpochReport::train_loss). With read_each_step
   // every step's loss is read after the step, else once at the end (Note [Losses read once per epoch]).
-  double train_epoch(TensorDataLoader& loader, bool read_each_step);
+  double train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
+  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step).
+  Tensor train_step_on(const TensorBatch& batch, StepModes& modes);
   // Throws the Error of a non-finite loss of step `batch` (0-based) of `batches` in `epoch`.
   void check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const;
   bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
@@ -202,6 +220,8 @@ class Trainer {
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;  // options.lr_schedule over each replica's optimizer
+  std::unique_ptr<parallel::CapturedStep> captured_;  // the steps' graphs (Note [Captured training steps])
+  std::string capture_blocker_;                        // why no step can be captured; "" when they may be
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
   int64_t epoch_ = 0;

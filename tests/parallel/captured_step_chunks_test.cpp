@@ -1,0 +1,153 @@
+// parallel::CapturedStep fed a batch already cut over the devices (step_chunks, as a TensorDataLoader
+// delivers it): the same step as the whole batch's, its checks of the chunks, and graphs that survive an evaluation
+// in eval mode between steps.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "parallel/parallel_test_helpers.h"
+#include "tandem/comm/comm.h"
+#include "tandem/nn/training_mode_guard.h"
+#include "tandem/parallel/captured_step.h"
+
+namespace tandem::testing {
+namespace {
+
+// A net (make_net: 4 inputs, 2 outputs) replicated over `devices`, with SGD and momentum over the replicas.
+struct Replicas {
+  explicit Replicas(const std::vector<Device>& devices)
+      : net(make_net(devices[0])),
+        model(std::make_unique<parallel::ReplicatedModule>(net, devices)),
+        optimizer(std::make_unique<parallel::ReplicatedSGD>(*model, optim::SGDOptions{.lr = 0.05, .momentum = 0.9})) {}
+  std::shared_ptr<nn::Module> net;
+  std::unique_ptr<parallel::ReplicatedModule> model;
+  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer;
+};
+
+std::pair<Tensor, Tensor> batch_of(int step, int64_t rows) {
+  return {seeded_randn({rows, 4}, Device::cpu(), 200 + step), seeded_randn({rows, 2}, Device::cpu(), 700 + step)};
+}
+
+// `steps` steps of `rows` rows: through `captured` as chunks scattered over the devices, or (null) eagerly on the
+// whole batch. `between` runs after each step. Returns the losses.
+std::vector<float> run(Replicas& setup, parallel::CapturedStep* captured, int steps, int64_t rows,
+                       const std::function<void(int)>& between = nullptr) {
+  std::vector<float> losses;
+  for (int step = 0; step < steps; ++step) {
+    const auto [features, targets] = batch_of(step, rows);
+    Tensor loss;
+    if (captured != nullptr) {
+      const std::vector<Device>& devices = setup.model->devices();
+      loss = captured->step_chunks(comm::scatter(features, devices), comm::scatter(targets, devices));
+    } else {
+      loss = parallel::data_parallel_step(*setup.model, *setup.optimizer, features, targets);
+    }
+    losses.push_back(loss.item<float>());
+    if (between) between(step);
+  }
+  return losses;
+}
+
+TEST(CapturedStepChunks, EqualTheWholeBatchStepExactlyOnCpuDevices) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Replicas chunked(devices);
+  Replicas whole(devices);
+  parallel::CapturedStep step(*chunked.model, *chunked.optimizer, nn::mse_loss);
+  EXPECT_EQ(run(chunked, &step, 5, 7), run(whole, nullptr, 5, 7));
+  expect_parameters_close(*chunked.net, *whole.net, 0.0, 0.0);
+  EXPECT_FALSE(step.captured());
+  EXPECT_FALSE(step.warming_up());
+  EXPECT_EQ(step.fallback_reason(), "capture needs CUDA devices, but the model runs on cpu:0");
+  EXPECT_EQ(step.blocker(), step.fallback_reason());
+  EXPECT_EQ(step.captures(), 0u);
+}
+
+TEST(CapturedStepChunks, RejectsChunksThatAreNotTheScatterCut) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Replicas setup(devices);
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  const auto [features, targets] = batch_of(0, 7);
+  const std::vector<Tensor> x = comm::scatter(features, devices);  // 4 and 3 rows
+  const std::vector<Tensor> y = comm::scatter(targets, devices);
+  EXPECT_ERROR(
+      step.step_chunks(std::vector<Tensor>{}, std::vector<Tensor>{}),
+      "parallel::CapturedStep::step_chunks: got 0 chunks of features and 0 of targets but expected as many, from 1 "
+      "to the model's 2 devices");
+  EXPECT_ERROR(step.step_chunks(x, {y[0]}), "got 2 chunks of features and 1 of targets");
+  EXPECT_ERROR(step.step_chunks({x[0], x[1], x[1]}, {y[0], y[1], y[1]}), "got 3 chunks of features and 3 of targets");
+  EXPECT_ERROR(
+      step.step_chunks({x[0], x[1].to(Device::cpu(0))}, y),
+      "parallel::CapturedStep::step_chunks: features chunk 1 is on cpu:0 but expected the model's device cpu:1");
+  EXPECT_ERROR(
+      step.step_chunks({x[0], Tensor::zeros({3, 5}, Device::cpu(1))}, y),
+      "parallel::CapturedStep::step_chunks: features chunk 1 has shape [3, 5] and dtype float32 but chunk 0 has "
+      "[4, 4] and float32; expected the same beyond the rows");
+  EXPECT_ERROR(
+      step.step_chunks({x[1].to(Device::cpu(0)), x[0].to(Device::cpu(1))},
+                       {y[1].to(Device::cpu(0)), y[0].to(Device::cpu(1))}),
+      "parallel::CapturedStep::step_chunks: chunk 0 has 3 rows but torch.chunk's cut of 7 rows over 2 devices gives "
+      "it 4");
+  EXPECT_ERROR(
+      step.step_chunks({features.narrow(0, 0, 4)}, {targets.narrow(0, 0, 4)}),
+      "parallel::CapturedStep::step_chunks: got 1 chunks of 4 rows but torch.chunk cuts them into 2 for 2 devices");
+  EXPECT_ERROR(
+      step.step_chunks({x[0], x[1]}, {y[0], y[0].to(Device::cpu(1))}),
+      "parallel::CapturedStep::step_chunks: features of shape [3, 4] and targets of shape [4, 2] but expected the "
+      "same number of rows");
+  EXPECT_ERROR(step.step_chunks({Tensor::zeros({0, 4})}, {Tensor::zeros({0, 2})}),
+               "parallel::CapturedStep::step_chunks: the batch has no rows; expected at least one");
+  // Nothing was stepped by the refused calls.
+  Replicas untouched(devices);
+  expect_parameters_close(*setup.net, *untouched.net, 0.0, 0.0);
+}
+
+// ---- CUDA --------------------------------------------------------------------------------------------------
+
+class CapturedStepChunksOnGpus : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { TANDEM_REQUIRE_GPUS(GetParam()); }
+  std::vector<Device> devices() const {
+    std::vector<Device> gpus;
+    for (int d = 0; d < GetParam(); ++d) gpus.push_back(Device::cuda(d));
+    return gpus;
+  }
+};
+
+TEST_P(CapturedStepChunksOnGpus, EqualTheEagerStepAndShareTheWholeBatchGraph) {
+  Replicas chunked(devices());
+  Replicas whole(devices());
+  parallel::CapturedStep step(*chunked.model, *chunked.optimizer, nn::mse_loss);
+  const std::vector<float> losses = run(chunked, &step, 12, 96);
+  const std::vector<float> expected = run(whole, nullptr, 12, 96);
+  for (size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], expected[i], 1e-6 * std::abs(expected[i]) + 1e-7);
+  expect_parameters_close(*chunked.net, *whole.net, 1e-6, 1e-7);
+  EXPECT_TRUE(step.captured()) << step.fallback_reason();
+  EXPECT_EQ(step.captures(), 1u);
+  // The whole batch of the same shape replays the same graph.
+  const auto [features, targets] = batch_of(50, 96);
+  step.step(features.to(devices()[0]), targets.to(devices()[0]));
+  EXPECT_TRUE(step.captured());
+  EXPECT_EQ(step.graphs(), 1u);
+  EXPECT_EQ(step.captures(), 1u);
+}
+
+TEST_P(CapturedStepChunksOnGpus, KeepGraphsWhenModesAreSwitchedBack) {
+  Replicas setup(devices());
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  run(setup, &step, 8, 64, [&](int) { nn::TrainingModeGuard eval_mode(*setup.net, /*training=*/false); });
+  EXPECT_TRUE(step.captured()) << step.fallback_reason();
+  EXPECT_EQ(step.captures(), 1u);
+  setup.net->eval();  // a mode the graph was not captured in: captured again
+  run(setup, &step, 1, 64);
+  EXPECT_TRUE(step.captured());
+  EXPECT_EQ(step.captures(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpus, CapturedStepChunksOnGpus, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 1 ? std::string("CUDA") : std::string("MultiCUDA");
+                         });
+
+}  // namespace
+}  // namespace tandem::testing
