@@ -61,6 +61,8 @@ CapturedStep::CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimiz
 CapturedStep::~CapturedStep() = default;
 
 void CapturedStep::reset() {
+  captured_ = false;
+  last_graph_ = nullptr;
   graphs_.clear();  // each DeviceGraph synchronizes its devices before it goes
   failures_.clear();
 }
@@ -225,6 +227,7 @@ Tensor CapturedStep::replay(Graph& graph, const Batch& batch) {
   graph.graph.replay();
   optimizer_.finish_replay();
   captured_ = true;
+  last_graph_ = &graph.graph;
   warming_up_ = false;
   fallback_reason_.clear();
   return graph.loss.clone();  // on devices[0]'s compute stream, after the replay

@@ -178,6 +178,42 @@ bool DeviceGraph::capturing() const { return state_ != nullptr && state_->captur
 
 bool DeviceGraph::ready() const { return state_ != nullptr && state_->exec != nullptr; }
 
+namespace {
+
+std::vector<cudaGraphNode_t> graph_nodes(cudaGraph_t graph) {
+  size_t count = 0;
+  TANDEM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) TANDEM_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  nodes.resize(count);
+  return nodes;
+}
+
+}  // namespace
+
+size_t DeviceGraph::nodes() const { return ready() ? graph_nodes(state_->graph).size() : 0; }
+
+size_t DeviceGraph::kernel_nodes() const {
+  if (!ready()) return 0;
+  size_t kernels = 0;
+  for (cudaGraphNode_t node : graph_nodes(state_->graph)) {
+    cudaGraphNodeType type{};
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  return kernels;
+}
+
+void DeviceGraph::debug_dump(const std::string& path) const {
+  TANDEM_CHECK(ready(), "DeviceGraph::debug_dump: nothing was captured");
+  const unsigned flags = cudaGraphDebugDotFlagsKernelNodeParams | cudaGraphDebugDotFlagsMemcpyNodeParams |
+                         cudaGraphDebugDotFlagsMemsetNodeParams | cudaGraphDebugDotFlagsEventNodeParams;
+  const cudaError_t status = cudaGraphDebugDotPrint(state_->graph, path.c_str(), flags);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  TANDEM_CHECK(status == cudaSuccess, "DeviceGraph::debug_dump: cannot write '", path, "': ",
+               cudaGetErrorString(status));
+}
+
 const std::vector<Device>& DeviceGraph::devices() const {
   static const std::vector<Device> none;
   return state_ != nullptr ? state_->devices : none;

@@ -26,6 +26,12 @@ bool DeviceGraph::capturing() const { return false; }
 
 bool DeviceGraph::ready() const { return false; }
 
+size_t DeviceGraph::nodes() const { return 0; }
+
+size_t DeviceGraph::kernel_nodes() const { return 0; }
+
+void DeviceGraph::debug_dump(const std::string&) const { TANDEM_FAIL("DeviceGraph::debug_dump: nothing was captured"); }
+
 const std::vector<Device>& DeviceGraph::devices() const {
   static const std::vector<Device> none;
   return none;

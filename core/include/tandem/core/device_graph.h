@@ -29,7 +29,9 @@
 // Not thread-safe: one thread drives a DeviceGraph; while it captures, no other thread may issue work on the devices
 // (it would land in the graph).
 
+#include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/core/device.h"
@@ -58,6 +60,13 @@ class DeviceGraph {
 
   bool capturing() const;
   bool ready() const;  // captured and instantiated: replay() may run
+  // How many nodes the captured graph holds, and how many of them are kernels (each memcpy, memset, event and
+  // collective node counts as a node; NCCL's kernels count as kernels). 0 before a capture.
+  size_t nodes() const;
+  size_t kernel_nodes() const;
+  // Writes the captured graph as Graphviz text to `path` (cudaGraphDebugDotPrint, with kernel names and copy
+  // sizes), for looking at what a step launches. Errors: nothing captured; a path that cannot be written.
+  void debug_dump(const std::string& path) const;
   const std::vector<Device>& devices() const;
 
  private:

@@ -114,6 +114,9 @@ class CapturedStep {
   std::string blocker() const;
   size_t graphs() const { return graphs_.size(); }  // graphs held (one per distinct batch shape)
   size_t captures() const { return captures_; }     // graphs captured so far, those captured again included
+  // The graph the last step() replayed, for inspection (DeviceGraph::nodes, debug_dump); null when it ran eagerly.
+  // Valid until the next step() or reset().
+  const DeviceGraph* last_graph() const { return captured_ ? last_graph_ : nullptr; }
   // Drops every graph and every remembered capture failure: the next step of each shape is captured again.
   void reset();
 
@@ -164,6 +167,7 @@ class CapturedStep {
   std::map<Key, std::string> failures_;  // shapes whose capture failed, with the reason
   size_t captures_ = 0;
   bool captured_ = false;
+  const DeviceGraph* last_graph_ = nullptr;
   bool warming_up_ = false;
   std::string fallback_reason_;
 };
