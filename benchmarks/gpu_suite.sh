@@ -63,17 +63,31 @@ run_stage() {
       tail -20 "$out/libtorch.log" ;;
     ddp)  # multi-process DDP against PyTorch's DDP under torchrun, and all_reduce against raw NCCL
       TANDEM_BUILD_DIR="$build" benchmarks/ddp_suite.sh "$out/ddp" ;;
-    sanitize)  # compute-sanitizer's memcheck, synccheck and racecheck on the captured step's tests
+    sanitize)  # compute-sanitizer's memcheck and synccheck on every suite's GPU tests, racecheck on the one-GPU ones
       # --report-api-errors no: NCCL's start-up probes fail cudaFuncGetAttributes on purpose. racecheck serializes
-      # kernels, and a collective's kernels on two GPUs must run together, so it takes the one-GPU cases only.
-      local tests="$build/bin/tandem_parallel_tests"
-      for tool in memcheck synccheck racecheck; do
-        local filter='Gpus/CapturedStepOnGpus.*:*ReplayedOptimizerStep*'
-        [ "$tool" = racecheck ] && filter='Gpus/CapturedStepOnGpus.*/CUDA'
-        timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 3 "$tests" \
-          --gtest_filter="$filter" >"$out/sanitize_$tool.log" 2>&1
-        echo "$tool: exit status $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1);" \
-          "$(grep -E '^\[  PASSED|^\[  FAILED' "$out/sanitize_$tool.log" | head -2 | tr '\n' ' ')"
+      # kernels, and a collective's kernels on two GPUs must run together, so it takes the one-GPU cases only. The
+      # runs go side by side (each suite and tool in its own process); every log is kept.
+      local gpu='*CUDA*:*Cuda*:*Gpu*:*GPU*' suites=(core comm nn parallel trainers distributed) pids=()
+      for suite in "${suites[@]}"; do
+        for tool in memcheck synccheck racecheck; do
+          local filter="$gpu"
+          if [ "$tool" = racecheck ]; then
+            [ "$suite" = distributed ] && continue  # its collectives span processes
+            filter="$gpu-*Multi*"
+          fi
+          timeout 380 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 3 \
+            "$build/bin/tandem_${suite}_tests" --gtest_filter="$filter" >"$out/sanitize_${tool}_$suite.log" 2>&1 &
+          pids+=($!)
+        done
+      done
+      for pid in "${pids[@]}"; do wait "$pid"; done
+      for suite in "${suites[@]}"; do
+        for tool in memcheck synccheck racecheck; do
+          local log="$out/sanitize_${tool}_$suite.log"
+          [ -f "$log" ] || continue
+          echo "$tool $suite: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1);" \
+            "$(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED' "$log" | head -3 | tr '\n' ' ')"
+        done
       done ;;
     width)  # step time against model width: tandem eager and captured beside PyTorch's DDP, with an SVG plot
       TANDEM_BUILD_DIR="$build" benchmarks/width_sweep.sh "$out/width" ;;
