@@ -52,9 +52,10 @@ def sgd_mse_step(run, parameters, x, y, autocast_dtype=None):
     return step
 
 
-def median_step_ms(step, warmup, steps, synchronize, start=lambda: None):
-    """Runs `warmup` steps, then `steps` timed ones, and returns their median in milliseconds. A timed step runs from
-    synchronize() and start() (e.g. a barrier) to synchronize() after it, by the host wall clock."""
+def median_step_ms(step, warmup, steps, synchronize, start=lambda: None, loop=1):
+    """Runs `warmup` steps, then `steps` timed samples, and returns their median in milliseconds per step. A sample
+    runs from synchronize() and start() (e.g. a barrier) to synchronize() after `loop` back-to-back steps, by the host
+    wall clock, divided by `loop`."""
     for _ in range(warmup):
         step()
     times = []
@@ -62,7 +63,42 @@ def median_step_ms(step, warmup, steps, synchronize, start=lambda: None):
         synchronize()
         start()
         begin = time.perf_counter()
-        step()
+        for _ in range(loop):
+            step()
         synchronize()
-        times.append((time.perf_counter() - begin) * 1e3)
+        times.append((time.perf_counter() - begin) * 1e3 / loop)
     return statistics.median(times)
+
+
+def graphed_sgd_mse_step(model, x, y):
+    """sgd_mse_step captured whole (forward, loss, backward, SGD) as one CUDA graph on x's GPU, as PyTorch's CUDA
+    Graphs notes show for a whole network: a few eager steps on a side stream first, then the capture into static
+    inputs; the returned function copies x and y into them and replays."""
+    import torch
+    static_x = x.clone()
+    static_y = y.clone()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    def eager_step():
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(static_x), static_y).backward()
+        optimizer.step()
+
+    side = torch.cuda.Stream(device=x.device)
+    side.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            eager_step()
+    torch.cuda.current_stream(x.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        torch.nn.functional.mse_loss(model(static_x), static_y).backward()
+        optimizer.step()
+
+    def step():
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+
+    return step

@@ -4,7 +4,9 @@ with nn.DataParallel, and with DistributedDataParallel (one process per GPU, NCC
   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32 (PyTorch's default matmul precision)
 Method as train_step_bench: inputs and targets on cuda:0, every GPU synchronized before and after each step, host
-wall clock, median over the timed steps after a warm-up. DistributedDataParallel gets each rank's share of the batch
+wall clock, median over the timed steps after a warm-up; and, as train_step_bench's second figure, the same over a
+loop of back-to-back steps (20 for the seed net, 4 for the wide MLP) divided by their number. On one GPU the step is
+also captured whole as one CUDA graph (torch.cuda.graph) and replayed, beside tandem's captured step. DistributedDataParallel gets each rank's share of the batch
 already on its GPU (no scatter) and times each step between synchronizations of its own GPU; rank 0 reports.
 
 Usage: python3 benchmarks/torch_train_step.py [--gpus N]
@@ -18,13 +20,13 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from torch_bench_support import median_step_ms, seed_net, sgd_mse_step, wide_mlp
+from torch_bench_support import graphed_sgd_mse_step, median_step_ms, seed_net, sgd_mse_step, wide_mlp
 
 
 WORKLOADS = [
-    # name, make, batch, inputs, outputs, warm-up steps, timed steps
-    ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500),
-    ("wide MLP, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30),
+    # name, make, batch, inputs, outputs, warm-up steps, timed steps, steps per loop, timed loops
+    ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, 20, 50),
+    ("wide MLP, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, 4, 8),
 ]
 
 
@@ -33,18 +35,18 @@ def synchronize(gpus):
         torch.cuda.synchronize(gpu)
 
 
-def time_step(make, batch, inputs, outputs, warmup, steps, gpus):
+def time_step(make, batch, inputs, outputs, warmup, steps, gpus, loop=1, graphed=False):
     torch.manual_seed(0)
     model = make().cuda(0)
     runner = nn.DataParallel(model, device_ids=list(range(gpus))) if gpus > 1 else model
     x = torch.randn(batch, inputs, device="cuda:0")
     y = torch.randn(batch, outputs, device="cuda:0")
-    return median_step_ms(sgd_mse_step(runner, model.parameters(), x, y), warmup, steps,
-                          synchronize=lambda: synchronize(gpus))
+    step = graphed_sgd_mse_step(model, x, y) if graphed else sgd_mse_step(runner, model.parameters(), x, y)
+    return median_step_ms(step, warmup, steps, synchronize=lambda: synchronize(gpus), loop=loop)
 
 
 def ddp_worker(rank, gpus, workload, results):
-    name, make, batch, inputs, outputs, warmup, steps = WORKLOADS[workload]
+    name, make, batch, inputs, outputs, warmup, steps, _, _ = WORKLOADS[workload]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     torch.cuda.set_device(rank)
@@ -76,13 +78,20 @@ def main():
         print("torch_train_step: no GPU visible; nothing to measure")
         return
     print(f"PyTorch {torch.__version__}, milliseconds per training step (median)\n")
-    print(f"| workload | PyTorch 1 GPU | PyTorch DataParallel ({gpus} GPUs) | PyTorch DDP ({gpus} GPUs) |")
-    print("|---|---|---|---|")
-    for index, (name, make, batch, inputs, outputs, warmup, steps) in enumerate(WORKLOADS):
-        one = time_step(make, batch, inputs, outputs, warmup, steps, 1)
-        many = time_step(make, batch, inputs, outputs, warmup, steps, gpus) if gpus > 1 else float("nan")
-        ddp = time_ddp(index, gpus) if gpus > 1 else float("nan")
-        print(f"| {name} | {one:.3f} | {many:.3f} | {ddp:.3f} |")
+    print(f"| workload | step | PyTorch 1 GPU | PyTorch 1 GPU, CUDA graph | PyTorch DataParallel ({gpus} GPUs) "
+          f"| PyTorch DDP ({gpus} GPUs) |")
+    print("|---|---|---|---|---|---|")
+    for index, (name, make, batch, inputs, outputs, warmup, steps, loop, loops) in enumerate(WORKLOADS):
+        for looped in (False, True):
+            count, per_sample = (loops, loop) if looped else (steps, 1)
+            shape = (make, batch, inputs, outputs, warmup, count)
+            one = time_step(*shape, 1, loop=per_sample)
+            graphed = time_step(*shape, 1, loop=per_sample, graphed=True)
+            many = time_step(*shape, gpus, loop=per_sample) if gpus > 1 else float("nan")
+            ddp = time_ddp(index, gpus) if gpus > 1 and not looped else float("nan")
+            label = f"in a loop of {loop}" if looped else "synchronized"
+            print(f"| {name} | {label} | {one:.3f} | {graphed:.3f} | {many:.3f} | {ddp:.3f} |", flush=True)
+
 
 if __name__ == "__main__":
     main()
