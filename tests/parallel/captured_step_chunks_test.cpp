@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "parallel/parallel_test_helpers.h"
+#include "support/one_and_two_gpus.h"
 #include "tandem/comm/comm.h"
 #include "tandem/nn/training_mode_guard.h"
 #include "tandem/parallel/captured_step.h"
@@ -104,15 +105,7 @@ TEST(CapturedStepChunks, RejectsChunksThatAreNotTheScatterCut) {
 
 // ---- CUDA --------------------------------------------------------------------------------------------------
 
-class CapturedStepChunksOnGpus : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { TANDEM_REQUIRE_GPUS(GetParam()); }
-  std::vector<Device> devices() const {
-    std::vector<Device> gpus;
-    for (int d = 0; d < GetParam(); ++d) gpus.push_back(Device::cuda(d));
-    return gpus;
-  }
-};
+class CapturedStepChunksOnGpus : public OneAndTwoGpus {};
 
 TEST_P(CapturedStepChunksOnGpus, EqualTheEagerStepAndShareTheWholeBatchGraph) {
   Replicas chunked(devices());
@@ -144,10 +137,7 @@ TEST_P(CapturedStepChunksOnGpus, KeepGraphsWhenModesAreSwitchedBack) {
   EXPECT_EQ(step.captures(), 2u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, CapturedStepChunksOnGpus, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == 1 ? std::string("CUDA") : std::string("MultiCUDA");
-                         });
+TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(CapturedStepChunksOnGpus);
 
 }  // namespace
 }  // namespace tandem::testing

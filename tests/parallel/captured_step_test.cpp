@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "parallel/parallel_test_helpers.h"
+#include "support/one_and_two_gpus.h"
 #include "tandem/trainers/train_step.h"
 
 namespace tandem::testing {
@@ -247,12 +248,6 @@ TEST(DeviceGraph, CaptureNeedsCudaDevices) {
 
 // ---- CUDA: captured against eager ---------------------------------------------------------------------------
 
-std::vector<Device> first_gpus(int count) {
-  std::vector<Device> devices;
-  for (int d = 0; d < count; ++d) devices.push_back(Device::cuda(d));
-  return devices;
-}
-
 // 20 captured steps against 20 eager ones from the same start: equal losses and parameters.
 void expect_captured_equals_eager(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer,
                                   const std::function<int64_t(int)>& rows_of, const AfterStepMaker& make_after,
@@ -294,11 +289,7 @@ AfterStepMaker with_schedule(bool cosine) {
   return [cosine] { return schedule_steps(cosine); };
 }
 
-class CapturedStepOnGpus : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { TANDEM_REQUIRE_GPUS(GetParam()); }
-  std::vector<Device> devices() const { return first_gpus(GetParam()); }
-};
+class CapturedStepOnGpus : public OneAndTwoGpus {};
 
 TEST_P(CapturedStepOnGpus, SgdMomentumEqualsEager) {
   expect_captured_equals_eager(devices(), sgd_momentum, constant_rows, nullptr, 1);
@@ -389,10 +380,7 @@ TEST_P(CapturedStepOnGpus, MoreShapesThanMaxGraphsRunEagerly) {
             "eagerly");
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, CapturedStepOnGpus, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == 1 ? std::string("CUDA") : std::string("MultiCUDA");
-                         });
+TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(CapturedStepOnGpus);
 
 }  // namespace
 }  // namespace tandem::testing

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/one_and_two_gpus.h"
 #include "support/test_support.h"
 
 namespace tandem::trainers {
@@ -75,15 +76,7 @@ TEST(TrainerCapture, AFitWithoutStepsSaysSo) {
 
 // ---- CUDA ------------------------------------------------------------------------------------------------------
 
-class TrainerCaptureOnGpus : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { TANDEM_REQUIRE_GPUS(GetParam()); }
-  std::vector<Device> devices() const {
-    std::vector<Device> gpus;
-    for (int d = 0; d < GetParam(); ++d) gpus.push_back(Device::cuda(d));
-    return gpus;
-  }
-};
+class TrainerCaptureOnGpus : public testing::OneAndTwoGpus {};
 
 void expect_near_relative(double actual, double expected, double rtol, const char* what) {
   EXPECT_NEAR(actual, expected, rtol * std::abs(expected)) << what;
@@ -138,10 +131,7 @@ TEST_P(TrainerCaptureOnGpus, DropoutFallsBackWithItsReason) {
   EXPECT_EQ(captured.graphs, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, TrainerCaptureOnGpus, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == 1 ? std::string("CUDA") : std::string("MultiCUDA");
-                         });
+TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(TrainerCaptureOnGpus);
 
 }  // namespace
 }  // namespace tandem::trainers
