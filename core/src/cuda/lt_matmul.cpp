@@ -56,8 +56,10 @@ constexpr size_t kMaxPlans = 256;
 // k is a tile or two), asks the heuristic only for algorithms that finish in one kernel: no split, or a split whose
 // parts are added in place in the output in a fixed order (CUBLASLT_REDUCTION_SCHEME_INPLACE, deterministic like an
 // unsplit product), and takes the first of its ranking that really is one (the mask is checked against each
-// algorithm's configuration); only when there is none does it take what the heuristic ranks first. Larger products
-// (a wide MLP's 4096-wide layers) keep the heuristic's first choice, split or not. Small plain products (no
+// algorithm's configuration); only when there is none does it take what the heuristic ranks first. Except with row
+// sums (BGRADB): a split product then also adds partial row sums in yet another kernel (three in all), so the plan
+// is left unusable, and gemm.cpp sums the rows in a kernel of its own and the product takes one (two in all). Larger
+// products (a wide MLP's 4096-wide layers) keep the heuristic's first choice, split or not. Small plain products (no
 // epilogue) come through cuBLASLt too, for the same reason (lt_matmul.h).
 constexpr double kSmallProductMacs = double{1 << 24};
 constexpr int64_t kShortK = 128;
@@ -179,15 +181,17 @@ bool reduces_in_own_kernel(const cublasLtMatmulAlgo_t& algo) {
   return splits > 1 && scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE;
 }
 
-// The algorithm for `plan`: for a small product the best that finishes in one kernel, if any (Note [One kernel for
-// small products]); otherwise the heuristic's first; none when the heuristic has none.
-std::optional<cublasLtMatmulAlgo_t> choose_algorithm(cublasLtHandle_t handle, const Plan& plan,
-                                                     cublasLtMatmulPreference_t preference, bool small) {
-  if (small) {
+// The algorithm for `plan` (whose key is `key`): for a small product the best that finishes in one kernel, if any
+// (Note [One kernel for small products]); otherwise the heuristic's first; none when the heuristic has none, or for
+// a small product with row sums that has no one-kernel algorithm.
+std::optional<cublasLtMatmulAlgo_t> choose_algorithm(cublasLtHandle_t handle, const PlanKey& key, const Plan& plan,
+                                                     cublasLtMatmulPreference_t preference) {
+  if (small_product(key.m, key.n, key.k)) {
     set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                    static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE));
     for (const cublasLtMatmulAlgo_t& algo : ranked_algorithms(handle, plan, preference))
       if (!reduces_in_own_kernel(algo)) return algo;
+    if (key.epilogue == CUBLASLT_EPILOGUE_BGRADB) return std::nullopt;
     set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                    static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK));
   }
@@ -221,8 +225,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const PlanKey& key, voi
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-  const std::optional<cublasLtMatmulAlgo_t> algo =
-      choose_algorithm(handle, *plan, preference.get(), small_product(key.m, key.n, key.k));
+  const std::optional<cublasLtMatmulAlgo_t> algo = choose_algorithm(handle, key, *plan, preference.get());
   plan->usable = algo.has_value();
   if (plan->usable) plan->algo = *algo;
   return plan;
