@@ -61,7 +61,7 @@ constexpr size_t kMaxPlans = 256;
 // is left unusable, and gemm.cpp sums the rows in a kernel of its own and the product takes one (two in all). Larger
 // products (a wide MLP's 4096-wide layers) keep the heuristic's first choice, split or not. Small plain products (no
 // epilogue) come through cuBLASLt too, for the same reason (lt_matmul.h).
-constexpr double kSmallProductMacs = double{1 << 24};
+constexpr double kSmallProductMacs = double{1 << 20};
 constexpr int64_t kShortK = 128;
 // How many algorithms of the heuristic's ranking are looked at for one that finishes in one kernel.
 constexpr int kRankedAlgorithms = 8;
