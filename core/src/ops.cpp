@@ -165,7 +165,7 @@ class Linear final : public Function {
               bias_grad ? raw::sum_dim(g.dtype() == DType::Float32 ? g : raw::convert(g, DType::Float32), 0, false)
                         : Tensor()};
     }
-    const auto operand_of = [&](const Tensor& grad) {
+    const auto shares_an_operand = [&](const Tensor& grad) {
       return grad.shares_storage_with(g) || grad.shares_storage_with(x);
     };
     // The weight-gradient product into `out` (added to it with `accumulate`), its row sums written straight over the
@@ -174,7 +174,7 @@ class Linear final : public Function {
     const auto weight_product_into = [&](const Tensor& out, bool accumulate) {
       const bool bias_written =
           bias_grad && write_leaf_gradient(2, [&](const Tensor& grad, bool overwrite) {
-            if (!overwrite || operand_of(grad)) return false;  // the epilogue writes the sums: it cannot add them
+            if (!overwrite || shares_an_operand(grad)) return false;  // the epilogue writes the sums: it cannot add them
             raw::gemm_into(g.t(), x, {.a_row_sums = grad, .accumulate = accumulate, .precision = precision_}, out);
             return true;
           });
@@ -183,7 +183,7 @@ class Linear final : public Function {
       raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = accumulate, .precision = precision_}, out);
     };
     const bool written = write_leaf_gradient(1, [&](const Tensor& grad, bool overwrite) {
-      if (operand_of(grad)) return false;
+      if (shares_an_operand(grad)) return false;
       weight_product_into(grad, !overwrite);
       return true;
     });
