@@ -174,7 +174,8 @@ class Linear final : public Function {
     const auto weight_product_into = [&](const Tensor& out, bool accumulate) {
       const bool bias_written =
           bias_grad && write_leaf_gradient(2, [&](const Tensor& grad, bool overwrite) {
-            if (!overwrite || shares_an_operand(grad)) return false;  // the epilogue writes the sums: it cannot add them
+            // The epilogue writes the sums: it cannot add them to what .grad holds.
+            if (!overwrite || shares_an_operand(grad)) return false;
             raw::gemm_into(g.t(), x, {.a_row_sums = grad, .accumulate = accumulate, .precision = precision_}, out);
             return true;
           });
