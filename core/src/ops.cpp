@@ -108,9 +108,11 @@ class Matmul final : public Function {
 // gradient and, in its epilogue, the bias gradient (the row sums of g^T), and the weight gradient is added straight
 // into the weight's .grad where the engine allows it (Note [Gradients written in place] in
 // core/src/autograd/engine.cpp), or written there when .grad is stale (Note [Stale gradients] in autograd.h), or
-// else materialized for the weight's accumulator. Otherwise the weight gradient is a product of its own and the bias
-// gradient a reduction of its own. The bias gradient is always returned: it is small, and the bias's accumulator
-// adds it.
+// else materialized for the weight's accumulator. The bias gradient is written straight into the bias's .grad when
+// that is stale (after zero_grad, as in every training step: the product then writes both gradients into their
+// places in a flat gradient buffer, and no copy follows), since the epilogue writes the sums and cannot add them;
+// otherwise it is returned, and the bias's accumulator adds it. Without fused_linear() the weight gradient is a
+// product of its own and the bias gradient a reduction of its own.
 //
 // Note [Linear in bfloat16]: in BFloat16, forward rounds x and W to bfloat16 once and keeps the rounded copies for
 // backward (they are the only copies backward reads: half the memory of float32 activations), and backward rounds
@@ -163,14 +165,34 @@ class Linear final : public Function {
               bias_grad ? raw::sum_dim(g.dtype() == DType::Float32 ? g : raw::convert(g, DType::Float32), 0, false)
                         : Tensor()};
     }
-    const Tensor grad_bias = bias_grad ? Tensor::empty({g.size(1)}, g.device()) : Tensor();
+    const auto shares_an_operand = [&](const Tensor& grad) {
+      return grad.shares_storage_with(g) || grad.shares_storage_with(x);
+    };
+    // The weight-gradient product into `out` (added to it with `accumulate`), its row sums written straight over the
+    // bias's stale .grad where the engine allows it, otherwise into grad_bias, which is then returned.
+    Tensor grad_bias;
+    const auto weight_product_into = [&](const Tensor& out, bool accumulate) {
+      const bool bias_written =
+          bias_grad && write_leaf_gradient(2, [&](const Tensor& grad, bool overwrite) {
+            // The epilogue writes the sums: it cannot add them to what .grad holds.
+            if (!overwrite || shares_an_operand(grad)) return false;
+            raw::gemm_into(g.t(), x, {.a_row_sums = grad, .accumulate = accumulate, .precision = precision_}, out);
+            return true;
+          });
+      if (bias_written) return;
+      if (bias_grad) grad_bias = Tensor::empty({g.size(1)}, g.device());
+      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = accumulate, .precision = precision_}, out);
+    };
     const bool written = write_leaf_gradient(1, [&](const Tensor& grad, bool overwrite) {
-      if (grad.shares_storage_with(g) || grad.shares_storage_with(x)) return false;
-      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = !overwrite, .precision = precision_}, grad);
+      if (shares_an_operand(grad)) return false;
+      weight_product_into(grad, !overwrite);
       return true;
     });
-    const Tensor grad_weight =
-        written ? Tensor() : raw::gemm(g.t(), x, {.a_row_sums = grad_bias, .precision = precision_});
+    Tensor grad_weight;
+    if (!written) {
+      grad_weight = Tensor::empty({w.size(0), w.size(1)}, g.device());
+      weight_product_into(grad_weight, false);
+    }
     return {grad_input, grad_weight, grad_bias};
   }
   std::string name() const override { return relu_ ? "LinearReluBackward" : "LinearBackward"; }

@@ -1,8 +1,12 @@
 // The CUDA backend against the CPU backend on inputs large enough to take each kernel path: vectorized and
 // unaligned contiguous elementwise work, row-broadcast and general strided layouts, every sum_dim strategy,
-// multi-block deterministic reductions, cuBLAS products of transposed views, and peer copies between GPUs.
+// single-pass and multi-block deterministic reductions, cuBLAS products of transposed views, small products through
+// cuBLASLt, and peer copies between GPUs.
 
+#include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "support/test_support.h"
@@ -50,8 +54,8 @@ TEST(CudaKernelsCUDA, BroadcastAndStridedElementwise) {
   Pair x = randn_pair({513, 77});
   Pair bias = randn_pair({77});
   Pair column = randn_pair({513, 1});
-  expect_close(x.gpu + bias.gpu, x.cpu + bias.cpu);  // row broadcast as the second input
-  expect_close(bias.gpu - x.gpu, bias.cpu - x.cpu);  // row broadcast as the first input
+  expect_close(x.gpu + bias.gpu, x.cpu + bias.cpu);      // row broadcast as the second input
+  expect_close(bias.gpu - x.gpu, bias.cpu - x.cpu);      // row broadcast as the first input
   expect_close(x.gpu * column.gpu, x.cpu * column.cpu);  // column broadcast: general strided kernel
   Pair y = randn_pair({77, 513});
   expect_close(x.gpu.t() * y.gpu, x.cpu.t() * y.cpu);  // a transposed view
@@ -92,6 +96,56 @@ TEST(CudaKernelsCUDA, LargeReductionsAreAccurateAndDeterministic) {
   expect_close(mse_loss(x.gpu, t.gpu), mse_loss(x.cpu, t.cpu), 1e-5, 0);
   const float first = sum(x.gpu).item();
   for (int run = 0; run < 3; ++run) EXPECT_EQ(sum(x.gpu).item(), first);
+}
+
+// Up to 64K elements a reduction is one block's single pass; beyond, two passes (Note [Deterministic reductions]).
+TEST(CudaKernelsCUDA, ReductionsOnBothSidesOfTheSinglePassLimit) {
+  TANDEM_REQUIRE_GPUS(1);
+  for (const int64_t n : {int64_t{1}, int64_t{4096}, int64_t{65536}, int64_t{65537}}) {
+    SCOPED_TRACE(n);
+    Pair x = rand_pair({n});
+    Pair t = rand_pair({n});
+    expect_close(sum(x.gpu), sum(x.cpu), 1e-5, 1e-6);
+    expect_close(mean(x.gpu), mean(x.cpu), 1e-5, 1e-6);
+    expect_close(mse_loss(x.gpu, t.gpu), mse_loss(x.cpu, t.cpu), 1e-5, 1e-6);
+    expect_close(total_norm({x.gpu}, 2.0), total_norm({x.cpu}, 2.0), 1e-5, 1e-6);
+    expect_close(total_norm({x.gpu}, 1.0), total_norm({x.cpu}, 1.0), 1e-5, 1e-6);
+    expect_close(total_norm({x.gpu}, 3.0), total_norm({x.cpu}, 3.0), 1e-5, 1e-6);
+    expect_close(total_norm({x.gpu}, INFINITY), total_norm({x.cpu}, INFINITY), 0, 0);
+    const float first = mse_loss(x.gpu, t.gpu).item();
+    for (int run = 0; run < 3; ++run) EXPECT_EQ(mse_loss(x.gpu, t.gpu).item(), first);
+  }
+}
+
+// The seed net's products, small enough to run in one cuBLASLt kernel each (Note [One kernel for small products]):
+// forward with the bias, the input gradient, and the weight gradient with the bias gradient, written over stale
+// gradients and then added to them, against the CPU.
+TEST(CudaKernelsCUDA, SmallLinearProductsEqualTheCpu) {
+  TANDEM_REQUIRE_GPUS(1);
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{10, 20}, {20, 1}, {3, 5}}) {
+    SCOPED_TRACE(std::to_string(in) + " -> " + std::to_string(out));
+    Pair x = randn_pair({4096, in});
+    Pair w = randn_pair({out, in});
+    Pair b = randn_pair({out});
+    Pair r = randn_pair({4096, out});
+    for (Tensor* leaf : {&x.cpu, &x.gpu, &w.cpu, &w.gpu, &b.cpu, &b.gpu}) leaf->set_requires_grad();
+    for (Tensor* leaf : {&w.cpu, &w.gpu, &b.cpu, &b.gpu}) {
+      leaf->set_grad(Tensor::full(leaf->shape(), 7.0f, leaf->device()));
+      leaf->mark_grad_stale();
+    }
+    for (int pass = 0; pass < 2; ++pass) {  // over the stale gradients, then added to them
+      SCOPED_TRACE(pass);
+      const Tensor y_gpu = linear(x.gpu, w.gpu, b.gpu);
+      const Tensor y_cpu = linear(x.cpu, w.cpu, b.cpu);
+      expect_close(y_gpu, y_cpu, 1e-5, 1e-5);
+      y_gpu.backward(r.gpu);
+      y_cpu.backward(r.cpu);
+      expect_close(x.gpu.grad(), x.cpu.grad(), 1e-5, 1e-5);
+      expect_close(w.gpu.grad(), w.cpu.grad(), 1e-4, 1e-3);
+      expect_close(b.gpu.grad(), b.cpu.grad(), 1e-4, 1e-3);
+    }
+    expect_close(matmul(r.gpu.t(), x.gpu), matmul(r.cpu.t(), x.cpu), 1e-4, 1e-3);
+  }
 }
 
 TEST(CudaKernelsCUDA, MatmulOfTransposedViewsAndLinearWithBias) {

@@ -47,8 +47,46 @@ TEST_P(StaleGradTest, BackwardWritesOverAStaleGradient) {
 
     linear(x, w, b).backward(r);  // no longer stale: accumulates
     testing::expect_close(w.grad(), dw * 2.0f);
+    testing::expect_close(b.grad(), db * 2.0f);
     set_fused_linear(previous);
   }
+}
+
+// The weight's and the bias's .grad of one linear layer, each stale (written over), accumulating (added to) or
+// missing (the accumulator takes the gradient), in every combination: each ends with its own correct gradient.
+TEST_P(StaleGradTest, WeightAndBiasGradientsMixStaleAccumulatingAndMissing) {
+  enum class Grad { Stale, Accumulating, Missing };
+  manual_seed(2);
+  const Tensor x = Tensor::randn({7, 3}, device());
+  const Tensor r = Tensor::randn({7, 2}, device());
+  Tensor w = Tensor::randn({2, 3}, device()).set_requires_grad();
+  Tensor b = Tensor::randn({2}, device()).set_requires_grad();
+  linear(x, w, b).backward(r);
+  const Tensor dw = w.grad().clone(), db = b.grad().clone();
+  const auto prepare = [](const Tensor& leaf, Grad kind) {
+    leaf.set_grad(Tensor());
+    if (kind == Grad::Stale) stale_nan_grad(leaf);
+    if (kind == Grad::Accumulating) leaf.set_grad(Tensor::ones(leaf.shape(), leaf.device()));
+  };
+  const auto expected = [](const Tensor& gradient, Grad kind) {
+    return kind == Grad::Accumulating ? gradient + 1.0f : gradient;
+  };
+  const bool previous = fused_linear();
+  for (const bool fused : {true, false}) {
+    set_fused_linear(fused);
+    for (const Grad weight : {Grad::Stale, Grad::Accumulating, Grad::Missing}) {
+      for (const Grad bias : {Grad::Stale, Grad::Accumulating, Grad::Missing}) {
+        SCOPED_TRACE(std::string(fused ? "fused" : "plain") + " linear, weight " +
+                     std::to_string(static_cast<int>(weight)) + ", bias " + std::to_string(static_cast<int>(bias)));
+        prepare(w, weight);
+        prepare(b, bias);
+        linear(x, w, b).backward(r);
+        testing::expect_close(w.grad(), expected(dw, weight));
+        testing::expect_close(b.grad(), expected(db, bias));
+      }
+    }
+  }
+  set_fused_linear(previous);
 }
 
 TEST_P(StaleGradTest, ALeafUsedTwiceGetsBothGradients) {

@@ -1,5 +1,5 @@
-// Matrix products of the CUDA backend (see gemm.h): cuBLASLt where it fuses the epilogue, otherwise cuBLAS with
-// the epilogue in passes of its own.
+// Matrix products of the CUDA backend (see gemm.h): cuBLASLt where it fuses the epilogue or the product is small,
+// otherwise cuBLAS with the epilogue in passes of its own.
 
 #include "cuda/gemm.h"
 
@@ -44,8 +44,29 @@ void sum_rows(const Tensor& a, const Tensor& sums, cudaStream_t stream) {
   }
 }
 
-// The product through cublasGemmEx, with the bias copied into every row first and the product accumulated onto it
-// (beta = 1), the row sums reduced by a kernel of their own and ReLU applied in place afterwards.
+// out = a @ b, or out += a @ b with `accumulate`, in `precision`, with no epilogue: through cuBLASLt when it takes
+// the product (small products, lt_matmul.h) unless `lt_tried` says it declined this very product already, otherwise
+// through cublasGemmEx.
+void plain_product(const Tensor& a, const Tensor& b, bool accumulate, Precision precision, bool lt_tried,
+                   const Tensor& out, int device) {
+  const backend::GemmOptions plain{.accumulate = accumulate, .precision = precision};
+  if (!lt_tried && lt_matmul(a, b, plain, out, device)) return;
+  const int64_t m = out.size(0);
+  const int64_t n = out.size(1);
+  const int64_t k = a.size(1);
+  const Operand left = transposed_operand(b, "b");
+  const Operand right = transposed_operand(a, "a");
+  const cudaDataType_t type = operand_type(precision);
+  const float alpha = 1.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  TANDEM_CUBLAS_CHECK(cublasGemmEx(
+      cublas_handle(device), left.op, right.op, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b.data_ptr(),
+      type, to_int(left.ld, "b leading dimension"), a.data_ptr(), type, to_int(right.ld, "a leading dimension"), &beta,
+      out.mutable_data(), CUDA_R_32F, to_int(n, "n"), compute_type(precision), CUBLAS_GEMM_DEFAULT));
+}
+
+// The product with the bias copied into every row first and the product accumulated onto it (beta = 1), the row sums
+// reduced by a kernel of their own (straight into options.a_row_sums) and ReLU applied in place afterwards.
 void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
                     int device) {
   const int64_t m = out.size(0);
@@ -62,16 +83,9 @@ void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions
     kernels::fill(out.mutable_data(), collapse_dims(out.shape(), {&out.strides()}), 0.0f, stream);
   }
   if (k > 0) {
-    const Operand left = transposed_operand(b, "b");
-    const Operand right = transposed_operand(a, "a");
-    const cudaDataType_t type = operand_type(options.precision);
-    const float alpha = 1.0f;
-    const float beta = bias.defined() || options.accumulate ? 1.0f : 0.0f;
-    TANDEM_CUBLAS_CHECK(cublasGemmEx(cublas_handle(device), left.op, right.op, to_int(n, "n"), to_int(m, "m"),
-                                     to_int(k, "k"), &alpha, b.data_ptr(), type, to_int(left.ld, "a leading dimension"),
-                                     a.data_ptr(), type, to_int(right.ld, "a leading dimension"), &beta,
-                                     out.mutable_data(), CUDA_R_32F, to_int(n, "n"), compute_type(options.precision),
-                                     CUBLAS_GEMM_DEFAULT));
+    // Without anything to fuse, gemm() has offered cuBLASLt this very product already.
+    const bool lt_tried = !bias.defined() && !options.a_row_sums.defined() && !options.relu;
+    plain_product(a, b, bias.defined() || options.accumulate, options.precision, lt_tried, out, device);
   }
   if (options.relu) kernels::unary(backend::UnaryOp::Relu, out.data(), out.mutable_data(), out.numel(), stream);
 }

@@ -18,6 +18,11 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;        // grid-stride loops cover larger inputs
 constexpr int64_t kMaxReduceBlocks = 1024;  // partial sums of the first reduction pass
 constexpr int64_t kReducePerThread = 8;     // elements per thread before another block is worth it
+// A reduction of up to kSinglePassElements elements takes one block of kSinglePassThreads threads (the most a block
+// has, and what block_reduce's 32 warp slots hold), each looping over at most 64 elements: one launch, where two
+// passes would take two (Note [Deterministic reductions] in kernels.h).
+constexpr int kSinglePassThreads = 1024;
+constexpr int64_t kSinglePassElements = int64_t{64} * kSinglePassThreads;
 
 int blocks_for(int64_t work) {
   return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
@@ -270,7 +275,10 @@ __global__ void block_reduce_kernel(int64_t n, Load load, Combine combine, Finis
   if (threadIdx.x == 0) dst[blockIdx.x] = finish(v);
 }
 
+// The blocks of a reduction's first pass; 0 when one block of kSinglePassThreads does the whole reduction (Note
+// [Deterministic reductions] in kernels.h).
 int reduce_blocks(int64_t n) {
+  if (n <= kSinglePassElements) return 0;
   return static_cast<int>(std::clamp<int64_t>((n + kThreads * kReducePerThread - 1) / (kThreads * kReducePerThread),
                                               1, kMaxReduceBlocks));
 }
@@ -280,8 +288,8 @@ template <typename Load, typename Combine, typename Finish>
 void launch_reduce(int64_t n, Load load, Combine combine, Finish finish, float* out, float* scratch,
                    cudaStream_t stream) {
   const int blocks = reduce_blocks(n);
-  if (blocks == 1) {
-    block_reduce_kernel<<<1, kThreads, 0, stream>>>(n, load, combine, finish, out);
+  if (blocks == 0) {
+    block_reduce_kernel<<<1, kSinglePassThreads, 0, stream>>>(n, load, combine, finish, out);
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -570,10 +578,7 @@ void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t 
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-int64_t reduce_scratch_floats(int64_t n) {
-  const int blocks = reduce_blocks(n);
-  return blocks > 1 ? blocks : 0;
-}
+int64_t reduce_scratch_floats(int64_t n) { return reduce_blocks(n); }
 
 void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch, cudaStream_t stream) {
   launch_sum(n, LoadValue{x}, scale, out, scratch, stream);

@@ -79,10 +79,12 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
 // Reductions. x is contiguous [outer, reduce, inner]; out is contiguous [outer, inner].
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
 
-// Note [Deterministic reductions]: sum_all, mse_forward and vector_norm reduce in two passes, per-block partial
-// results (sums, or maxima) into a scratch buffer and one block over the partials, in a fixed order, so that equal
-// inputs give bitwise equal results on every run (no atomics). The caller provides the scratch: reduce_scratch_floats(n) floats on the
-// device, or none when that is 0 (small inputs take a single pass).
+// Note [Deterministic reductions]: sum_all, mse_forward and vector_norm reduce in a fixed order, so that equal inputs
+// give bitwise equal results on every run (no atomics). Up to 64K elements (a loss over a batch, say) one block of
+// 1024 threads does it all in one launch: each thread combines a strided share, then the block combines the threads'
+// results. Larger inputs take two passes: per-block partial results (sums, or maxima) into a scratch buffer, then one
+// block over the partials. The caller provides the scratch: reduce_scratch_floats(n) floats on the device, or none
+// when that is 0 (the single pass).
 int64_t reduce_scratch_floats(int64_t n);
 // *out = scale * sum(x[0..n))
 void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch, cudaStream_t stream);

@@ -1,16 +1,19 @@
-// cuBLASLt products with fused epilogues (see lt_matmul.h).
+// cuBLASLt products: fused epilogues and small plain products (see lt_matmul.h).
 
 #include "cuda/lt_matmul.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "allocator.h"
 #include "cuda/gemm_operand.h"
@@ -29,19 +32,43 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // Note [cuBLASLt plans]: what a cuBLASLt product needs besides its pointers (the matmul descriptor with transposes,
-// compute type and epilogue; the layouts of A, B and C = D; the algorithm cublasLtMatmulAlgoGetHeuristic picks)
-// depends only on its PlanKey: sizes, transposes, leading dimensions, compute type and operand type (the product's
-// precision), epilogue, and the alignments of the matrices' columns, by which cuBLASLt chooses kernels (the bias or
-// row-sum vector is always 16-byte aligned: lt_matmul takes no other). So a plan is built once per key and device
-// and kept: a training step asks for a handful of keys, and each product after the first costs a map lookup. The
-// vector's pointer, which changes from call to call, is set on the cached descriptor just before the call; the
-// device's mutex, held from the lookup to the enqueue, keeps threads from interleaving there. A key for which
-// cuBLASLt has no algorithm (the heuristic fails, typically with CUBLAS_STATUS_NOT_SUPPORTED, or finds none: no
-// kernel for that combination of epilogue, transposes, alignments and compute type) is kept too, marked unusable,
-// so that the heuristic is asked once; so is a key whose algorithm cublasLtMatmul refuses at launch. Their products
-// take the cuBLAS path, with the epilogue done in passes of its own (gemm.cpp). The map is cleared when it holds
-// kMaxPlans keys, so that ever new shapes cannot grow it without bound.
+// compute type and epilogue; the layouts of A, B and C = D; the algorithm taken from cublasLtMatmulAlgoGetHeuristic's
+// ranking, Note [One kernel for small products]) depends only on its PlanKey: sizes, transposes, leading dimensions,
+// compute type and operand type (the product's precision), epilogue, and the alignments of the matrices' columns, by
+// which cuBLASLt chooses kernels (the bias or row-sum vector is always 16-byte aligned: lt_matmul takes no other). So a
+// plan is built once per key and device and kept: a training step asks for a handful of keys, and each product after
+// the first costs a map lookup. The vector's pointer, which changes from call to call, is set on the cached descriptor
+// just before the call; the device's mutex, held from the lookup to the enqueue, keeps threads from interleaving there.
+// A key for which cuBLASLt has no algorithm (the heuristic fails, typically with CUBLAS_STATUS_NOT_SUPPORTED, or finds
+// none: no kernel for that combination of epilogue, transposes, alignments and compute type) is kept too, marked
+// unusable, so that the heuristic is asked once; so is a key whose algorithm cublasLtMatmul refuses at launch. Their
+// products take the cuBLAS path, with the epilogue done in passes of its own (gemm.cpp). The map is cleared when it
+// holds kMaxPlans keys, so that ever new shapes cannot grow it without bound.
 constexpr size_t kMaxPlans = 256;
+
+// Note [One kernel for small products]: for some shapes the heuristic's first algorithm splits k over several
+// thread blocks and adds their partial products in a reduction kernel of its own (cuBLAS does the same through its
+// dot and reduce kernels, with a workspace of its own that a captured graph allocates and frees): a tall-skinny
+// product such as a small layer's weight gradient over a batch (m * n tiny, k = the batch) or a forward product with
+// k = 10. Split-K pays when one block's share of k is long enough to outweigh the second launch; on a small product
+// it cannot, since all of its work costs about what one launch does, and a captured step of a small model is made of
+// such launches. So a product of at most kSmallProductMacs multiply-adds, or with k <= kShortK (a split of a short
+// k is a tile or two), asks the heuristic only for algorithms that finish in one kernel: no split, or a split whose
+// parts are added in place in the output in a fixed order (CUBLASLT_REDUCTION_SCHEME_INPLACE, deterministic like an
+// unsplit product), and takes the first of its ranking that really is one (the mask is checked against each
+// algorithm's configuration); only when there is none does it take what the heuristic ranks first. Except with row
+// sums (BGRADB): a split product then also adds partial row sums in yet another kernel (three in all), so the plan
+// is left unusable, and gemm.cpp sums the rows in a kernel of its own and the product takes one (two in all). Larger
+// products (a wide MLP's 4096-wide layers) keep the heuristic's first choice, split or not. Small plain products (no
+// epilogue) come through cuBLASLt too, for the same reason (lt_matmul.h).
+constexpr double kSmallProductMacs = double{1 << 20};
+constexpr int64_t kShortK = 128;
+// How many algorithms of the heuristic's ranking are looked at for one that finishes in one kernel.
+constexpr int kRankedAlgorithms = 8;
+
+bool small_product(int64_t m, int64_t n, int64_t k) {
+  return k <= kShortK || static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= kSmallProductMacs;
+}
 
 // The largest power of two, up to 16, that divides `bytes`.
 uint32_t alignment_of(uintptr_t bytes) {
@@ -110,8 +137,8 @@ struct PlanKeyHash {
          {static_cast<uint64_t>(key.m), static_cast<uint64_t>(key.n), static_cast<uint64_t>(key.k),
           static_cast<uint64_t>(key.lda), static_cast<uint64_t>(key.ldb), static_cast<uint64_t>(key.op_a),
           static_cast<uint64_t>(key.op_b), static_cast<uint64_t>(key.compute), static_cast<uint64_t>(key.operand),
-          static_cast<uint64_t>(key.epilogue),
-          static_cast<uint64_t>(key.align_a), static_cast<uint64_t>(key.align_b), static_cast<uint64_t>(key.align_d)})
+          static_cast<uint64_t>(key.epilogue), static_cast<uint64_t>(key.align_a), static_cast<uint64_t>(key.align_b),
+          static_cast<uint64_t>(key.align_d)})
       hash ^= std::hash<uint64_t>{}(field) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
     return hash;
   }
@@ -124,6 +151,54 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool usable = false;
 };
+
+// The algorithms the heuristic finds for `plan` under `preference`, best first; none when it has none.
+std::vector<cublasLtMatmulAlgo_t> ranked_algorithms(cublasLtHandle_t handle, const Plan& plan,
+                                                    cublasLtMatmulPreference_t preference) {
+  std::array<cublasLtMatmulHeuristicResult_t, kRankedAlgorithms> results{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc.get(), plan.a.get(), plan.b.get(), plan.d.get(), plan.d.get(),
+                                     preference, kRankedAlgorithms, results.data(), &found);
+  std::vector<cublasLtMatmulAlgo_t> ranked;
+  if (status != CUBLAS_STATUS_SUCCESS) return ranked;
+  for (int i = 0; i < found && i < kRankedAlgorithms; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) ranked.push_back(results[i].algo);
+  return ranked;
+}
+
+// Whether `algo` adds split parts of k in a kernel of its own (Note [One kernel for small products]); an algorithm
+// whose configuration cannot be read counts as one that does.
+bool reduces_in_own_kernel(const cublasLtMatmulAlgo_t& algo) {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    return true;
+  return splits > 1 && scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE;
+}
+
+// The algorithm for `plan` (whose key is `key`): for a small product the best that finishes in one kernel, if any
+// (Note [One kernel for small products]); otherwise the heuristic's first; none when the heuristic has none, or for
+// a small product with row sums that has no one-kernel algorithm.
+std::optional<cublasLtMatmulAlgo_t> choose_algorithm(cublasLtHandle_t handle, const PlanKey& key, const Plan& plan,
+                                                     cublasLtMatmulPreference_t preference) {
+  if (small_product(key.m, key.n, key.k)) {
+    set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                   static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE));
+    for (const cublasLtMatmulAlgo_t& algo : ranked_algorithms(handle, plan, preference))
+      if (!reduces_in_own_kernel(algo)) return algo;
+    if (key.epilogue == CUBLASLT_EPILOGUE_BGRADB) return std::nullopt;
+    set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                   static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK));
+  }
+  const std::vector<cublasLtMatmulAlgo_t> ranked = ranked_algorithms(handle, plan, preference);
+  if (ranked.empty()) return std::nullopt;
+  return ranked.front();
+}
 
 // `vector` is the bias or row-sum pointer of the first product with this key (null when the epilogue has none): the
 // heuristic reads its alignment.
@@ -150,13 +225,9 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const PlanKey& key, voi
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
   set_preference(preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc.get(), plan->a.get(), plan->b.get(), plan->d.get(),
-                                     plan->d.get(), preference.get(), 1, &result, &found);
-  plan->usable = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (plan->usable) plan->algo = result.algo;
+  const std::optional<cublasLtMatmulAlgo_t> algo = choose_algorithm(handle, key, *plan, preference.get());
+  plan->usable = algo.has_value();
+  if (plan->usable) plan->algo = *algo;
   return plan;
 }
 
@@ -196,7 +267,7 @@ LtDevice& lt_device(int device) {
 cublasLtEpilogue_t epilogue_of(const backend::GemmOptions& options) {
   if (options.a_row_sums.defined()) return CUBLASLT_EPILOGUE_BGRADB;
   if (options.bias.defined()) return options.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  return CUBLASLT_EPILOGUE_RELU;
+  return options.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 }  // namespace
@@ -208,10 +279,11 @@ void create_lt_state(int device) {
 
 bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
   const Tensor& vector = options.bias.defined() ? options.bias : options.a_row_sums;
-  if (!fused_linear() || !(vector.defined() || options.relu)) return false;
   const int64_t m = out.size(0);
   const int64_t n = out.size(1);
   const int64_t k = a.size(1);
+  const bool fused = vector.defined() || options.relu;
+  if (fused ? !fused_linear() : !small_product(m, n, k)) return false;
   void* const vector_data = vector.defined() ? vector.mutable_data_ptr() : nullptr;
   if (m == 0 || n == 0 || k == 0 || (vector_data != nullptr && pointer_alignment(vector_data) < 16)) return false;
 
