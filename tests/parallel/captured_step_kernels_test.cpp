@@ -25,7 +25,7 @@ namespace {
 // backward, the hidden layer's input gradient and the optimizer step (multi-tensor SGD); one or two for each weight
 // gradient with its bias gradient, both written straight into the flat gradient buffer (cuBLASLt's bias-gradient
 // epilogue may take a kernel of its own).
-constexpr size_t kMaxSeedStepKernels = 10;
+constexpr size_t kMaxSeedStepKernels = 12;
 constexpr int64_t kBatch = 4096;
 constexpr int kSteps = 5;  // two eager warm-up steps, the captured one, two replays
 

@@ -46,21 +46,20 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // holds kMaxPlans keys, so that ever new shapes cannot grow it without bound.
 constexpr size_t kMaxPlans = 256;
 
-// Note [One kernel for small products]: for some shapes the heuristic's first algorithm splits k over several
-// thread blocks and adds their partial products in a reduction kernel of its own (cuBLAS does the same through its
-// dot and reduce kernels, with a workspace of its own that a captured graph allocates and frees): a tall-skinny
-// product such as a small layer's weight gradient over a batch (m * n tiny, k = the batch) or a forward product with
-// k = 10. Split-K pays when one block's share of k is long enough to outweigh the second launch; on a small product
-// it cannot, since all of its work costs about what one launch does, and a captured step of a small model is made of
-// such launches. So a product of at most kSmallProductMacs multiply-adds, or with k <= kShortK (a split of a short
-// k is a tile or two), asks the heuristic only for algorithms that finish in one kernel: no split, or a split whose
-// parts are added in place in the output in a fixed order (CUBLASLT_REDUCTION_SCHEME_INPLACE, deterministic like an
-// unsplit product), and takes the first of its ranking that really is one (the mask is checked against each
-// algorithm's configuration); only when there is none does it take what the heuristic ranks first. Except with row
-// sums (BGRADB): a split product then also adds partial row sums in yet another kernel (three in all), so the plan
-// is left unusable, and gemm.cpp sums the rows in a kernel of its own and the product takes one (two in all). Larger
-// products (a wide MLP's 4096-wide layers) keep the heuristic's first choice, split or not. Small plain products (no
-// epilogue) come through cuBLASLt too, for the same reason (lt_matmul.h).
+// Note [One kernel for small products]: for some shapes cuBLAS and the heuristic's first algorithm split k over
+// several thread blocks and add their partial products in a reduction kernel of their own (cuBLAS through its dot and
+// reduce kernels, with a workspace that a captured graph allocates and frees): a forward product with k = 10, or a
+// small layer's weight gradient over a batch (m * n tiny, k = the batch). Small products (at most kSmallProductMacs
+// multiply-adds, or k <= kShortK) therefore come through cuBLASLt, which has no workspace of its own (lt_matmul.h).
+// Where k is short (k <= kShortK), splitting it cannot pay: one block's share is a tile or two, so the second launch
+// costs more than the split saves; those products ask the heuristic for unsplit algorithms only and take the first of
+// its ranking that really is one (checked against each algorithm's configuration). Where k is long, a split is what
+// makes a tiny output fast: without one a single block walks all of k, and splits added in place in the output
+// (CUBLASLT_REDUCTION_SCHEME_INPLACE) serialize the blocks, each waiting for the one before (measured on an H200: the
+// seed net's [20, 10] weight gradient over k = 4096 went from about 5 us to a few hundred); so those keep the
+// heuristic's first choice, split and reduction kernel included, as do all larger products (a wide MLP's 4096-wide
+// layers). A short-k product with row sums (BGRADB) and no unsplit algorithm leaves its plan unusable: gemm.cpp sums
+// the rows in a kernel of its own and the product takes one.
 constexpr double kSmallProductMacs = double{1 << 20};
 constexpr int64_t kShortK = 128;
 // How many algorithms of the heuristic's ranking are looked at for one that finishes in one kernel.
@@ -167,9 +166,9 @@ std::vector<cublasLtMatmulAlgo_t> ranked_algorithms(cublasLtHandle_t handle, con
   return ranked;
 }
 
-// Whether `algo` adds split parts of k in a kernel of its own (Note [One kernel for small products]); an algorithm
-// whose configuration cannot be read counts as one that does.
-bool reduces_in_own_kernel(const cublasLtMatmulAlgo_t& algo) {
+// Whether `algo` splits k (Note [One kernel for small products]); an algorithm whose configuration cannot be read
+// counts as one that does.
+bool splits_k(const cublasLtMatmulAlgo_t& algo) {
   int32_t splits = 1;
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   size_t written = 0;
@@ -178,19 +177,19 @@ bool reduces_in_own_kernel(const cublasLtMatmulAlgo_t& algo) {
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
                                            &written) != CUBLAS_STATUS_SUCCESS)
     return true;
-  return splits > 1 && scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  return splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
-// The algorithm for `plan` (whose key is `key`): for a small product the best that finishes in one kernel, if any
-// (Note [One kernel for small products]); otherwise the heuristic's first; none when the heuristic has none, or for
-// a small product with row sums that has no one-kernel algorithm.
+// The algorithm for `plan` (whose key is `key`): for a short k the best unsplit one, if any (Note [One kernel for
+// small products]); otherwise the heuristic's first; none when the heuristic has none, or for a short k with row sums
+// and no unsplit algorithm.
 std::optional<cublasLtMatmulAlgo_t> choose_algorithm(cublasLtHandle_t handle, const PlanKey& key, const Plan& plan,
                                                      cublasLtMatmulPreference_t preference) {
-  if (small_product(key.m, key.n, key.k)) {
+  if (key.k <= kShortK) {
     set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                   static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE));
+                   static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE));
     for (const cublasLtMatmulAlgo_t& algo : ranked_algorithms(handle, plan, preference))
-      if (!reduces_in_own_kernel(algo)) return algo;
+      if (!splits_k(algo)) return algo;
     if (key.epilogue == CUBLASLT_EPILOGUE_BGRADB) return std::nullopt;
     set_preference(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                    static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK));

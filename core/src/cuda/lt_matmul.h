@@ -13,8 +13,8 @@ namespace tandem::cuda {
 // has made current, and returns true; or returns false having done nothing, and the caller computes the product
 // another way. It takes products that fuse something cuBLAS cannot, with fused_linear() on: a bias, a ReLU or row
 // sums (optionally accumulated), with a 16-byte-aligned bias or row-sum vector (cuBLASLt's alignment preferences
-// cover the matrices only); and small plain products (optionally accumulated), which it computes in one kernel where
-// cuBLAS might take two and a workspace of its own (Note [One kernel for small products] in lt_matmul.cpp); always
+// cover the matrices only); and small plain products (optionally accumulated), without the workspace cuBLAS would
+// allocate and, where k is short, in one kernel (Note [One kernel for small products] in lt_matmul.cpp); always
 // with m, n and k > 0, and only when cuBLASLt has an algorithm for the product (Note [cuBLASLt plans]).
 bool lt_matmul(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device);
 
