@@ -1,6 +1,6 @@
 // parallel::CapturedStep: trainers::train_step's step captured as one CUDA graph and replayed, against the eager step
 // from the same start; its fallbacks (CPU devices, Dropout, max_graphs) and the pieces it is built from that run on
-// CPU devices too (replayed optimizer steps, DeviceGraph's checks).
+// CPU devices too (replayed optimizer steps, DeviceScalars, DeviceGraph's checks).
 
 #include "tandem/parallel/captured_step.h"
 
@@ -224,6 +224,16 @@ TEST(FusedUpdates, RejectHyperParametersOfTheWrongShape) {
       "adam_update: step_factors has shape [2] but expected 3 contiguous elements");
   sgd_update(param, grad, Tensor(), SgdUpdate{.lr = 5.0f}, Tensor::full({1}, 0.5, DType::Float32));
   expect_values(param, {-0.5, -0.5, -0.5}, {3});
+}
+
+TEST(DeviceScalars, UploadsOnCpuDevices) {
+  DeviceScalars scalars(Device::cpu(1), 2);
+  expect_values(scalars.values(), {0.0, 0.0}, {2});
+  scalars.upload({1.5f, -2.0f});
+  expect_values(scalars.values(), {1.5, -2.0}, {2});
+  EXPECT_EQ(scalars.values().device(), Device::cpu(1));
+  EXPECT_ERROR(scalars.upload({1.0f}), "DeviceScalars::upload: got 1 values but expected 2");
+  EXPECT_ERROR(DeviceScalars(Device::cpu(0), 0), "DeviceScalars: got a count of 0");
 }
 
 TEST(DeviceGraph, CaptureNeedsCudaDevices) {
