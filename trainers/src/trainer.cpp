@@ -179,7 +179,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   // devices' streams, cuBLAS handles and workspaces, peer access and NCCL communicators; the standardized features
   // of the training and test sets, resident on devices[0] for the evaluations (Note [One read per epoch]); and with
   // options.warm_up, the step of every batch shape on a throwaway copy (Note [Warming the step up on a copy]) and one
-  // epoch's end read, evaluation included, on the state as it is, whose values are dropped.
+  // epoch's end read, evaluating the training and test sets, on the state as it is, whose values are dropped.
   TensorDataLoader loader(training_tensors(standardizer_->apply(train_set)),
                           {.batch_size = options_.batch_size,
                            .shuffle = true,
@@ -197,8 +197,9 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   if (options_.warm_up && epoch_ < options_.epochs) {
     const GeneratorState generator = generator_state();  // Note [Warming the step up on a copy]
     warm_up_step(loader);
+    // The training set too, whose outputs a regression's epochs do not need: the final evaluation's shapes.
     (void)read_epoch_end(Tensor::zeros({loader.num_batches()}, options_.devices.front()), /*parameters=*/true,
-                         classifier() ? &train_eval : nullptr, test_or_null);
+                         &train_eval, test_or_null);
     set_generator_state(generator);
   }
   notify([&](Callback& callback) { callback.on_fit_begin(*this); });

@@ -207,7 +207,7 @@ class Trainer {
     std::vector<int64_t> rows;     // each step's global rows
     int64_t epoch = 0;             // 1-based
     int64_t batches = 0;
-    int64_t first_step = 0;        // steps completed before this epoch in this fit
+    int64_t first_step = 0;        // steps completed before this epoch
   };
   // A data set the epochs evaluate: its standardized features resident on devices[0] (Note [One read per epoch] in
   // trainer.cpp) and the targets its metrics compare with (a classifier's class indices).
