@@ -24,7 +24,7 @@ class BatchedRead {
 
  private:
   Device device_;
-  std::vector<Tensor> pending_;            // flattened, in the order added
+  std::vector<Tensor> pending_;             // flattened, in the order added
   std::vector<std::vector<float>> values_;  // [index], after read()
   bool read_ = false;
 };

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "batched_read.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -15,7 +16,6 @@
 #include "tandem/nn/training_mode_guard.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/train_step.h"
-#include "batched_read.h"
 
 namespace tandem::trainers {
 namespace {
@@ -474,7 +474,9 @@ std::vector<Tensor> Trainer::resident_features(const Dataset& data) const {
   const Dataset standardized = standardizer_->apply(data);
   DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);  // refers to `standardized`
   loader.begin_epoch();
-  for (int64_t b = 0; b < loader.num_batches(); ++b) features.push_back(loader.batch(b).features.to(options_.devices.front()));
+  for (int64_t b = 0; b < loader.num_batches(); ++b) {
+    features.push_back(loader.batch(b).features.to(options_.devices.front()));
+  }
   return features;
 }
 
@@ -485,11 +487,11 @@ Tensor Trainer::model_outputs(const std::vector<Tensor>& features, int64_t width
   for (const Tensor& batch : features) {
     const Tensor output = model_->forward(batch);
     const int64_t rows = batch.size(0);
-    const bool fits = width == 1 ? output.numel() == rows : output.dim() == 2 && output.size(0) == rows &&
-                                                                output.size(1) == width;
+    const bool fits =
+        width == 1 ? output.numel() == rows : output.dim() == 2 && output.size(0) == rows && output.size(1) == width;
     TANDEM_CHECK(fits, who, ": the model's output has shape ", to_string(output.shape()), " for ", rows,
-                 " rows but expected ", width == 1 ? "one value per row" : "[rows, " + std::to_string(width) +
-                 "] (a score per class)");
+                 " rows but expected ",
+                 width == 1 ? "one value per row" : "[rows, " + std::to_string(width) + "] (a score per class)");
     parts.push_back(output.contiguous().reshape({output.numel()}));
   }
   if (parts.empty()) return Tensor::zeros({0}, options_.devices.front());
@@ -514,13 +516,14 @@ Trainer::EpochValues Trainer::read_epoch_end(const Tensor& losses, bool paramete
   if (parameters) {
     NoGradGuard no_grad;
     std::vector<Tensor> sums;  // each parameter's sum: finite exactly when all its values are
-    for (const Tensor& parameter : model_->parameters()) sums.push_back(sum(parameter).reshape({1}));
+    for (const auto& [name, parameter] : model_->named_parameters()) sums.push_back(sum(parameter).reshape({1}));
     sums_index = add(cat(sums));
   }
   const char* who = "Trainer::fit";
   const std::optional<size_t> train_index =
       train ? add(model_outputs(train->features, output_width(), who)) : std::nullopt;
-  const std::optional<size_t> test_index = test ? add(model_outputs(test->features, output_width(), who)) : std::nullopt;
+  const std::optional<size_t> test_index =
+      test ? add(model_outputs(test->features, output_width(), who)) : std::nullopt;
   reads.read();
   EpochValues values;
   if (loss_index) values.losses = reads.values(*loss_index);
@@ -716,8 +719,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   } catch (const InternalError&) {
     throw;
   } catch (const Error& e) {
-    TANDEM_FAIL("Trainer::load_checkpoint: '", path, "' holds an optimizer state that does not fit the optimizer: ",
-                e.what());
+    TANDEM_FAIL("Trainer::load_checkpoint: '", path,
+                "' holds an optimizer state that does not fit the optimizer: ", e.what());
   }
 
   {

@@ -11,12 +11,12 @@
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
 // epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
 // data parallel over the devices (see train_step.h), and the steps' losses are read once per epoch (Note [Losses read
-// once per epoch] in callbacks.h), in the epoch's one read together with the parameter check and the evaluation. Metrics (and losses,
-// see Loss::units_power) are reported in the target's original units. A checkpoint (save_checkpoint /
-// load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by name (SGD's
-// momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global generator's
-// and the loader's states and the standardization, so a fit resumed from it continues exactly as the uninterrupted
-// one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
+// once per epoch] in callbacks.h), in the epoch's one read together with the parameter check and the evaluation.
+// Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
+// (save_checkpoint / load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by
+// name (SGD's momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global
+// generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
+// uninterrupted one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
 //
 // Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
 // ClassLabels::of(data)); fit() maps them to class indices 0..C-1, leaves them unstandardized, and the model, whose
@@ -202,12 +202,12 @@ class Trainer {
   };
   // One epoch's steps' losses: on the device until the epoch's end (Note [Losses read once per epoch]), or read.
   struct EpochLosses {
-    Tensor on_device;              // [batches] local losses on devices[0]; undefined when read after every step
-    std::vector<float> read;       // the global losses, when read after every step (then already checked)
-    std::vector<int64_t> rows;     // each step's global rows
-    int64_t epoch = 0;             // 1-based
+    Tensor on_device;           // [batches] local losses on devices[0]; undefined when read after every step
+    std::vector<float> read;    // the global losses, when read after every step (then already checked)
+    std::vector<int64_t> rows;  // each step's global rows
+    int64_t epoch = 0;          // 1-based
     int64_t batches = 0;
-    int64_t first_step = 0;        // steps completed before this epoch
+    int64_t first_step = 0;  // steps completed before this epoch
   };
   // A data set the epochs evaluate: its standardized features resident on devices[0] (Note [One read per epoch] in
   // trainer.cpp) and the targets its metrics compare with (a classifier's class indices).
@@ -217,8 +217,8 @@ class Trainer {
   };
   // What read_epoch_end brings back; empty where not asked for.
   struct EpochValues {
-    std::vector<float> losses;          // the global losses of EpochLosses::on_device
-    std::vector<float> parameter_sums;  // per parameter of the master, in named_parameters() order
+    std::vector<float> losses;                       // the global losses of EpochLosses::on_device
+    std::vector<float> parameter_sums;               // per parameter of the master, in named_parameters() order
     std::vector<float> train_outputs, test_outputs;  // the model's outputs, row-major
   };
   // One epoch of steps, their losses left on the device unless read_each_step (then each read and checked after its
