@@ -74,6 +74,7 @@ TEST(TandemTrain, DefaultsReachTheLeastSquaresFit) {
   for (const Device& device : default_devices()) devices.push_back(device.str());
   EXPECT_EQ(result.at("devices").get<std::vector<std::string>>(), devices);
   EXPECT_GT(result.at("seconds").get<double>(), 0.0);
+  EXPECT_GT(result.at("setup_seconds").get<double>(), 0.0);  // the set-up before that clock
   EXPECT_NE(run.output.find("epoch 100/100  train_loss "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("test:  mse "), std::string::npos) << run.output;
 }

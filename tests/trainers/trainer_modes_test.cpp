@@ -44,24 +44,37 @@ struct ModeModel {
       std::make_shared<nn::Sequential>(nn::Sequential{std::make_shared<nn::Linear>(2, 1), doubles});
 };
 
-Trainer make_trainer(const ModeModel& model) {
+Trainer make_trainer(const ModeModel& model, bool warm_up = true) {
   manual_seed(0);
   TrainerOptions options;
   options.devices = {Device::cpu(0), Device::cpu(1)};
   options.epochs = 2;
   options.batch_size = 4;
+  options.warm_up = warm_up;
   return Trainer(model.net, options);
 }
 
 TEST(TrainerModes, StepsTrainInTrainingModeAndEvaluationRunsInEvalMode) {
   ModeModel model;
-  Trainer trainer = make_trainer(model);
+  Trainer trainer = make_trainer(model, /*warm_up=*/false);
   trainer.fit(linear_data(10), linear_data(4));
   // 2 epochs of 3 batches (4, 4, 2 rows), each split over both replicas: 12 forwards, all in training mode.
   EXPECT_EQ(model.doubles->counts->training, 12);
   // The test set after each epoch, then the training and the test set at the end: 4 forwards, all in eval mode.
   EXPECT_EQ(model.doubles->counts->eval, 4);
   EXPECT_TRUE(model.net->is_training());
+  EXPECT_EQ(model.net->training_modes(), std::vector<bool>(3, true));
+}
+
+TEST(TrainerModes, TheWarmUpRunsInTheSameModes) {
+  ModeModel model;
+  Trainer trainer = make_trainer(model);
+  trainer.fit(linear_data(10), linear_data(4));
+  // Before the clock, the throwaway copy (whose clones share the counters) takes the two batch shapes' steps three
+  // times (CaptureOptions::warmup_steps + 1) on both replicas, 12 forwards in training mode, and the epoch's end read
+  // evaluates the training and the test set once each in eval mode.
+  EXPECT_EQ(model.doubles->counts->training, 12 + 12);
+  EXPECT_EQ(model.doubles->counts->eval, 4 + 2);
   EXPECT_EQ(model.net->training_modes(), std::vector<bool>(3, true));
 }
 

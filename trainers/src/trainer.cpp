@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "batched_read.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -106,6 +107,13 @@ TensorDataset training_tensors(const Dataset& data) {
                         Tensor::from_vector(targets, {data.rows(), 1})});
 }
 
+// Dataset tensor `t` (0: features, 1: targets) of each of the batch's parts, one per device.
+std::vector<Tensor> batch_part(const TensorBatch& batch, size_t t) {
+  std::vector<Tensor> tensors;
+  for (const std::vector<Tensor>& part : batch.parts) tensors.push_back(part.at(t));
+  return tensors;
+}
+
 // Predictions in batches of this many rows (no gradients, so the size only bounds memory).
 constexpr int64_t kPredictBatch = 65536;
 
@@ -153,6 +161,7 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 }
 
 FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
+  const Clock::time_point setup_begin = Clock::now();
   TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
   TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
                "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
@@ -160,14 +169,17 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
   const Dataset encoded = classifier() ? options_.classes.encode(train) : Dataset{};
-  if (classifier() && test.rows() > 0) options_.classes.encode(test);  // refuses unknown labels before training
+  const Dataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : Dataset{};
   const Dataset& train_set = classifier() ? encoded : train;
+  const Dataset& test_set = classifier() ? encoded_test : test;
   if (!standardizer_) standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
 
-  // Note [Set-up before the clock]: what the first step would otherwise create lazily exists before fit's clock
-  // starts: the loader's pinned staging buffers, and (warm_up_devices) the devices' streams, cuBLAS handles and
-  // workspaces, peer access and NCCL communicators. The first step still fills the caching allocator and picks
-  // cuBLASLt plans, which depend on the shapes it meets.
+  // Note [Set-up before the clock]: what the first epoch would otherwise pay for happens before fit's clock starts,
+  // and FitResult::setup_seconds says how long it took: the loader's pinned staging buffers; (warm_up_devices) the
+  // devices' streams, cuBLAS handles and workspaces, peer access and NCCL communicators; the standardized features
+  // of the training and test sets, resident on devices[0] for the evaluations (Note [One read per epoch]); and with
+  // options.warm_up, the step of every batch shape on a throwaway copy (Note [Warming the step up on a copy]) and one
+  // epoch's end read, evaluating the training and test sets, on the state as it is, whose values are dropped.
   TensorDataLoader loader(training_tensors(standardizer_->apply(train_set)),
                           {.batch_size = options_.batch_size,
                            .shuffle = true,
@@ -177,7 +189,19 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
                            .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler()});
   loader.set_shuffle_state(shuffle_state_);
   warm_up_devices();
+  const EvaluationSet train_eval{resident_features(train_set), train_set.targets};
+  const std::optional<EvaluationSet> test_eval =
+      test.rows() > 0 ? std::optional(EvaluationSet{resident_features(test_set), test_set.targets}) : std::nullopt;
+  const EvaluationSet* test_or_null = test_eval ? &*test_eval : nullptr;
   const bool read_each_step = reads_each_step_loss();
+  if (options_.warm_up && epoch_ < options_.epochs) {
+    const GeneratorState generator = generator_state();  // Note [Warming the step up on a copy]
+    warm_up_step(loader);
+    // The training set too, whose outputs a regression's epochs do not need: the final evaluation's shapes.
+    (void)read_epoch_end(Tensor::zeros({loader.num_batches()}, options_.devices.front()), /*parameters=*/true,
+                         &train_eval, test_or_null);
+    set_generator_state(generator);
+  }
   notify([&](Callback& callback) { callback.on_fit_begin(*this); });
   StepModes modes;
   const int64_t first_step = step_;
@@ -186,34 +210,39 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
     const Clock::time_point epoch_begin = Clock::now();
     EpochReport report;
     for (const auto& schedule : schedules_) schedule->set_last_epoch(epoch_);
-    report.train_loss = train_epoch(loader, read_each_step, modes);
+    const EpochLosses losses = train_epoch(loader, read_each_step, modes);
     ++epoch_;
     shuffle_state_ = loader.shuffle_state();
-    check_parameters_finite();
+    const EpochValues values =
+        read_epoch_end(losses.on_device, /*parameters=*/true, classifier() ? &train_eval : nullptr, test_or_null);
+    report.train_loss = epoch_loss(losses.on_device.defined() ? values.losses : losses.read, losses);
+    check_parameters_finite(values.parameter_sums);
     report.epoch = epoch_;
     report.epochs = options_.epochs;
     report.step = step_;
     if (classifier()) {
-      report.train_classes = evaluate_classes(train);
-      if (test.rows() > 0) report.test_classes = evaluate_classes(test);
-    } else if (test.rows() > 0) {
-      report.test = evaluate(test);
+      report.train_classes = class_metrics(values.train_outputs, train_eval.targets);
+      if (test_eval) report.test_classes = class_metrics(values.test_outputs, test_eval->targets);
+    } else if (test_eval) {
+      report.test = regression_metrics_of(values.test_outputs, test_eval->targets);
     }
     report.seconds = seconds_since(epoch_begin);
     notify([&](Callback& callback) { callback.on_epoch_end(*this, report); });
   }
 
   FitResult result;
+  const EpochValues values = read_epoch_end(Tensor(), /*parameters=*/false, &train_eval, test_or_null);
   if (classifier()) {
-    result.train_classes = evaluate_classes(train);
-    if (test.rows() > 0) result.test_classes = evaluate_classes(test);
+    result.train_classes = class_metrics(values.train_outputs, train_eval.targets);
+    if (test_eval) result.test_classes = class_metrics(values.test_outputs, test_eval->targets);
   } else {
-    result.train = evaluate(train);
-    if (test.rows() > 0) result.test = evaluate(test);
+    result.train = regression_metrics_of(values.train_outputs, train_eval.targets);
+    if (test_eval) result.test = regression_metrics_of(values.test_outputs, test_eval->targets);
   }
   result.epochs = epoch_;
   result.steps = step_;
   result.seconds = seconds_since(begin);
+  result.setup_seconds = std::chrono::duration<double>(begin - setup_begin).count();
   result.captured_steps = modes.captured;
   if (step_ == first_step) {
     result.eager_reason = "this fit ran no training steps";
@@ -291,33 +320,33 @@ Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes) {
   return loss;
 }
 
-double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes) {
+Trainer::EpochLosses Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes) {
   loader.begin_epoch();
-  double to_original = 1.0;  // target_scale^units_power (for MSE target_scale * target_scale, exactly)
-  for (int i = 0; i < options_.loss.units_power; ++i) to_original *= standardizer_->target_scale;
+  const double to_original = loss_to_original();
   const int64_t batches = loader.num_batches();
-  const int64_t first_step = step_;
   const bool alone = !options_.group || options_.group->size() == 1;
+  EpochLosses losses;
+  losses.epoch = epoch_ + 1;
+  losses.first_step = step_;
+  losses.batches = batches;
   StepReport report;
-  report.epoch = epoch_ + 1;
+  report.epoch = losses.epoch;
   report.epochs = options_.epochs;
   report.num_batches = batches;
   // Note [Losses read once per epoch] (callbacks.h): each step's (local) loss goes to its slot on the first device.
-  const Tensor on_device = read_each_step ? Tensor() : Tensor::zeros({batches}, options_.devices.front());
-  std::vector<float> losses(static_cast<size_t>(batches));  // the global losses, once read
-  std::vector<int64_t> rows(static_cast<size_t>(batches));
+  if (!read_each_step) losses.on_device = Tensor::zeros({batches}, options_.devices.front());
   for (int64_t b = 0; b < batches; ++b) {
     const TensorBatch batch = loader.batch(b);
     const Tensor loss = train_step_on(batch, modes);
-    rows[static_cast<size_t>(b)] = batch.global_rows;
+    losses.rows.push_back(batch.global_rows);
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
-      losses[static_cast<size_t>(b)] = global_sums(loss.reshape({1})).front();
-      report.loss = losses[static_cast<size_t>(b)] * to_original;
-      check_loss(report.loss, report.epoch, b, batches, first_step);
+      losses.read.push_back(global_sum(loss.reshape({1})).to_vector().front());
+      report.loss = losses.read.back() * to_original;
+      check_loss(report.loss, losses, b);
       report.read_loss = [value = report.loss] { return std::optional<double>(value); };
     } else {
-      Tensor slot = on_device.narrow(0, b, 1);
+      Tensor slot = losses.on_device.narrow(0, b, 1);
       slot.copy_(loss.reshape({1}));  // on the device: the host does not wait
       report.read_loss = nullptr;
       if (alone) {
@@ -329,29 +358,38 @@ double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepM
     report.step = step_;
     notify([&](Callback& callback) { callback.on_step_end(*this, report); });
   }
-  if (!read_each_step) {
-    losses = global_sums(on_device);  // one read, and under a group one all-reduce, for the whole epoch
-    for (int64_t b = 0; b < batches; ++b) {
-      check_loss(losses[static_cast<size_t>(b)] * to_original, report.epoch, b, batches, first_step);
-    }
+  return losses;
+}
+
+double Trainer::loss_to_original() const {
+  double to_original = 1.0;  // target_scale^units_power (for MSE target_scale * target_scale, exactly)
+  for (int i = 0; i < options_.loss.units_power; ++i) to_original *= standardizer_->target_scale;
+  return to_original;
+}
+
+double Trainer::epoch_loss(const std::vector<float>& global_losses, const EpochLosses& losses) const {
+  const double to_original = loss_to_original();
+  if (losses.on_device.defined()) {  // read at the epoch's end: checked now, before anything else of the epoch
+    for (size_t b = 0; b < global_losses.size(); ++b) check_loss(global_losses[b] * to_original, losses, b);
   }
   double loss_sum = 0.0;
   int64_t total_rows = 0;
-  for (size_t b = 0; b < losses.size(); ++b) {
-    loss_sum += losses[b] * to_original * static_cast<double>(rows[b]);
-    total_rows += rows[b];
+  for (size_t b = 0; b < global_losses.size(); ++b) {
+    loss_sum += global_losses[b] * to_original * static_cast<double>(losses.rows[b]);
+    total_rows += losses.rows[b];
   }
   return loss_sum / static_cast<double>(total_rows);
 }
 
-void Trainer::check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const {
+void Trainer::check_loss(double loss, const EpochLosses& losses, size_t batch) const {
   if (std::isfinite(loss)) return;
-  TANDEM_FAIL("Trainer::fit: the loss is ", loss, " at epoch ", epoch, ", step ", batch + 1, " of ", batches, " (step ",
-              first_step + batch + 1, " overall); ", stopped_note());
+  const auto step = static_cast<int64_t>(batch) + 1;
+  TANDEM_FAIL("Trainer::fit: the loss is ", loss, " at epoch ", losses.epoch, ", step ", step, " of ", losses.batches,
+              " (step ", losses.first_step + step, " overall); ", stopped_note());
 }
 
-std::vector<float> Trainer::global_sums(const Tensor& local) const {
-  if (!options_.group || options_.group->size() == 1) return local.to_vector();
+Tensor Trainer::global_sum(const Tensor& local) const {
+  if (!options_.group || options_.group->size() == 1) return local;
   comm::ProcessGroup& group = *options_.group;
   // One tensor per local device: this process's values on the first, zeros elsewhere; the Sum adds the processes'.
   std::vector<Tensor> parts;
@@ -359,7 +397,7 @@ std::vector<float> Trainer::global_sums(const Tensor& local) const {
     parts.push_back(parts.empty() ? local.contiguous() : Tensor::zeros(local.shape(), device));
   }
   group.all_reduce(parts, comm::ReduceOp::Sum);
-  return parts.front().to_vector();
+  return parts.front();
 }
 
 bool Trainer::reads_each_step_loss() const {
@@ -367,7 +405,7 @@ bool Trainer::reads_each_step_loss() const {
                                                [](const auto& callback) { return callback->needs_step_loss(); });
   // Every process must agree, since each step's read is then a collective.
   if (!options_.group || options_.group->size() == 1) return wanted;
-  return global_sums(Tensor::full({1}, wanted ? 1.0f : 0.0f, options_.devices.front())).front() > 0.0f;
+  return global_sum(Tensor::full({1}, wanted ? 1.0f : 0.0f, options_.devices.front())).to_vector().front() > 0.0f;
 }
 
 void Trainer::warm_up_devices() const {
@@ -378,20 +416,48 @@ void Trainer::warm_up_devices() const {
   }
 }
 
+// Note [Warming the step up on a copy]: a fit's first steps pay for what happens once per process or once per batch
+// shape: CUDA loads each kernel at its first launch (lazy module loading), cuBLASLt picks a plan per matrix shape,
+// the caching allocator grows, and the first graph capture and instantiation set up their machinery. Before the
+// clock, warm_up_step takes the step of each batch shape (the full batches' and the short last batch's) on a
+// throwaway copy: the master cloned (training modes and precision included), replicated onto the devices, with an
+// optimizer and a CapturedStep of its own, for enough steps to run the eager warm-up, then capture and replay every
+// shape. (Under a group of several processes, whose steps run eagerly through DistributedDataParallel, it takes
+// none.) What it must not change, it does not touch: the model and its replicas, the optimizer and its state, the
+// Trainer's CapturedStep and its graphs, the counters and the loader's shuffle state (batch() before begin_epoch
+// reads the unshuffled order and draws nothing); the global generator, which a Dropout forward draws from (and a
+// custom layer may draw from in eval mode too, so in the epoch's end read that follows), is restored by fit after
+// both. So a fit's results are those of a fit without it (TrainerOptions::warm_up), exactly. The Trainer's own
+// CapturedStep still takes its eager steps and captures its graphs in the first epoch, with the kernels loaded, the
+// plans chosen and the memory cached. It costs a copy of the model per device for as long as it runs.
+void Trainer::warm_up_step(TensorDataLoader& loader) const {
+  const int64_t batches = loader.num_batches();
+  if (batches == 0 || (options_.group && options_.group->size() > 1)) return;
+  std::vector<TensorBatch> shapes = {loader.batch(0)};
+  if (batches > 1) shapes.push_back(loader.batch(batches - 1));
+  {
+    parallel::ReplicatedModule copy(model_->clone(), options_.devices);
+    const std::unique_ptr<parallel::ReplicatedOptimizer> optimizer = optimizer_for(copy, options_);
+    const parallel::CaptureOptions capture{.enabled = capture_blocker_.empty()};
+    parallel::CapturedStep step(copy, *optimizer, options_.loss.function, capture);
+    Tensor loss;
+    for (int round = 0; round <= capture.warmup_steps; ++round) {
+      for (const TensorBatch& batch : shapes) loss = step.step_chunks(batch_part(batch, 0), batch_part(batch, 1));
+    }
+    (void)loss.to_vector();  // waits for the last step, which follows every earlier one on every device
+  }
+}
+
 template <class Event>
 void Trainer::notify(const Event& event) const {
   if (!primary()) return;
   for (const auto& callback : callbacks_) event(*callback);
 }
 
-void Trainer::check_parameters_finite() const {
-  NoGradGuard no_grad;
+void Trainer::check_parameters_finite(const std::vector<float>& sums) const {
   const auto named = model_->named_parameters();
-  std::vector<Tensor> sums;  // each parameter's sum, read at once: one host wait per epoch
-  for (const auto& [name, parameter] : named) sums.push_back(sum(parameter).reshape({1}));
-  const std::vector<float> values = cat(sums).to_vector();
   for (size_t i = 0; i < named.size(); ++i) {
-    TANDEM_CHECK(std::isfinite(values[i]), "Trainer::fit: parameter ", named[i].first, " is not finite after epoch ",
+    TANDEM_CHECK(std::isfinite(sums.at(i)), "Trainer::fit: parameter ", named[i].first, " is not finite after epoch ",
                  epoch_, " (step ", step_, "); ", stopped_note());
   }
 }
@@ -402,42 +468,105 @@ std::string Trainer::stopped_note() const {
          std::to_string(last_checkpoint_->epoch) + "), holds the last good state (try a smaller learning rate)";
 }
 
-std::vector<float> Trainer::outputs(const Dataset& standardized, int64_t width, const char* who) const {
-  std::vector<float> values;
-  if (standardized.rows() == 0) return values;
-  DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);
+std::vector<Tensor> Trainer::resident_features(const Dataset& data) const {
+  std::vector<Tensor> features;
+  if (data.rows() == 0) return features;
+  const Dataset standardized = standardizer_->apply(data);
+  DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);  // refers to `standardized`
   loader.begin_epoch();
+  for (int64_t b = 0; b < loader.num_batches(); ++b) {
+    features.push_back(loader.batch(b).features.to(options_.devices.front()));
+  }
+  return features;
+}
+
+Tensor Trainer::model_outputs(const std::vector<Tensor>& features, int64_t width, const char* who) const {
   NoGradGuard no_grad;
   nn::TrainingModeGuard eval_mode(*model_, /*training=*/false);
-  for (int64_t b = 0; b < loader.num_batches(); ++b) {
-    Batch batch = loader.batch(b);
-    Tensor output = model_->forward(batch.features.to(options_.devices.front()));
-    const int64_t rows = batch.targets.numel();
-    const bool fits = width == 1 ? output.numel() == rows : output.dim() == 2 && output.size(0) == rows &&
-                                                                output.size(1) == width;
+  std::vector<Tensor> parts;
+  for (const Tensor& batch : features) {
+    const Tensor output = model_->forward(batch);
+    const int64_t rows = batch.size(0);
+    const bool fits =
+        width == 1 ? output.numel() == rows : output.dim() == 2 && output.size(0) == rows && output.size(1) == width;
     TANDEM_CHECK(fits, who, ": the model's output has shape ", to_string(output.shape()), " for ", rows,
-                 " rows but expected ", width == 1 ? "one value per row" : "[rows, " + std::to_string(width) +
-                 "] (a score per class)");
-    const std::vector<float> part = output.contiguous().to_vector();
-    values.insert(values.end(), part.begin(), part.end());
+                 " rows but expected ",
+                 width == 1 ? "one value per row" : "[rows, " + std::to_string(width) + "] (a score per class)");
+    parts.push_back(output.contiguous().reshape({output.numel()}));
   }
+  if (parts.empty()) return Tensor::zeros({0}, options_.devices.front());
+  return parts.size() == 1 ? parts.front() : cat(parts);
+}
+
+int64_t Trainer::output_width() const { return classifier() ? options_.classes.size() : 1; }
+
+// Note [One read per epoch]: the host waits for the devices once per epoch. Its steps only queue work (Note [Losses
+// read once per epoch] in callbacks.h); at its end read_epoch_end issues on devices[0] the global sum of the losses
+// (an all-reduce under a group of several processes), each parameter's sum (finite exactly when all its values are)
+// and the evaluation's forward on the sets' standardized features, which fit uploaded once before its clock, then
+// reads all of it with one BatchedRead. The host then checks, in the order they always were, the losses (naming the
+// first bad step), the parameters (naming the first non-finite one), and only then computes the metrics: the same
+// values and messages as separate reads would give, the same bytes on CPU devices.
+Trainer::EpochValues Trainer::read_epoch_end(const Tensor& losses, bool parameters, const EvaluationSet* train,
+                                             const EvaluationSet* test) const {
+  BatchedRead reads(options_.devices.front());
+  const auto add = [&](const Tensor& values) { return std::optional<size_t>(reads.add(values)); };
+  const std::optional<size_t> loss_index = losses.defined() ? add(global_sum(losses)) : std::nullopt;
+  std::optional<size_t> sums_index;
+  if (parameters) {
+    NoGradGuard no_grad;
+    std::vector<Tensor> sums;  // each parameter's sum: finite exactly when all its values are
+    for (const auto& [name, parameter] : model_->named_parameters()) sums.push_back(sum(parameter).reshape({1}));
+    sums_index = add(cat(sums));
+  }
+  const char* who = "Trainer::fit";
+  const std::optional<size_t> train_index =
+      train ? add(model_outputs(train->features, output_width(), who)) : std::nullopt;
+  const std::optional<size_t> test_index =
+      test ? add(model_outputs(test->features, output_width(), who)) : std::nullopt;
+  reads.read();
+  EpochValues values;
+  if (loss_index) values.losses = reads.values(*loss_index);
+  if (sums_index) values.parameter_sums = reads.values(*sums_index);
+  if (train_index) values.train_outputs = reads.values(*train_index);
+  if (test_index) values.test_outputs = reads.values(*test_index);
   return values;
+}
+
+std::vector<float> Trainer::read_outputs(const Dataset& data, const char* who) const {
+  if (data.rows() == 0) return {};
+  BatchedRead reads(options_.devices.front());
+  const size_t index = reads.add(model_outputs(resident_features(data), output_width(), who));
+  reads.read();
+  return reads.values(index);
+}
+
+RegressionMetrics Trainer::regression_metrics_of(const std::vector<float>& outputs,
+                                                 const std::vector<double>& targets) const {
+  std::vector<double> predictions;
+  predictions.reserve(outputs.size());
+  for (float value : outputs) predictions.push_back(standardizer_->target_to_original(value));
+  return regression_metrics(predictions, targets);
+}
+
+ClassificationMetrics Trainer::class_metrics(const std::vector<float>& scores,
+                                             const std::vector<double>& class_indices) const {
+  return classification_metrics(scores, std::vector<int64_t>(class_indices.begin(), class_indices.end()),
+                                options_.classes.size());
 }
 
 std::vector<double> Trainer::predict(const Dataset& data) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::predict: no standardization yet; call fit() or load_checkpoint()",
                " first");
+  const std::vector<float> outputs = read_outputs(data, "Trainer::predict");
   std::vector<double> predictions;
   if (!classifier()) {
-    for (float value : outputs(standardizer_->apply(data), 1, "Trainer::predict")) {
-      predictions.push_back(standardizer_->target_to_original(value));
-    }
+    for (float value : outputs) predictions.push_back(standardizer_->target_to_original(value));
     return predictions;
   }
   const int64_t classes = options_.classes.size();
-  const std::vector<float> scores = outputs(standardizer_->apply(data), classes, "Trainer::predict");
-  for (size_t row = 0; row < scores.size(); row += classes) {
-    const auto first = scores.begin() + static_cast<std::ptrdiff_t>(row);
+  for (size_t row = 0; row < outputs.size(); row += classes) {
+    const auto first = outputs.begin() + static_cast<std::ptrdiff_t>(row);
     const int64_t best = std::max_element(first, first + classes) - first;
     predictions.push_back(static_cast<double>(options_.classes.labels()[best]));
   }
@@ -447,7 +576,9 @@ std::vector<double> Trainer::predict(const Dataset& data) const {
 RegressionMetrics Trainer::evaluate(const Dataset& data) const {
   TANDEM_CHECK(!classifier(), "Trainer::evaluate: the task is classification; use evaluate_classes");
   TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate: the data set has no rows");
-  return regression_metrics(predict(data), data.targets);
+  TANDEM_CHECK(standardizer_.has_value(), "Trainer::evaluate: no standardization yet; call fit() or ",
+               "load_checkpoint() first");
+  return regression_metrics_of(read_outputs(data, "Trainer::predict"), data.targets);
 }
 
 ClassificationMetrics Trainer::evaluate_classes(const Dataset& data) const {
@@ -456,10 +587,7 @@ ClassificationMetrics Trainer::evaluate_classes(const Dataset& data) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::evaluate_classes: no standardization yet; call fit() or ",
                "load_checkpoint() first");
   const Dataset encoded = options_.classes.encode(data);
-  const int64_t classes = options_.classes.size();
-  const std::vector<float> scores = outputs(standardizer_->apply(encoded), classes, "Trainer::evaluate_classes");
-  return classification_metrics(scores, std::vector<int64_t>(encoded.targets.begin(), encoded.targets.end()),
-                                classes);
+  return class_metrics(read_outputs(encoded, "Trainer::evaluate_classes"), encoded.targets);
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
@@ -591,8 +719,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   } catch (const InternalError&) {
     throw;
   } catch (const Error& e) {
-    TANDEM_FAIL("Trainer::load_checkpoint: '", path, "' holds an optimizer state that does not fit the optimizer: ",
-                e.what());
+    TANDEM_FAIL("Trainer::load_checkpoint: '", path,
+                "' holds an optimizer state that does not fit the optimizer: ", e.what());
   }
 
   {

@@ -183,6 +183,7 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["world_size"] = trainer.group()->size();
   summary["rank_devices"] = devices_by_rank;
   summary["seconds"] = result.seconds;
+  summary["setup_seconds"] = result.setup_seconds;
   summary["step_mode"] = result.steps_captured() ? "captured" : "eager";
   if (!result.steps_captured()) summary["eager_reason"] = result.eager_reason;
   summary["captured_steps"] = result.captured_steps;

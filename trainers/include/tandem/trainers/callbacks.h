@@ -65,6 +65,10 @@ struct FitResult {
   // standardizes the data and creates what the first step would otherwise create (Note [Set-up before the clock] in
   // trainers/src/trainer.cpp).
   double seconds = 0.0;
+  // Wall time of this fit's set-up before that clock started (Note [Set-up before the clock]): the standardization,
+  // the loader's staging, the devices' warm-up, the evaluation sets' upload and, with TrainerOptions::warm_up, the
+  // throwaway steps and the first epoch's end read.
+  double setup_seconds = 0.0;
   // How this fit's training steps ran (TrainerOptions::capture, Note [Captured training steps] in
   // trainers/src/trainer.cpp): the steps that replayed a CUDA graph, and why steps ran eagerly: "" when every step
   // after the capture's eager warm-up replayed one; otherwise the reason of the last eager step after the warm-up (of

@@ -11,12 +11,12 @@
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
 // epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
 // data parallel over the devices (see train_step.h), and the steps' losses are read once per epoch (Note [Losses read
-// once per epoch] in callbacks.h). Metrics (and losses,
-// see Loss::units_power) are reported in the target's original units. A checkpoint (save_checkpoint /
-// load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by name (SGD's
-// momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global generator's
-// and the loader's states and the standardization, so a fit resumed from it continues exactly as the uninterrupted
-// one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
+// once per epoch] in callbacks.h), in the epoch's one read together with the parameter check and the evaluation.
+// Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
+// (save_checkpoint / load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by
+// name (SGD's momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global
+// generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
+// uninterrupted one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
 //
 // Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
 // ClassLabels::of(data)); fit() maps them to class indices 0..C-1, leaves them unstandardized, and the model, whose
@@ -113,6 +113,12 @@ struct TrainerOptions {
   // why. The results equal the eager steps' to float rounding (exactly on CPU devices, which never capture); not a
   // setup fact: a checkpoint resumes with either.
   bool capture = true;
+  // Before fit's clock, take the step of every batch shape on a throwaway copy of the model, and one epoch's end
+  // read, so that the first epoch does not pay for loading kernels, choosing matrix plans, growing the allocator and
+  // setting up graph capture (Note [Warming the step up on a copy] in trainer.cpp; FitResult::setup_seconds). The
+  // results are the same either way, exactly; false saves the set-up time where the first epoch's cost does not
+  // matter (or the copy's memory: one copy of the model per device while it runs). Not a setup fact.
+  bool warm_up = true;
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
@@ -194,23 +200,65 @@ class Trainer {
     std::string eager_reason;    // of the last eager step after the capture's warm-up
     std::string warm_up_reason;  // of the last warm-up step
   };
-  // One epoch of steps; returns its mean loss, weighted by batch rows (EpochReport::train_loss). With read_each_step
-  // every step's loss is read after the step, else once at the end (Note [Losses read once per epoch]).
-  double train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
+  // One epoch's steps' losses: on the device until the epoch's end (Note [Losses read once per epoch]), or read.
+  struct EpochLosses {
+    Tensor on_device;           // [batches] local losses on devices[0]; undefined when read after every step
+    std::vector<float> read;    // the global losses, when read after every step (then already checked)
+    std::vector<int64_t> rows;  // each step's global rows
+    int64_t epoch = 0;          // 1-based
+    int64_t batches = 0;
+    int64_t first_step = 0;  // steps completed before this epoch
+  };
+  // A data set the epochs evaluate: its standardized features resident on devices[0] (Note [One read per epoch] in
+  // trainer.cpp) and the targets its metrics compare with (a classifier's class indices).
+  struct EvaluationSet {
+    std::vector<Tensor> features;  // batches of kPredictBatch rows
+    std::vector<double> targets;
+  };
+  // What read_epoch_end brings back; empty where not asked for.
+  struct EpochValues {
+    std::vector<float> losses;                       // the global losses of EpochLosses::on_device
+    std::vector<float> parameter_sums;               // per parameter of the master, in named_parameters() order
+    std::vector<float> train_outputs, test_outputs;  // the model's outputs, row-major
+  };
+  // One epoch of steps, their losses left on the device unless read_each_step (then each read and checked after its
+  // step, Note [Losses read once per epoch]).
+  EpochLosses train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
   // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step).
   Tensor train_step_on(const TensorBatch& batch, StepModes& modes);
-  // Throws the Error of a non-finite loss of step `batch` (0-based) of `batches` in `epoch`.
-  void check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const;
+  // Issues on devices[0] what an epoch's end needs (the global sums of `losses` when defined, the parameters' sums
+  // when `parameters`, the outputs for the sets given) and reads it all with one host wait (Note [One read per
+  // epoch] in trainer.cpp).
+  EpochValues read_epoch_end(const Tensor& losses, bool parameters, const EvaluationSet* train,
+                             const EvaluationSet* test) const;
+  // The epoch's mean loss, weighted by batch rows (EpochReport::train_loss), from its global losses; checks each one
+  // first when they were read at the epoch's end.
+  double epoch_loss(const std::vector<float>& global_losses, const EpochLosses& losses) const;
+  double loss_to_original() const;  // target_scale^units_power (Loss::units_power)
+  // Throws the Error of a non-finite loss of step `batch` (0-based) of the epoch.
+  void check_loss(double loss, const EpochLosses& losses, size_t batch) const;
   bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
   void warm_up_devices() const;       // Note [Set-up before the clock] in trainer.cpp
+  // Steps of every batch shape on a throwaway copy of the model (Note [Warming the step up on a copy]); they may
+  // draw from the global generator, which the caller restores.
+  void warm_up_step(TensorDataLoader& loader) const;
   bool classifier() const { return options_.task == Task::Classification; }
-  // The model's outputs for standardized `data`, row-major, checked to be `width` per row; eval mode, no gradients.
-  std::vector<float> outputs(const Dataset& standardized, int64_t width, const char* who) const;
-  std::vector<float> global_sums(const Tensor& local) const;  // local's values summed over the group's processes
+  int64_t output_width() const;  // the model's outputs per row: 1, or a classifier's classes
+  // `data`'s standardized features on devices[0], in batches of kPredictBatch rows (none without rows).
+  std::vector<Tensor> resident_features(const Dataset& data) const;
+  // The model's outputs for the batches, row-major on devices[0], each checked to be `width` per row (an Error
+  // naming `who`); eval mode, no gradients, nothing read.
+  Tensor model_outputs(const std::vector<Tensor>& features, int64_t width, const char* who) const;
+  // The model's outputs for `data` (not yet standardized), read.
+  std::vector<float> read_outputs(const Dataset& data, const char* who) const;
+  RegressionMetrics regression_metrics_of(const std::vector<float>& outputs, const std::vector<double>& targets) const;
+  ClassificationMetrics class_metrics(const std::vector<float>& scores, const std::vector<double>& class_indices) const;
+  Tensor global_sum(const Tensor& local) const;  // local's values summed over the group's processes (on the device)
   template <class Event>
   void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
   void check_same_training_data(const Dataset& train);
-  void check_parameters_finite() const;
+  // Throws unless every parameter's sum (read_epoch_end) is finite, naming the first parameter that is not.
+  void check_parameters_finite(const std::vector<float>& sums) const;
   std::string stopped_note() const;  // how a stopped fit left its checkpoints
 
   TrainerOptions options_;
