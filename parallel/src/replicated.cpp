@@ -213,6 +213,14 @@ void ReplicatedModule::sync_buffers() {
     for (size_t i = 0; i < buffers_[d].size(); ++i) buffers_[d][i].copy_(buffers_[0][i]);
 }
 
+bool ReplicatedModule::sums_on_comm_streams() const {
+  if (spans_processes()) return false;
+  for (const Device& device : devices_) {
+    if (device.type() != devices_.front().type()) return false;
+  }
+  return true;
+}
+
 const Tensor& ReplicatedModule::gradient_buffer(size_t replica) const {
   TANDEM_CHECK(replica < replicas_.size(), kName, "::gradient_buffer: replica ", replica, " but there are ",
                replicas_.size());

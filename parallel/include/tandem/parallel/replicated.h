@@ -137,6 +137,11 @@ class ReplicatedModule {
   const GradientLayout& gradient_layout() const { return reducer_->layout(); }
   // Whether the gradients are reduced across processes (the module of a DistributedDataParallel).
   bool spans_processes() const { return reducer_->collective().spans_processes; }
+  // Whether work issued on a device's communication stream right after a bucket's sum has started runs after that
+  // sum (Note [Optimizer steps in backward] in steps_in_backward.h): with the in-process collective on CUDA devices,
+  // which sums there (comm::all_reduce_async), and on CPU devices, where a sum is done when it returns; not across
+  // processes (a process group sums on streams of its own), nor on a mix of CPU and CUDA devices.
+  bool sums_on_comm_streams() const;
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
   // first (Note [Zeroing by marking] in replicated.cpp).
   const Tensor& gradient_buffer(size_t replica) const;

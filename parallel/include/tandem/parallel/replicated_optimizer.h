@@ -57,9 +57,10 @@ class ReplicatedOptimizer {
 
   // ---- steps in backward (Note [Optimizer steps in backward] in steps_in_backward.h) ----
   // Whether the training steps (data_parallel_step, placed_data_parallel_step, CapturedStep) update each gradient
-  // bucket's parameters as soon as the bucket's sum has started: when enabled (the default) and every replica's
-  // optimizer steps its parameters apart (optim::Optimizer::steps_parameters_apart()). Disabling it gives the plain
-  // step after the whole reduction; both give bitwise the same parameters.
+  // bucket's parameters as soon as the bucket's sum has started: when enabled (the default), every replica's
+  // optimizer steps its parameters apart (optim::Optimizer::steps_parameters_apart()) and the model's sums allow it
+  // (ReplicatedModule::sums_on_comm_streams()). Otherwise they take the plain step after the whole reduction; both
+  // give bitwise the same parameters.
   bool steps_in_backward() const;
   void set_steps_in_backward(bool enabled) { steps_in_backward_enabled_ = enabled; }
   // On every replica, optim::Optimizer::step_parameters (form Replayable: replayable_step_parameters) of `indices`,
