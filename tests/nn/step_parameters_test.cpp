@@ -128,10 +128,11 @@ TEST(StepParameters, RejectsBadIndicesAndStateCreatedOnTheCommunicationStream) {
   const std::vector<Tensor> parameters = make_parameters(Device::cpu(0));
   set_gradients(parameters, 0);
   optim::SGD sgd(parameters, {.lr = 0.1, .momentum = 0.9});
-  EXPECT_ERROR(sgd.step_parameters({0, 4}), "optim::SGD::step_parameters: got parameter index 4 but there are 4 "
-                                            "parameters");
-  EXPECT_ERROR(sgd.step_parameters({1, 0, 1}), "optim::SGD::step_parameters: parameter index 1 is listed twice but "
-                                               "expected each parameter at most once");
+  EXPECT_ERROR(sgd.step_parameters({0, 4}),
+               "optim::SGD::step_parameters: got parameter index 4 but there are 4 parameters");
+  EXPECT_ERROR(sgd.step_parameters({1, 0, 1}),
+               "optim::SGD::step_parameters: parameter index 1 is listed twice but expected each parameter at most "
+               "once");
   EXPECT_ERROR(sgd.creates_state({7}), "optim::SGD::creates_state: got parameter index 7");
   EXPECT_ERROR(sgd.step_parameters({0}, UpdateStream::Communication),
                "optim::SGD::step: parameter 0 has no momentum buffer yet, which is created on the compute stream");

@@ -38,7 +38,8 @@ std::unique_ptr<parallel::ReplicatedOptimizer> adamw(parallel::ReplicatedModule&
 struct Training {
   Training(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer, bool in_backward)
       : net(make_net(devices[0], 4, 16, 3)),
-        model(std::make_unique<parallel::ReplicatedModule>(net, devices, parallel::ReplicatedOptions{.bucket_size = 64})),
+        model(
+            std::make_unique<parallel::ReplicatedModule>(net, devices, parallel::ReplicatedOptions{.bucket_size = 64})),
         optimizer(make_optimizer(*model)) {
     optimizer->set_steps_in_backward(in_backward);
   }
@@ -116,8 +117,10 @@ TEST(StepsInBackward, BucketsAreUpdatedDuringBackwardOnceTheStateExists) {
     const std::vector<Tensor> labels = comm::scatter(targets, devices);
     run.model->zero_grad();
     run.model->forward_backward(
-        comm::scatter(features, devices), [&](size_t i, const Tensor& output) { return nn::mse_loss(output, labels[i]); },
-        true, parallel::ReplicaThreads::Workers, {}, [&](size_t bucket) {
+        comm::scatter(features, devices),
+        [&](size_t i, const Tensor& output) { return nn::mse_loss(output, labels[i]); }, true,
+        parallel::ReplicaThreads::Workers, {},
+        [&](size_t bucket) {
           started.insert(bucket);
           steps.bucket_started(bucket);
         });
@@ -154,8 +157,9 @@ TEST(StepsInBackward, RejectsOptimizersThatCannotAndBadBuckets) {
   sgd.set_steps_in_backward(false);
   EXPECT_ERROR(parallel::StepsInBackward(sgd, parallel::StepForm::Eager),
                "parallel::StepsInBackward: the optimizer does not step in backward");
-  EXPECT_ERROR(model.forward_backward({Tensor::zeros({2, 4})}, [](size_t, const Tensor& y) { return sum(y); }, false,
-                                      parallel::ReplicaThreads::Workers, {}, [](size_t) {}),
+  EXPECT_ERROR(model.forward_backward(
+                   {Tensor::zeros({2, 4})}, [](size_t, const Tensor& y) { return sum(y); }, false,
+                   parallel::ReplicaThreads::Workers, {}, [](size_t) {}),
                "parallel::ReplicatedModule::forward_backward: got a bucket callback with reduce false");
   parallel::ReplicatedModule other(make_net(devices[0]), devices);
   EXPECT_ERROR(parallel::data_parallel_step(other, sgd, Tensor::zeros({4, 4}), Tensor::zeros({4, 2})),

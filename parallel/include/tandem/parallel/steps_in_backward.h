@@ -51,8 +51,13 @@
 // An exception in backward leaves the parameters of the buckets stepped so far updated, the others not.
 // A captured step (CapturedStep) records the same thing with StepForm::Replayable: the learning rate and Adam's
 // factors come from device memory, and finish_replay() counts Adam's steps after each replay.
-// DistributedDataParallel does not step in backward yet: its process group sums the buckets on streams of its own,
-// which the communication stream of a device does not follow.
+// All of this holds only where a bucket's sum runs on the devices' communication streams, or is done when it returns
+// (ReplicatedModule::sums_on_comm_streams(): the in-process collective on CUDA devices, or CPU devices); elsewhere
+// the training steps take the plain step. So DistributedDataParallel does not step in backward yet: its process
+// group sums the buckets on streams of its own, which a device's communication stream does not follow (a later
+// change can order each bucket's update after the group's sum by an event). Nor does a mix of CPU and CUDA devices.
+// The plain API (model.reduce_gradients(); optimizer.step()) is unchanged: a backward that the caller runs itself
+// has no step to update during.
 
 #include <cstddef>
 #include <mutex>
