@@ -109,7 +109,8 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   TANDEM_CHECK(seeds.empty() || seeds.size() == inputs.size(), kName, "::forward_backward: got ", seeds.size(),
                " seeds for ", inputs.size(), " inputs but expected one per input (or none)");
   TANDEM_CHECK(reduce || !bucket_started, kName,
-               "::forward_backward: got a bucket callback with reduce false, but buckets are summed only when reducing");
+               "::forward_backward: got a bucket callback with reduce false, but buckets are summed only when ",
+               "reducing");
   follow_master_modes();
   sync_buffers();
   prepare_buffers(inputs.size(), reduce, bucket_started);

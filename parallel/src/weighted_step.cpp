@@ -115,7 +115,8 @@ Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimize
 Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
                                  const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t rows,
                                  const LossFunction& loss) {
-  const std::vector<Tensor> losses = weighted_training_step(model, optimizer, inputs, labels, rows, loss, StepForm::Eager);
+  const std::vector<Tensor> losses =
+      weighted_training_step(model, optimizer, inputs, labels, rows, loss, StepForm::Eager);
   return sum_losses(losses, model.devices().front());
 }
 

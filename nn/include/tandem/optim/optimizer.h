@@ -60,6 +60,7 @@ class Optimizer {
   // Whether step_parameters(indices) would create state: a parameter among them that has a gradient but no state yet
   // (SGD's momentum buffer, Adam's moments: before its first step). Errors: as step_parameters's about indices.
   bool creates_state(const std::vector<size_t>& indices) const;
+
   // As nn::Module::zero_grad.
   void zero_grad(bool set_to_none = true);
   // Every group's parameters, group after group.
