@@ -25,6 +25,7 @@ using tandem::AdamParameter;
 using tandem::AdamUpdate;
 using tandem::SgdParameter;
 using tandem::SgdUpdate;
+using tandem::UpdateStream;
 
 // What one matrix product (Backend::gemm) fuses with the product itself, and how it multiplies. bias is never
 // combined with accumulate or a_row_sums; neither is relu.
@@ -91,9 +92,10 @@ class Backend {
                            const Tensor& max_exp_avg_sq, const AdamUpdate& update, const Tensor& step_factors) = 0;
   // The list forms of the two updates (Note [Multi-tensor updates] in fused.h): every entry as the single-tensor
   // call above would take it, all on one device, each checked; entries without elements are skipped. The results are
-  // bitwise those of one single-tensor call per entry.
-  virtual void sgd_update(const std::vector<SgdParameter>& parameters) = 0;
-  virtual void adam_update(const std::vector<AdamParameter>& parameters) = 0;
+  // bitwise those of one single-tensor call per entry. On a GPU they run on `stream` (Note [Updates on the
+  // communication stream] in fused.h); a CPU backend ignores it.
+  virtual void sgd_update(const std::vector<SgdParameter>& parameters, UpdateStream stream) = 0;
+  virtual void adam_update(const std::vector<AdamParameter>& parameters, UpdateStream stream) = 0;
   // out (one element, contiguous) = (sum |x|^ord)^(1/ord), or max |x| when ord is +infinity; 0 when x is empty.
   // x contiguous, ord > 0.
   virtual void vector_norm(const Tensor& x, double ord, const Tensor& out) = 0;

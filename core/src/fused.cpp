@@ -104,14 +104,18 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   checked_sgd_update(param, grad, momentum_buffer, update, lr);
 }
 
-void sgd_update(const std::vector<SgdParameter>& parameters) {
+void sgd_update(const std::vector<SgdParameter>& parameters, UpdateStream stream) {
   per_device(parameters, "sgd_update", check_sgd_parameter,
-             [](backend::Backend& backend, const std::vector<SgdParameter>& group) { backend.sgd_update(group); });
+             [stream](backend::Backend& backend, const std::vector<SgdParameter>& group) {
+               backend.sgd_update(group, stream);
+             });
 }
 
-void adam_update(const std::vector<AdamParameter>& parameters) {
+void adam_update(const std::vector<AdamParameter>& parameters, UpdateStream stream) {
   per_device(parameters, "adam_update", check_adam_parameter,
-             [](backend::Backend& backend, const std::vector<AdamParameter>& group) { backend.adam_update(group); });
+             [stream](backend::Backend& backend, const std::vector<AdamParameter>& group) {
+               backend.adam_update(group, stream);
+             });
 }
 
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

@@ -75,28 +75,45 @@ int64_t AdamFamily<kDecoupled>::step_count(size_t parameter) const {
   return moments_[parameter].step;
 }
 
-// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h).
+// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h); a part of a
+// step updates those of `indices` (Note [Stepping parameters apart] in optimizer.h).
 template <bool kDecoupled>
-void AdamFamily<kDecoupled>::step() {
+void AdamFamily<kDecoupled>::step_part(const std::vector<size_t>& indices, UpdateStream stream, bool replayable) {
   NoGradGuard no_grad;
   std::vector<AdamParameter> updates;
-  for (size_t i = 0; i < parameters().size(); ++i) {
+  for (const size_t i : indices) {
     const Tensor& parameter = parameters()[i];
     const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
+    // A replayed step reads the step-dependent factors from the device (Note [Replayed optimizer steps]) and counts
+    // its steps in finish_replay().
+    const Tensor factors = replayable ? replay_values(i, "replayable_step") : Tensor();
     const Options& options = groups_[param_group_of(i)];
     Moments& m = moments_[i];
     if (m.step == 0) {
+      TANDEM_CHECK(!replayable, who(), "::replayable_step: parameter ", i,
+                   " has no moments yet but expected them (take one step() before capturing)");
+      TANDEM_CHECK(stream == UpdateStream::Compute, who(), "::step: parameter ", i,
+                   " has no moments yet, which are created on the compute stream, but the update was asked to run "
+                   "on the communication stream; take its first step on the compute stream");
       m.exp_avg = Tensor::zeros(parameter.shape(), parameter.device());
       m.exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
       if (options.amsgrad) m.max_exp_avg_sq = Tensor::zeros(parameter.shape(), parameter.device());
       state_replaced();
     }
     updates.push_back({parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
-                       update_at(options, m.step + 1), Tensor()});
-    ++m.step;
+                       update_at(options, m.step + 1), factors});
+    if (!replayable) ++m.step;
   }
-  if (!updates.empty()) adam_update(updates);
+  if (!updates.empty()) adam_update(updates, stream);
+}
+
+template <bool kDecoupled>
+bool AdamFamily<kDecoupled>::part_creates_state(const std::vector<size_t>& indices) const {
+  for (const size_t i : indices) {
+    if (moments_[i].step == 0 && has_grad(i)) return true;
+  }
+  return false;
 }
 
 template <bool kDecoupled>
@@ -108,25 +125,6 @@ void AdamFamily<kDecoupled>::prepare_replay() {
     factors.insert(factors.end(), {update.param_scale, update.step_size, update.bias_correction2_sqrt});
   }
   upload_replay_values(factors, 3);
-}
-
-template <bool kDecoupled>
-void AdamFamily<kDecoupled>::replayable_step() {
-  NoGradGuard no_grad;
-  std::vector<AdamParameter> updates;
-  for (size_t i = 0; i < parameters().size(); ++i) {
-    const Tensor& parameter = parameters()[i];
-    const Tensor grad = parameter.grad();
-    if (!grad.defined()) continue;
-    const Tensor factors = replay_values(i, "replayable_step");
-    const Moments& m = moments_[i];
-    TANDEM_CHECK(m.step > 0, who(), "::replayable_step: parameter ", i,
-                 " has no moments yet but expected them (take one step() before capturing)");
-    // The step-dependent factors of the update are replaced by the device's (Note [Replayed optimizer steps]).
-    updates.push_back({parameter, grad.contiguous(), m.exp_avg, m.exp_avg_sq, m.max_exp_avg_sq,
-                       update_at(groups_[param_group_of(i)], m.step + 1), factors});
-  }
-  if (!updates.empty()) adam_update(updates);
 }
 
 template <bool kDecoupled>

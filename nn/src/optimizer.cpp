@@ -1,6 +1,7 @@
 #include "tandem/optim/optimizer.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
@@ -33,6 +34,48 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const char* who) :
 }
 
 void Optimizer::zero_grad(bool set_to_none) { autograd::zero_grad(parameters_, set_to_none); }
+
+void Optimizer::step_parameters(const std::vector<size_t>& indices, UpdateStream stream) {
+  check_part(indices, "step_parameters");
+  step_part(indices, stream, /*replayable=*/false);
+}
+
+void Optimizer::replayable_step_parameters(const std::vector<size_t>& indices, UpdateStream stream) {
+  check_part(indices, "replayable_step_parameters");
+  step_part(indices, stream, /*replayable=*/true);
+}
+
+bool Optimizer::creates_state(const std::vector<size_t>& indices) const {
+  check_part(indices, "creates_state");
+  return part_creates_state(indices);
+}
+
+void Optimizer::step_part(const std::vector<size_t>&, UpdateStream, bool) {
+  TANDEM_FAIL(who_, "::step_parameters: steps_parameters_apart() is true but step_part is not overridden");
+}
+
+bool Optimizer::part_creates_state(const std::vector<size_t>&) const {
+  TANDEM_FAIL(who_, "::creates_state: steps_parameters_apart() is true but part_creates_state is not overridden");
+}
+
+void Optimizer::check_part(const std::vector<size_t>& indices, const char* caller) const {
+  TANDEM_CHECK(steps_parameters_apart(), who_, "::", caller,
+               ": this optimizer cannot step part of its parameters (Note [Stepping parameters apart])");
+  std::vector<char> listed(parameters_.size(), 0);
+  for (const size_t i : indices) {
+    TANDEM_CHECK(i < parameters_.size(), who_, "::", caller, ": got parameter index ", i, " but there are ",
+                 parameters_.size(), " parameters");
+    TANDEM_CHECK(!listed[i], who_, "::", caller, ": parameter index ", i,
+                 " is listed twice but expected each parameter at most once");
+    listed[i] = 1;
+  }
+}
+
+std::vector<size_t> Optimizer::every_index() const {
+  std::vector<size_t> indices(parameters_.size());
+  std::iota(indices.begin(), indices.end(), size_t{0});
+  return indices;
+}
 
 void Optimizer::prepare_replay() {
   TANDEM_FAIL(who_, "::prepare_replay: this optimizer cannot replay its steps (Note [Replayed optimizer steps])");

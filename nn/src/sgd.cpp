@@ -46,49 +46,47 @@ SgdUpdate SGD::update_of(size_t parameter, bool first_step) const {
                    .first_step = first_step};
 }
 
-// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h).
-void SGD::step() {
+// Both steps update every parameter of a device in one launch (Note [Multi-tensor updates] in fused.h); a part of a
+// step updates those of `indices` (Note [Stepping parameters apart] in optimizer.h).
+void SGD::step_part(const std::vector<size_t>& indices, UpdateStream stream, bool replayable) {
   NoGradGuard no_grad;
+  const char* caller = replayable ? "replayable_step" : "step";
   std::vector<SgdParameter> updates;
-  for (size_t i = 0; i < parameters().size(); ++i) {
+  for (const size_t i : indices) {
     const Tensor& parameter = parameters()[i];
-    Tensor grad = parameter.grad();
+    const Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
+    const Tensor lr = replayable ? replay_values(i, caller) : Tensor();  // Note [Replayed optimizer steps]
     Tensor& buffer = momentum_buffers_[i];
-    const SgdUpdate update = update_of(i, !buffer.defined());
-    // The first step writes buf = d, so the new buffer needs no initial values.
-    if (update.momentum != 0.0f && update.first_step) {
+    const bool first_step = !buffer.defined();
+    if (first_step && groups_[param_group_of(i)].momentum != 0.0) {
+      TANDEM_CHECK(!replayable, "optim::SGD::", caller, ": parameter ", i,
+                   " has no momentum buffer yet but expected one (take one step() before capturing)");
+      TANDEM_CHECK(stream == UpdateStream::Compute, "optim::SGD::", caller, ": parameter ", i,
+                   " has no momentum buffer yet, which is created on the compute stream, but the update was asked "
+                   "to run on the communication stream; take its first step on the compute stream");
+      // The first step writes buf = d, so the new buffer needs no initial values.
       buffer = Tensor::empty(parameter.shape(), parameter.device());
       state_replaced();
     }
-    updates.push_back({parameter, grad.contiguous(), buffer, update, Tensor()});
+    SgdUpdate update = update_of(i, /*first_step=*/!replayable && first_step);
+    if (replayable) update.lr = 0.0f;  // read from the device
+    updates.push_back({parameter, grad.contiguous(), buffer, update, lr});
   }
-  if (!updates.empty()) sgd_update(updates);
+  if (!updates.empty()) sgd_update(updates, stream);
+}
+
+bool SGD::part_creates_state(const std::vector<size_t>& indices) const {
+  for (const size_t i : indices) {
+    if (groups_[param_group_of(i)].momentum != 0.0 && !momentum_buffers_[i].defined() && has_grad(i)) return true;
+  }
+  return false;
 }
 
 void SGD::prepare_replay() {
   std::vector<float> lrs(parameters().size());
   for (size_t i = 0; i < lrs.size(); ++i) lrs[i] = static_cast<float>(groups_[param_group_of(i)].lr);
   upload_replay_values(lrs, 1);
-}
-
-void SGD::replayable_step() {
-  NoGradGuard no_grad;
-  std::vector<SgdParameter> updates;
-  for (size_t i = 0; i < parameters().size(); ++i) {
-    const Tensor& parameter = parameters()[i];
-    const Tensor grad = parameter.grad();
-    if (!grad.defined()) continue;
-    const Tensor lr = replay_values(i, "replayable_step");
-    const Tensor& buffer = momentum_buffers_[i];
-    TANDEM_CHECK(groups_[param_group_of(i)].momentum == 0.0 || buffer.defined(),
-                 "optim::SGD::replayable_step: parameter ", i,
-                 " has no momentum buffer yet but expected one (take one step() before capturing)");
-    SgdUpdate update = update_of(i, /*first_step=*/false);
-    update.lr = 0.0f;  // read from the device (Note [Replayed optimizer steps])
-    updates.push_back({parameter, grad.contiguous(), buffer, update, lr});
-  }
-  if (!updates.empty()) sgd_update(updates);
 }
 
 void SGD::set_momentum_buffers(const std::vector<Tensor>& buffers) {

@@ -197,9 +197,9 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
-    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, batch.rows, loss_,
-                                                                 ReplicaThreads::Caller, graph->weights);
-    optimizer_.replayable_step();
+    const std::vector<Tensor> losses =
+        weighted_training_step(model_, optimizer_, graph->inputs, graph->labels, batch.rows, loss_,
+                               StepForm::Replayable, ReplicaThreads::Caller, graph->weights);
     graph->loss = sum_losses(losses, devices.front());
     graph->graph.end_capture();
   } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "tandem/parallel/gradient_reducer.h"
 
 #include <mutex>
+#include <utility>
 
 #include "device_checks.h"
 #include "tandem/core/error.h"
@@ -15,8 +16,9 @@ constexpr const char* kName = "parallel::GradientReducer";
 // What an overlapped step tracks while the replicas run (Note [Overlapped gradient reduction] in
 // gradient_reducer.h).
 struct GradientReducer::Step {
-  Step(size_t buckets, size_t replicas, size_t parameters)
-      : missing(buckets, std::vector<size_t>(replicas, 0)),
+  Step(size_t buckets, size_t replicas, size_t parameters, BucketStarted started)
+      : started(std::move(started)),
+        missing(buckets, std::vector<size_t>(replicas, 0)),
         arrived(replicas, std::vector<char>(parameters, 0)),
         replicas_missing(buckets),
         ready(buckets, std::vector<StreamMarker>(replicas)),
@@ -24,6 +26,7 @@ struct GradientReducer::Step {
         launched(buckets, 0),
         completed(buckets, 0) {}
 
+  const BucketStarted started;  // begin()'s callback, called by launch_bucket
   // Touched only by the thread running that replica's backward:
   std::vector<std::vector<size_t>> missing;  // [bucket][replica]: gradients of the bucket still to come
   std::vector<std::vector<char>> arrived;    // [replica][parameter]: whether its gradient came
@@ -109,7 +112,7 @@ void GradientReducer::prepare_to_accumulate() {
   summed_ = false;
 }
 
-void GradientReducer::begin(size_t active) {
+void GradientReducer::begin(size_t active, BucketStarted started) {
   TANDEM_CHECK(!open_, kName, "::begin: the previous step is still open; finish() or abandon() it first");
   TANDEM_CHECK(active <= size(), kName, "::begin: got ", active, " active replicas but there are ", size());
   prepare_to_accumulate();
@@ -122,7 +125,7 @@ void GradientReducer::begin(size_t active) {
   // Replica r's part of every bucket is complete once each of its parameters in the bucket got its gradient; a
   // replica without an input this step has its part complete from the start, with the gradients it holds.
   const size_t buckets = layout_.buckets().size();
-  auto step = std::make_unique<Step>(buckets, size(), layout_.parameter_count());
+  auto step = std::make_unique<Step>(buckets, size(), layout_.parameter_count(), std::move(started));
   for (size_t b = 0; b < buckets; ++b) {
     for (size_t r = 0; r < active; ++r) step->missing[b][r] = layout_.buckets()[b].parameters;
     step->replicas_missing[b].store(active, std::memory_order_relaxed);
@@ -173,6 +176,7 @@ void GradientReducer::launch_bucket(Step& step, size_t bucket) {
   std::vector<Tensor> slices = bucket_slices_[bucket];
   step.works[bucket] = collective_.start(slices, step.ready[bucket]);
   step.launched[bucket] = 1;
+  if (step.started) step.started(bucket);
 }
 
 void GradientReducer::finish() {

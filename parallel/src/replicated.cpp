@@ -82,11 +82,12 @@ void ReplicatedModule::check_no_step_open(const char* caller) const {
 
 // The buffers are ready for a backward of replicas 0..active-1: views reinstalled, and either a step open or the
 // sums prepared to be accumulated onto.
-void ReplicatedModule::prepare_buffers(size_t active, bool reduce) {
+void ReplicatedModule::prepare_buffers(size_t active, bool reduce,
+                                       const GradientReducer::BucketStarted& bucket_started) {
   if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
   for (size_t d = active; d < replicas_.size(); ++d) zero_stale_gradients(d);  // they take part as they are
   if (reduce) {
-    reducer_->begin(active);
+    reducer_->begin(active, bucket_started);
   } else {
     reducer_->prepare_to_accumulate();
   }
@@ -101,14 +102,18 @@ void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
 
 std::vector<Tensor> ReplicatedModule::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
-    bool reduce, ReplicaThreads threads, const std::vector<Tensor>& seeds) {
+    bool reduce, ReplicaThreads threads, const std::vector<Tensor>& seeds,
+    const GradientReducer::BucketStarted& bucket_started) {
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
   TANDEM_CHECK(seeds.empty() || seeds.size() == inputs.size(), kName, "::forward_backward: got ", seeds.size(),
                " seeds for ", inputs.size(), " inputs but expected one per input (or none)");
+  TANDEM_CHECK(reduce || !bucket_started, kName,
+               "::forward_backward: got a bucket callback with reduce false, but buckets are summed only when ",
+               "reducing");
   follow_master_modes();
   sync_buffers();
-  prepare_buffers(inputs.size(), reduce);
+  prepare_buffers(inputs.size(), reduce, bucket_started);
 
   std::vector<Tensor> losses(inputs.size());
   std::vector<std::function<void()>> tasks;
@@ -207,6 +212,14 @@ void ReplicatedModule::sync_buffers() {
   NoGradGuard no_grad;
   for (size_t d = 1; d < replicas_.size(); ++d)
     for (size_t i = 0; i < buffers_[d].size(); ++i) buffers_[d][i].copy_(buffers_[0][i]);
+}
+
+bool ReplicatedModule::sums_on_comm_streams() const {
+  if (spans_processes()) return false;
+  for (const Device& device : devices_) {
+    if (device.type() != devices_.front().type()) return false;
+  }
+  return true;
 }
 
 const Tensor& ReplicatedModule::gradient_buffer(size_t replica) const {

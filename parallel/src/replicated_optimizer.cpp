@@ -52,6 +52,31 @@ void ReplicatedOptimizer::finish_replay() {
   for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->finish_replay();
 }
 
+bool ReplicatedOptimizer::steps_in_backward() const {
+  if (!steps_in_backward_enabled_ || !model_.sums_on_comm_streams()) return false;
+  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) {
+    if (!optimizer->steps_parameters_apart()) return false;
+  }
+  return true;
+}
+
+void ReplicatedOptimizer::step_parameters(const std::vector<size_t>& indices, StepForm form, UpdateStream stream) {
+  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) {
+    if (form == StepForm::Replayable) {
+      optimizer->replayable_step_parameters(indices, stream);
+    } else {
+      optimizer->step_parameters(indices, stream);
+    }
+  }
+}
+
+bool ReplicatedOptimizer::creates_state(const std::vector<size_t>& indices) const {
+  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) {
+    if (optimizer->creates_state(indices)) return true;
+  }
+  return false;
+}
+
 optim::Optimizer& ReplicatedOptimizer::at(size_t replica) const {
   TANDEM_CHECK(replica < optimizers_.size(), name_, "::optimizer: replica ", replica, " but there are ",
                optimizers_.size());

@@ -4,6 +4,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
+#include "tandem/parallel/steps_in_backward.h"
 
 namespace tandem::parallel {
 namespace {
@@ -56,11 +57,36 @@ std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t glob
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss, ReplicaThreads threads,
-                                              const std::vector<Tensor>& weights) {
+                                              const std::vector<Tensor>& weights,
+                                              const GradientReducer::BucketStarted& bucket_started) {
   model.zero_grad();
   const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
-  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds), labels,
-                  global_rows);
+  return weighted(
+      model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds, bucket_started),
+      labels, global_rows);
+}
+
+std::vector<Tensor> weighted_training_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
+                                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                           int64_t global_rows, const LossFunction& loss, StepForm form,
+                                           ReplicaThreads threads, const std::vector<Tensor>& weights) {
+  TANDEM_CHECK(&optimizer.model() == &model, "train_step: the optimizer was built over another ReplicatedModule than ",
+               "the model it steps");
+  if (!optimizer.steps_in_backward()) {
+    std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, global_rows, loss, threads, weights);
+    if (form == StepForm::Replayable) {
+      optimizer.replayable_step();
+    } else {
+      optimizer.step();
+    }
+    return losses;
+  }
+  // Note [Optimizer steps in backward] in steps_in_backward.h.
+  StepsInBackward steps(optimizer, form);
+  std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, global_rows, loss, threads, weights,
+                                                         [&steps](size_t bucket) { steps.bucket_started(bucket); });
+  steps.finish();
+  return losses;
 }
 
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
@@ -89,8 +115,8 @@ Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimize
 Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
                                  const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t rows,
                                  const LossFunction& loss) {
-  const std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, rows, loss);
-  optimizer.step();
+  const std::vector<Tensor> losses =
+      weighted_training_step(model, optimizer, inputs, labels, rows, loss, StepForm::Eager);
   return sum_losses(losses, model.devices().front());
 }
 

@@ -326,11 +326,12 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void sgd_update(const std::vector<SgdParameter>& parameters) override {
+  // CPU work is done when the call returns: there is no stream to choose.
+  void sgd_update(const std::vector<SgdParameter>& parameters, UpdateStream) override {
     for (const SgdParameter& p : parameters) sgd_update(p.param, p.grad, p.momentum_buffer, p.update, p.lr);
   }
 
-  void adam_update(const std::vector<AdamParameter>& parameters) override {
+  void adam_update(const std::vector<AdamParameter>& parameters, UpdateStream) override {
     for (const AdamParameter& p : parameters) {
       adam_update(p.param, p.grad, p.exp_avg, p.exp_avg_sq, p.max_exp_avg_sq, p.update, p.step_factors);
     }

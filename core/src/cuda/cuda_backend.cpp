@@ -1,6 +1,7 @@
 // The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp), own kernels for the rest (kernels.cu). Every
 // call makes the tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in
-// context.h); only the host transfers wait for the device.
+// context.h), except the optimizers' list updates asked to run on the communication stream; only the host transfers
+// wait for the device.
 
 #include <cuda_runtime.h>
 
@@ -26,6 +27,11 @@ struct OnDevice {
   DeviceGuard guard;
   cudaStream_t stream;
 };
+
+// The stream an optimizer update chose (Note [Updates on the communication stream] in fused.h).
+cudaStream_t stream_for(const OnDevice& on, UpdateStream stream) {
+  return stream == UpdateStream::Communication ? comm_stream(on.device) : on.stream;
+}
 
 // Device scratch memory for one launch. It is released as soon as the launch is enqueued: the caching allocator
 // hands the block out again only to work enqueued after it on the same stream (Note [Stream-ordered reuse]).
@@ -180,7 +186,8 @@ class CudaBackend final : public backend::Backend {
                          step_factors.defined() ? step_factors.data() : nullptr, on.stream);
   }
 
-  void sgd_update(const std::vector<backend::SgdParameter>& parameters) override {
+  // Note [Updates on the communication stream] in fused.h: the list forms run on the stream the caller chose.
+  void sgd_update(const std::vector<backend::SgdParameter>& parameters, UpdateStream stream) override {
     std::vector<kernels::SgdEntry> entries;
     entries.reserve(parameters.size());
     for (const backend::SgdParameter& p : parameters) {
@@ -193,10 +200,10 @@ class CudaBackend final : public backend::Backend {
                          .update = p.update});
     }
     OnDevice on(parameters.front().param);
-    kernels::sgd_update(entries, on.stream);
+    kernels::sgd_update(entries, stream_for(on, stream));
   }
 
-  void adam_update(const std::vector<backend::AdamParameter>& parameters) override {
+  void adam_update(const std::vector<backend::AdamParameter>& parameters, UpdateStream stream) override {
     std::vector<kernels::AdamEntry> entries;
     entries.reserve(parameters.size());
     for (const backend::AdamParameter& p : parameters) {
@@ -210,7 +217,7 @@ class CudaBackend final : public backend::Backend {
                          .update = p.update});
     }
     OnDevice on(parameters.front().param);
-    kernels::adam_update(entries, on.stream);
+    kernels::adam_update(entries, stream_for(on, stream));
   }
 
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {

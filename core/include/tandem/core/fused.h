@@ -46,13 +46,25 @@ struct SgdParameter {
   Tensor lr;
 };
 
+// Where the list forms run their kernels on a GPU (Note [Updates on the communication stream]).
+enum class UpdateStream { Compute, Communication };
+
 // Note [Multi-tensor updates]: the list forms apply the single-tensor rule to every entry, with exactly the same
 // arithmetic (bitwise equal results), but launch one kernel per device for a whole list on GPUs (a list longer than a
 // kernel's arguments hold takes a few), so that an optimizer's step over every parameter of a device costs one launch,
 // and one node of a captured graph, instead of one per parameter. Entries may live on several devices; no two may
 // share a tensor that either writes. Errors: an empty list; each entry's errors as the single-tensor form's (lr
 // checked as there when defined).
-void sgd_update(const std::vector<SgdParameter>& parameters);
+//
+// Note [Updates on the communication stream]: with UpdateStream::Communication the kernels run on each device's
+// communication stream (Note [Streams] in tandem/core/cuda/context.h) instead of its compute stream: after whatever
+// was issued there before them (a gradient bucket's all-reduce, comm::all_reduce_async) and beside the work of the
+// compute stream. Nothing orders them after the compute stream's work, nor its later work after them: the caller
+// does, and it must ensure that the compute stream neither reads nor writes the entries' tensors until that stream is
+// joined back (parallel's optimizer steps in backward do: Note [Optimizer steps in backward] in
+// parallel/steps_in_backward.h). Nothing is allocated. On CPU devices work finishes within the call, and the choice
+// changes nothing.
+void sgd_update(const std::vector<SgdParameter>& parameters, UpdateStream stream = UpdateStream::Compute);
 
 // torch.optim.Adam's and AdamW's rule for one parameter at its step t, in float32 with every operation in the order
 // PyTorch's single-tensor implementation takes (so CPU and CUDA agree bitwise):
@@ -99,9 +111,9 @@ struct AdamParameter {
   Tensor step_factors;
 };
 
-// adam_update of every entry, as few launches as the list form of sgd_update (Note [Multi-tensor updates]). Errors:
-// as that form's.
-void adam_update(const std::vector<AdamParameter>& parameters);
+// adam_update of every entry, as few launches as the list form of sgd_update (Note [Multi-tensor updates]), on
+// `stream` as there. Errors: as that form's.
+void adam_update(const std::vector<AdamParameter>& parameters, UpdateStream stream = UpdateStream::Compute);
 
 // The `ord`-norm of all the tensors' elements taken together, computed as torch.nn.utils.clip_grad_norm_ does: the
 // norm of the vector of each tensor's norm, where a tensor's norm is (sum |x|^ord)^(1/ord), or max |x| for

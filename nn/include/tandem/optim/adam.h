@@ -51,7 +51,9 @@ class AdamFamily : public Optimizer {
   AdamFamily(std::initializer_list<ParamGroup<Options>> groups, Options defaults)
       : AdamFamily(std::vector<ParamGroup<Options>>(groups), defaults) {}
 
-  void step() override;
+  void step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/false); }
+  // Each parameter's update depends on nothing else (Note [Stepping parameters apart] in optimizer.h).
+  bool steps_parameters_apart() const override { return true; }
 
   // Group `group`'s options, with the lr set_lr last set. Errors: no such group.
   const Options& options(size_t group = 0) const;
@@ -70,7 +72,7 @@ class AdamFamily : public Optimizer {
   // come from device memory, and finish_replay() counts the step of every parameter that has a gradient.
   bool replayable() const override { return true; }
   void prepare_replay() override;
-  void replayable_step() override;
+  void replayable_step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/true); }
   void finish_replay() override;
 
  private:
@@ -81,6 +83,9 @@ class AdamFamily : public Optimizer {
     Tensor max_exp_avg_sq;  // amsgrad only
   };
 
+  // step() and replayable_step() over `indices`, and whether that would create moments.
+  void step_part(const std::vector<size_t>& indices, UpdateStream stream, bool replayable) override;
+  bool part_creates_state(const std::vector<size_t>& indices) const override;
   double group_lr(size_t group) const override { return groups_[group].lr; }
   void set_group_lr(size_t group, double lr) override { groups_[group].lr = lr; }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/core/device_scalars.h"
+#include "tandem/core/fused.h"
 #include "tandem/core/tensor.h"
 #include "tandem/optim/optimizer_state.h"
 
@@ -33,6 +34,33 @@ class Optimizer {
 
   // Updates every parameter that has a gradient from it; parameters without one are skipped.
   virtual void step() = 0;
+
+  // ---- steps over part of the parameters ----
+  // Note [Stepping parameters apart]: an optimizer whose update of each parameter depends on nothing but that
+  // parameter, its gradient, its own state and the options (SGD, Adam and AdamW; not one that needs every gradient
+  // first, as clipping by the global norm or a line search does) can update its parameters in parts: step_parameters
+  // over the parts of a partition of parameters() computes exactly what one step() computes, with the same kernels
+  // and bitwise the same results, and replayable_step_parameters likewise for replayable_step(). So the parameters
+  // whose gradients are final can be updated while the others' are still being computed (parallel::ReplicatedOptimizer
+  // updates each gradient bucket as soon as it is summed: Note [Optimizer steps in backward] in
+  // tandem/parallel/steps_in_backward.h). A part's update may run on the devices' communication streams
+  // (UpdateStream::Communication, Note [Updates on the communication stream] in tandem/core/fused.h), as long as it
+  // creates no state there: creating state (a first step) allocates and fills on the compute stream.
+  // Whether this optimizer can step its parameters apart (the default cannot).
+  virtual bool steps_parameters_apart() const { return false; }
+  // The part of step() that updates parameters()[i] for each i in `indices` (any order) that has a gradient, its host
+  // state advanced as step() advances it (Adam's step counts), its kernels on `stream`.
+  // Errors: an optimizer that cannot step apart; an index out of range or listed twice; on the communication stream,
+  // a parameter whose update would create its state (creates_state).
+  void step_parameters(const std::vector<size_t>& indices, UpdateStream stream = UpdateStream::Compute);
+  // The same part of replayable_step() (Note [Replayed optimizer steps]): no host state changes; finish_replay()
+  // counts the step of every parameter that has a gradient, as after replayable_step(). Errors: as step_parameters
+  // and replayable_step.
+  void replayable_step_parameters(const std::vector<size_t>& indices, UpdateStream stream = UpdateStream::Compute);
+  // Whether step_parameters(indices) would create state: a parameter among them that has a gradient but no state yet
+  // (SGD's momentum buffer, Adam's moments: before its first step). Errors: as step_parameters's about indices.
+  bool creates_state(const std::vector<size_t>& indices) const;
+
   // As nn::Module::zero_grad.
   void zero_grad(bool set_to_none = true);
   // Every group's parameters, group after group.
@@ -126,8 +154,21 @@ class Optimizer {
   Tensor replay_values(size_t parameter, const char* caller) const;
   // Called by replayable optimizers whenever they replace or create state tensors (state_generation()).
   void state_replaced() { ++state_generation_; }
+  // 0, 1, ..., parameters().size() - 1: what step() and replayable_step() update.
+  std::vector<size_t> every_index() const;
+  // Whether parameters()[parameter] has a .grad, asked without zeroing a stale one (as Tensor::grad() would).
+  bool has_grad(size_t parameter) const { return parameters_[parameter].impl()->grad != nullptr; }
+
+  // What optimizers that step apart implement (Note [Stepping parameters apart]), with `indices` checked: the part
+  // of step() (`replayable` false) or of replayable_step() (true) over `indices`, and creates_state. The defaults
+  // throw; they are reached only when steps_parameters_apart() is true.
+  virtual void step_part(const std::vector<size_t>& indices, UpdateStream stream, bool replayable);
+  virtual bool part_creates_state(const std::vector<size_t>& indices) const;
 
  private:
+  // Throws "<who>::<caller>: ..." unless this optimizer steps apart, every index names a parameter and none is
+  // listed twice.
+  void check_part(const std::vector<size_t>& indices, const char* caller) const;
   // A group's learning rate; the base versions throw (an optimizer without learning rates). `group` is checked.
   virtual double group_lr(size_t group) const;
   virtual void set_group_lr(size_t group, double lr);

@@ -37,7 +37,9 @@ class SGD : public Optimizer {
       : SGD(std::vector<ParamGroup<SGDOptions>>(groups), defaults) {}
 
   // Updates every parameter that has a gradient; parameters without one are skipped (their momentum is kept).
-  void step() override;
+  void step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/false); }
+  // Each parameter's update depends on nothing else (Note [Stepping parameters apart] in optimizer.h).
+  bool steps_parameters_apart() const override { return true; }
 
   // Group `group`'s options, with the lr set_lr last set. Errors: no such group.
   const SGDOptions& options(size_t group = 0) const;
@@ -60,12 +62,15 @@ class SGD : public Optimizer {
   // state that a step changes once the momentum buffers exist, so finish_replay() does nothing.
   bool replayable() const override { return true; }
   void prepare_replay() override;
-  void replayable_step() override;
+  void replayable_step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/true); }
   void finish_replay() override {}
 
  private:
   // The update of one parameter with its group's options.
   SgdUpdate update_of(size_t parameter, bool first_step) const;
+  // step() and replayable_step() over `indices`, and whether that would create momentum buffers.
+  void step_part(const std::vector<size_t>& indices, UpdateStream stream, bool replayable) override;
+  bool part_creates_state(const std::vector<size_t>& indices) const override;
   double group_lr(size_t group) const override { return groups_[group].lr; }
   void set_group_lr(size_t group, double lr) override { groups_[group].lr = lr; }
 

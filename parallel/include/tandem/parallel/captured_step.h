@@ -18,7 +18,9 @@
 // replica's forward, weighted loss and backward run on this thread one after another (the reducer's hooks still fire
 // and record each bucket's all-reduce in the capture, overlapping the rest of backward in the graph as it does
 // eagerly), then the reduction is finished, the optimizer's replayable_step() and the sum of the losses are recorded,
-// and end_capture() joins the streams and instantiates the graph. Nothing executes during the capture, so the step
+// and end_capture() joins the streams and instantiates the graph. An optimizer that steps in backward records each
+// bucket's part of replayable_step() right after the bucket's all-reduce instead (Note [Optimizer steps in backward]
+// in steps_in_backward.h), and the rest after the reduction. Nothing executes during the capture, so the step
 // is then replayed once for the batch it was captured with. The replicas read their chunks from static buffers, one
 // pair (features, targets) per device allocated before the capture; step() copies the batch's chunks into them
 // (torch.chunk's split, as comm::scatter does) and replays: one graph launch on devices[0]'s compute stream covers
@@ -26,7 +28,7 @@
 // devices[0]'s compute stream, so a returned loss is never overwritten by a later step.
 //
 // Note [Host state of a captured step]: a replay must leave every piece of host state as the eager step would.
-//  - The optimizer: capturing runs replayable_step(), which changes no host state; each replay is
+//  - The optimizer: capturing runs replayable_step() (or its parts), which changes no host state; each replay is
 //    prepare_replay() (this step's learning rates and step factors into device memory, outside the graph), the
 //    launch, then finish_replay() (Adam's step counts): so state_dict() and checkpoints count every step, and
 //    set_lr or an LR schedule takes effect at the next replay (Note [Replayed optimizer steps] in optimizer.h).

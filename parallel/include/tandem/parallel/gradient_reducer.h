@@ -78,6 +78,9 @@ struct GradientCollective {
 
 class GradientReducer {
  public:
+  // Called with a bucket's index right after its collective was started in an overlapped step (begin()).
+  using BucketStarted = std::function<void(size_t bucket)>;
+
   // buffers[r] is replica r's flat buffer of `layout` (1-D, layout.numel() elements, contiguous), one per device.
   // Errors: no buffers; a buffer of another shape, not contiguous, or on a device listed twice; a collective
   // function missing.
@@ -100,7 +103,13 @@ class GradientReducer {
   // When the buffers hold sums, those count once (prepare_to_accumulate()). With two or more buckets, and two or
   // more replicas or a collective that spans processes, the buckets are summed as they become complete; otherwise
   // finish() sums them all. Errors: a step already open (finish() or abandon() it first); active > size().
-  void begin(size_t active);
+  // `started`, when set, is called once for each bucket whose collective starts during the step (started by
+  // mark_ready, or by finish() in the fixed order of Note [Fixed bucket order]), right after collective.start
+  // returned, on the thread that started it; so work it issues on the devices' communication streams runs after the
+  // bucket's sum (Note [Optimizer steps in backward] in steps_in_backward.h). Calls for different buckets may run at
+  // once on several threads. It is not called for the buckets that finish() sums with collective.run, nor in a step
+  // that does not overlap. An exception it throws leaves the step to be abandoned, as one of the collective's.
+  void begin(size_t active, BucketStarted started = {});
   // Replica `replica`'s gradient of `parameter` is final in its buffer (called by the hooks, on the thread running
   // that replica's backward; calls for different replicas may run at once). In an overlapped step it starts the
   // bucket's collective when this completes the bucket on the last replica.

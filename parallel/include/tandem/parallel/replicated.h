@@ -90,10 +90,14 @@ class ReplicatedModule {
   // `seeds`, when not empty, holds one one-element tensor per input: replica i's backward starts from seeds[i] in
   // place of a one (Tensor::backward's gradient), so that the gradients are those of seeds[i] * loss_i without the
   // product being taken (Note [Weighting by the seed] in weighted_step.cpp). Errors: also seeds of another count.
+  // `bucket_started`, when set, is the reducer's callback for each bucket whose sum starts while backward goes on
+  // (GradientReducer::begin: parallel::StepsInBackward updates the bucket's parameters there). Errors: also a
+  // callback with `reduce` false.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
                                        bool reduce = true, ReplicaThreads threads = ReplicaThreads::Workers,
-                                       const std::vector<Tensor>& seeds = {});
+                                       const std::vector<Tensor>& seeds = {},
+                                       const GradientReducer::BucketStarted& bucket_started = {});
 
   // Prepares the buffers for a backward that the caller runs over the outputs of forward() (loss.backward()).
   // With `reduce` it opens a step: each bucket is summed as soon as it is final on every replica, while backward goes
@@ -129,8 +133,15 @@ class ReplicatedModule {
   void sync_buffers();
 
   size_t bucket_count() const { return reducer_->layout().buckets().size(); }
+  // Where each parameter's gradient lies in the flat buffers, and the buckets (the same for every replica).
+  const GradientLayout& gradient_layout() const { return reducer_->layout(); }
   // Whether the gradients are reduced across processes (the module of a DistributedDataParallel).
   bool spans_processes() const { return reducer_->collective().spans_processes; }
+  // Whether work issued on a device's communication stream right after a bucket's sum has started runs after that
+  // sum (Note [Optimizer steps in backward] in steps_in_backward.h): with the in-process collective on CUDA devices,
+  // which sums there (comm::all_reduce_async), and on CPU devices, where a sum is done when it returns; not across
+  // processes (a process group sums on streams of its own), nor on a mix of CPU and CUDA devices.
+  bool sums_on_comm_streams() const;
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
   // first (Note [Zeroing by marking] in replicated.cpp).
   const Tensor& gradient_buffer(size_t replica) const;
@@ -140,7 +151,7 @@ class ReplicatedModule {
   void zero_stale_gradients(size_t replica) const;
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
   void check_no_step_open(const char* caller) const;
-  void prepare_buffers(size_t active, bool reduce);
+  void prepare_buffers(size_t active, bool reduce, const GradientReducer::BucketStarted& bucket_started = {});
   void follow_master_modes();
 
   std::vector<Device> devices_;

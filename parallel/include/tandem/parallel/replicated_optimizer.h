@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "tandem/core/fused.h"
 #include "tandem/core/tensor.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/optimizer.h"
@@ -22,6 +23,10 @@
 #include "tandem/parallel/replicated.h"
 
 namespace tandem::parallel {
+
+// Which form of an optimizer's step to take: step()'s, or replayable_step()'s for a captured step (Note [Replayed
+// optimizer steps] in tandem/optim/optimizer.h).
+enum class StepForm { Eager, Replayable };
 
 class ReplicatedOptimizer {
  public:
@@ -48,6 +53,21 @@ class ReplicatedOptimizer {
   void replayable_step();
   void finish_replay();
   size_t size() const { return optimizers_.size(); }
+  ReplicatedModule& model() const { return model_; }
+
+  // ---- steps in backward (Note [Optimizer steps in backward] in steps_in_backward.h) ----
+  // Whether the training steps (data_parallel_step, placed_data_parallel_step, CapturedStep) update each gradient
+  // bucket's parameters as soon as the bucket's sum has started: when enabled (the default), every replica's
+  // optimizer steps its parameters apart (optim::Optimizer::steps_parameters_apart()) and the model's sums allow it
+  // (ReplicatedModule::sums_on_comm_streams()). Otherwise they take the plain step after the whole reduction; both
+  // give bitwise the same parameters.
+  bool steps_in_backward() const;
+  void set_steps_in_backward(bool enabled) { steps_in_backward_enabled_ = enabled; }
+  // On every replica, optim::Optimizer::step_parameters (form Replayable: replayable_step_parameters) of `indices`,
+  // with the kernels on `stream`. Errors: as there.
+  void step_parameters(const std::vector<size_t>& indices, StepForm form, UpdateStream stream);
+  // Whether step_parameters(indices, ...) would create state on some replica (optim::Optimizer::creates_state).
+  bool creates_state(const std::vector<size_t>& indices) const;
   // Replica d's optimizer; replica 0's updates the master. Errors: no such replica.
   optim::Optimizer& optimizer(size_t replica) { return at(replica); }
   const optim::Optimizer& optimizer(size_t replica) const { return at(replica); }
@@ -70,6 +90,7 @@ class ReplicatedOptimizer {
   const char* name_;
   ReplicatedModule& model_;
   std::vector<std::unique_ptr<optim::Optimizer>> optimizers_;
+  bool steps_in_backward_enabled_ = true;
 };
 
 // The default: one optim::SGD per replica with the same options.

@@ -32,11 +32,24 @@ void check_batch_rows(const Tensor& features, const Tensor& targets, const char*
 // loss of replica i has shape ..."); forward_backward's.
 // `weights`: loss_weights(labels, global_rows) made beforehand (a captured step keeps them static), or empty to make
 // them here.
+// `bucket_started`: forward_backward's callback for each bucket whose sum starts during backward.
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss,
                                               ReplicaThreads threads = ReplicaThreads::Workers,
-                                              const std::vector<Tensor>& weights = {});
+                                              const std::vector<Tensor>& weights = {},
+                                              const GradientReducer::BucketStarted& bucket_started = {});
+
+// weighted_forward_backward and the optimizer's step in `form` (optimizer.step() or optimizer.replayable_step()): the
+// step of trainers::train_step and of CapturedStep's capture. When optimizer.steps_in_backward(), each bucket's
+// parameters are updated as soon as its sum has started, while backward goes on (Note [Optimizer steps in backward]
+// in steps_in_backward.h), with bitwise the same results. Returns the weighted losses, detached. Errors: an optimizer
+// over another model ("train_step: ..."); those of weighted_forward_backward and of the optimizer's step.
+std::vector<Tensor> weighted_training_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
+                                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                           int64_t global_rows, const LossFunction& loss, StepForm form,
+                                           ReplicaThreads threads = ReplicaThreads::Workers,
+                                           const std::vector<Tensor>& weights = {});
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss);
@@ -53,8 +66,8 @@ Tensor sum_losses(const std::vector<Tensor>& losses, Device device);
 Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
                           const Tensor& targets, const LossFunction& loss = nn::mse_loss);
 // The same step on a batch already cut over the devices: inputs[i] and labels[i] on model.devices()[i] (a prefix of
-// the devices), `rows` rows in all: weighted_forward_backward, optimizer.step(), and the sum of the losses on
-// devices[0]. Errors: as weighted_forward_backward.
+// the devices), `rows` rows in all: weighted_training_step (eager) and the sum of the losses on devices[0].
+// Errors: as weighted_training_step.
 Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
                                  const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t rows,
                                  const LossFunction& loss = nn::mse_loss);
