@@ -90,15 +90,16 @@ std::string CapturedStep::capture_blocker(const Batch& batch) const {
   return "";
 }
 
-Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
+CapturedStep::Batch CapturedStep::whole_batch(const Tensor& features, const Tensor& targets) const {
   check_batch_rows(features, targets, "parallel::CapturedStep::step");
-  return run({.features = &features,
-              .targets = &targets,
-              .rows = features.size(0),
-              .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}});
+  return {.features = &features,
+          .targets = &targets,
+          .rows = features.size(0),
+          .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}};
 }
 
-Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) {
+CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& labels) const {
   TANDEM_CHECK(!inputs.empty() && inputs.size() == labels.size() && inputs.size() <= model_.size(), kName,
                "::step_chunks: got ", inputs.size(), " chunks of features and ", labels.size(),
                " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
@@ -107,10 +108,50 @@ Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::v
   const Shape features = whole_shape(inputs, model_.devices(), "features");
   const Shape targets = whole_shape(labels, model_.devices(), "targets");
   check_chunk_rows(inputs, features[0], model_.size());
-  return run({.inputs = &inputs,
-              .labels = &labels,
-              .rows = features[0],
-              .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}});
+  return {.inputs = &inputs,
+          .labels = &labels,
+          .rows = features[0],
+          .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}};
+}
+
+void CapturedStep::check_loss_out(const Tensor& loss_out, const char* caller) const {
+  const Device device = model_.devices().front();
+  TANDEM_CHECK(
+      loss_out.defined() && loss_out.numel() == 1 && loss_out.dtype() == DType::Float32 && loss_out.device() == device,
+      kName, "::", caller, ": loss_out is ",
+      loss_out.defined() ? detail::concat("of shape ", to_string(loss_out.shape()), " and dtype ", loss_out.dtype(),
+                                          " on ", loss_out.device())
+                         : std::string("undefined"),
+      " but expected one float32 element on ", device);
+}
+
+Tensor CapturedStep::deliver(const Batch& batch, const Tensor& loss) {
+  if (batch.loss_out == nullptr) return loss;
+  NoGradGuard no_grad;
+  Tensor out = *batch.loss_out;
+  out.copy_(loss.reshape(out.shape()));  // on devices[0]'s compute stream
+  return out;
+}
+
+Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) { return run(whole_batch(features, targets)); }
+
+Tensor CapturedStep::step(const Tensor& features, const Tensor& targets, const Tensor& loss_out) {
+  Batch batch = whole_batch(features, targets);
+  check_loss_out(loss_out, "step");
+  batch.loss_out = &loss_out;
+  return run(batch);
+}
+
+Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) {
+  return run(chunked_batch(inputs, labels));
+}
+
+Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                 const Tensor& loss_out) {
+  Batch batch = chunked_batch(inputs, labels);
+  check_loss_out(loss_out, "step_chunks");
+  batch.loss_out = &loss_out;
+  return run(batch);
 }
 
 Tensor CapturedStep::run(const Batch& batch) {
@@ -168,9 +209,10 @@ Tensor CapturedStep::eager(const Batch& batch, std::string reason) {
   fallback_reason_ = std::move(reason);
   ++eager_steps_;
   if (batch.inputs != nullptr) {
-    return placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_);
+    return deliver(batch,
+                   placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_));
   }
-  return data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_);
+  return deliver(batch, data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_));
 }
 
 std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const Batch& batch) const {
@@ -197,8 +239,8 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
-    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, batch.rows, loss_,
-                                                                 ReplicaThreads::Caller, graph->weights);
+    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, batch.rows,
+                                                                 loss_, ReplicaThreads::Caller, graph->weights);
     optimizer_.replayable_step();
     graph->loss = sum_losses(losses, devices.front());
     graph->graph.end_capture();
@@ -218,19 +260,22 @@ Tensor CapturedStep::replay(Graph& graph, const Batch& batch) {
   {
     NoGradGuard no_grad;
     const auto [feature_chunks, target_chunks] = chunks(batch);
+    std::vector<DeviceGraph::Feed> feeds;
+    feeds.reserve(2 * graph.inputs.size());
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
-      graph.inputs[i].copy_(feature_chunks[i]);
-      graph.labels[i].copy_(target_chunks[i]);
+      feeds.push_back({.from = feature_chunks[i], .to = graph.inputs[i]});
+      feeds.push_back({.from = target_chunks[i], .to = graph.labels[i]});
     }
+    optimizer_.prepare_replay();  // Note [Host state of a captured step]
+    graph.graph.replay(feeds);    // Note [Feeding a replay] in device_graph.h
   }
-  optimizer_.prepare_replay();  // Note [Host state of a captured step]
-  graph.graph.replay();
   optimizer_.finish_replay();
   captured_ = true;
   last_graph_ = &graph.graph;
   warming_up_ = false;
   fallback_reason_.clear();
-  return graph.loss.clone();  // on devices[0]'s compute stream, after the replay
+  // On devices[0]'s compute stream, after the replay.
+  return batch.loss_out != nullptr ? deliver(batch, graph.loss) : graph.loss.clone();
 }
 
 }  // namespace tandem::parallel

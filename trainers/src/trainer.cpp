@@ -269,18 +269,24 @@ SetupFacts Trainer::setup() const {
   return facts;
 }
 
-Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes) {
+Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot) {
   if (!capture_blocker_.empty()) {
     modes.eager_reason = capture_blocker_;
-    return distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
-                        : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
+                                     : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    if (!loss_slot.defined()) return loss;
+    NoGradGuard no_grad;
+    Tensor(loss_slot).copy_(loss.reshape(loss_slot.shape()));  // on the device: the host does not wait
+    return loss_slot;
   }
   std::vector<Tensor> inputs, labels;  // the loader's parts: {features, targets} per device
   for (const std::vector<Tensor>& part : batch.parts) {
     inputs.push_back(part.at(0));
     labels.push_back(part.at(1));
   }
-  Tensor loss = captured_->step_chunks(inputs, labels);
+  // With a slot, a replay copies its loss straight into it.
+  Tensor loss =
+      loss_slot.defined() ? captured_->step_chunks(inputs, labels, loss_slot) : captured_->step_chunks(inputs, labels);
   if (captured_->captured()) {
     ++modes.captured;
   } else if (captured_->warming_up()) {
@@ -302,13 +308,14 @@ double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepM
   report.epoch = epoch_ + 1;
   report.epochs = options_.epochs;
   report.num_batches = batches;
-  // Note [Losses read once per epoch] (callbacks.h): each step's (local) loss goes to its slot on the first device.
   const Tensor on_device = read_each_step ? Tensor() : Tensor::zeros({batches}, options_.devices.front());
   std::vector<float> losses(static_cast<size_t>(batches));  // the global losses, once read
   std::vector<int64_t> rows(static_cast<size_t>(batches));
   for (int64_t b = 0; b < batches; ++b) {
     const TensorBatch batch = loader.batch(b);
-    const Tensor loss = train_step_on(batch, modes);
+    // Note [Losses read once per epoch] (callbacks.h): each step's (local) loss goes to its slot on the first device.
+    const Tensor slot = read_each_step ? Tensor() : on_device.narrow(0, b, 1);
+    const Tensor loss = train_step_on(batch, modes, slot);
     rows[static_cast<size_t>(b)] = batch.global_rows;
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
@@ -317,8 +324,6 @@ double Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepM
       check_loss(report.loss, report.epoch, b, batches, first_step);
       report.read_loss = [value = report.loss] { return std::optional<double>(value); };
     } else {
-      Tensor slot = on_device.narrow(0, b, 1);
-      slot.copy_(loss.reshape({1}));  // on the device: the host does not wait
       report.read_loss = nullptr;
       if (alone) {
         report.read_loss = [slot, to_original] { return std::optional<double>(slot.item() * to_original); };

@@ -197,8 +197,10 @@ class Trainer {
   // One epoch of steps; returns its mean loss, weighted by batch rows (EpochReport::train_loss). With read_each_step
   // every step's loss is read after the step, else once at the end (Note [Losses read once per epoch]).
   double train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
-  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step).
-  Tensor train_step_on(const TensorBatch& batch, StepModes& modes);
+  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step). Returns the
+  // step's (local) loss; with a defined `loss_slot` (one float32 element on the first device) the loss is written
+  // there, on the device, and loss_slot is returned.
+  Tensor train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
   // Throws the Error of a non-finite loss of step `batch` (0-based) of `batches` in `epoch`.
   void check_loss(double loss, int64_t epoch, int64_t batch, int64_t batches, int64_t first_step) const;
   bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
