@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
+#include "tandem/core/source_stream_copy.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::parallel {
@@ -222,6 +223,17 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const B
   return {batch.features->chunk(devices, 0), batch.targets->chunk(devices, 0)};
 }
 
+// Note [Losses off the critical path]: the eager step weights and sums the losses after the step (weighted_losses,
+// sum_losses after the optimizer). Captured that way, the graph would run them after the all-reduce: a scale kernel
+// on every device, then a peer copy and an add on devices[0] that the graph's end waits for. The capture issues that
+// work as each replica's loss appears instead (observed_forward_backward), before the replica's backward: replica
+// 0's loss is kept; replica i's is copied, on its own device's compute stream, into slot i of a buffer on devices[0]
+// allocated before the capture (copy_on_source_stream: devices[0] waits for the copy, and nothing on device i waits
+// for devices[0], whose stream then holds replica 0's backward); with the last replica's loss, the weighted sum is
+// issued on devices[0], where it runs beside the other replicas' backwards and the all-reduce. So nothing but the
+// all-reduce and the optimizer follows the last backward kernel. The sum is the eager one's: the same products of
+// the same floats (weighted_losses, on devices[0] instead of device i), added in the same order (sum_losses). With
+// one replica the loss itself is the result: no kernel.
 std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, std::string& reason) {
   const std::vector<Device>& devices = model_.devices();
   auto graph = std::make_unique<Graph>();
@@ -233,16 +245,33 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
       graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), batch.key.targets_dtype, devices[i]));
     }
     graph->weights = loss_weights(graph->labels, batch.rows);  // outside the graph: no fill per replay
+    if (graph->inputs.size() > 1) {
+      graph->loss_slots = Tensor::empty({static_cast<int64_t>(graph->inputs.size())}, DType::Float32, devices.front());
+    }
   }
   // Outside the capture: the optimizer's device buffers are created by their first upload.
   optimizer_.prepare_replay();
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
-    const std::vector<Tensor> losses = weighted_forward_backward(model_, graph->inputs, graph->labels, batch.rows,
-                                                                 loss_, ReplicaThreads::Caller, graph->weights);
+    // Note [Losses off the critical path]: the replicas run one after another on this thread, so replica i's loss
+    // arrives after replica i - 1's backward was issued and before replica i's.
+    const size_t replicas = graph->inputs.size();
+    std::vector<Tensor> losses(replicas);  // on devices[0]: replica 0's, then the slots of the others
+    const LossObserver gather = [&](size_t i, const Tensor& loss) {
+      NoGradGuard no_grad;
+      if (i == 0) {
+        losses[0] = loss;
+      } else {
+        const Tensor slot = graph->loss_slots.narrow(0, static_cast<int64_t>(i), 1);
+        copy_on_source_stream(loss.reshape({1}), slot);
+        losses[i] = slot.reshape(loss.shape());
+      }
+      if (i + 1 == replicas) graph->loss = sum_losses(weighted_losses(losses, graph->labels, batch.rows), devices[0]);
+    };
+    observed_forward_backward(model_, graph->inputs, graph->labels, batch.rows, loss_, ReplicaThreads::Caller,
+                              graph->weights, gather);
     optimizer_.replayable_step();
-    graph->loss = sum_losses(losses, devices.front());
     graph->graph.end_capture();
   } catch (const std::exception& e) {
     // Note [Falling back to the eager step]: the capture ends first, so that the reducer's joins and every later

@@ -27,9 +27,10 @@ float weight_of(const Tensor& labels, int64_t global_rows) {
   return static_cast<float>(labels.size(0)) / static_cast<float>(global_rows);
 }
 
-// The losses that forward_backward returned (detached), each weighted by its replica's share (Note [Weighting by the
-// seed]).
-std::vector<Tensor> weighted(std::vector<Tensor> losses, const std::vector<Tensor>& labels, int64_t global_rows) {
+}  // namespace
+
+std::vector<Tensor> weighted_losses(std::vector<Tensor> losses, const std::vector<Tensor>& labels,
+                                    int64_t global_rows) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < losses.size(); ++i) {
     const float weight = weight_of(labels[i], global_rows);
@@ -37,8 +38,6 @@ std::vector<Tensor> weighted(std::vector<Tensor> losses, const std::vector<Tenso
   }
   return losses;
 }
-
-}  // namespace
 
 void check_batch_rows(const Tensor& features, const Tensor& targets, const char* caller) {
   TANDEM_CHECK(features.dim() >= 1 && targets.dim() >= 1 && features.size(0) == targets.size(0), caller,
@@ -59,16 +58,31 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               const std::vector<Tensor>& weights) {
   model.zero_grad();
   const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
-  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds), labels,
-                  global_rows);
+  return weighted_losses(model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds),
+                         labels, global_rows);
+}
+
+void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss,
+                               ReplicaThreads threads, const std::vector<Tensor>& weights,
+                               const LossObserver& on_loss) {
+  model.zero_grad();
+  const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
+  const auto checked = checked_loss(labels, loss);
+  const auto observed = [&checked, &on_loss](size_t i, const Tensor& output) {
+    Tensor value = checked(i, output);
+    on_loss(i, value.detach());
+    return value;
+  };
+  (void)model.forward_backward(inputs, observed, /*reduce=*/true, threads, seeds);
 }
 
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss) {
   model.zero_grad();
-  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), loss_weights(labels, global_rows)), labels,
-                  global_rows);
+  return weighted_losses(model.forward_backward(inputs, checked_loss(labels, loss), loss_weights(labels, global_rows)),
+                         labels, global_rows);
 }
 
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {

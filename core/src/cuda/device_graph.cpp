@@ -9,6 +9,7 @@
 
 #include "allocator.h"
 #include "device_graph_checks.h"
+#include "source_stream_copy.h"
 #include "tandem/core/cuda/context.h"
 #include "tandem/core/tensor.h"
 
@@ -157,20 +158,6 @@ void DeviceGraph::abort_capture() noexcept {
   state.release_pools();  // nothing that the capture recorded ever ran
 }
 
-namespace {
-
-// Note [Feeding a replay]: one copy on the source's compute stream, for a source on one of the graph's GPUs.
-void copy_on_source_stream(const Tensor& from, const Tensor& to) {
-  const int device = from.device().index();
-  const size_t nbytes = static_cast<size_t>(from.numel()) * element_size(from.dtype());
-  if (nbytes == 0) return;
-  cuda::DeviceGuard guard(device);
-  TANDEM_CUDA_CHECK(
-      cudaMemcpyAsync(to.mutable_data_ptr(), from.data_ptr(), nbytes, cudaMemcpyDefault, cuda::compute_stream(device)));
-}
-
-}  // namespace
-
 void DeviceGraph::replay() { replay(std::span<const Feed>()); }
 
 void DeviceGraph::replay(std::span<const Feed> feeds) {
@@ -182,7 +169,7 @@ void DeviceGraph::replay(std::span<const Feed> feeds) {
     const bool on_graph_gpu =
         std::find(state.devices.begin(), state.devices.end(), feed.from.device()) != state.devices.end();
     if (fed && on_graph_gpu && feed.from.is_contiguous()) {
-      copy_on_source_stream(feed.from, feed.to);
+      detail::cuda_copy_on_source_stream(feed.from, feed.to);  // Note [Feeding a replay]
     } else {
       Tensor(feed.to).copy_(feed.from);  // ordered by events on the destination's compute stream
       if (!fed) state.fed.push_back(feed.to.data_ptr());

@@ -17,8 +17,9 @@
 // DeviceGraph::begin_capture forks every device's streams into one capture on devices[0]'s compute stream; every
 // replica's forward, weighted loss and backward run on this thread one after another (the reducer's hooks still fire
 // and record each bucket's all-reduce in the capture, overlapping the rest of backward in the graph as it does
-// eagerly), then the reduction is finished, the optimizer's replayable_step() and the sum of the losses are recorded,
-// and end_capture() joins the streams and instantiates the graph. Nothing executes during the capture, so the step
+// eagerly; the weighted sum of the losses is recorded as they appear, Note [Losses off the critical path] in
+// captured_step.cpp), then the reduction is finished, the optimizer's replayable_step() is recorded, and
+// end_capture() joins the streams and instantiates the graph. Nothing executes during the capture, so the step
 // is then replayed once for the batch it was captured with. The replicas read their chunks from static buffers, one
 // pair (features, targets) per device allocated before the capture; step() copies the batch's chunks into them
 // (torch.chunk's split, as comm::scatter does) and replays: one graph launch on devices[0]'s compute stream covers
@@ -134,6 +135,7 @@ class CapturedStep {
     std::vector<Tensor> inputs;   // [replica]: the chunk of features the graph reads
     std::vector<Tensor> labels;   // [replica]: the chunk of targets
     std::vector<Tensor> weights;  // [replica]: loss_weights(labels), the seeds of the backwards
+    Tensor loss_slots;            // [replica] on devices[0]: the replicas' losses (Note [Losses off the critical path])
     Tensor loss;                  // written by the graph
     DeviceGraph graph;            // declared last: destroyed first, before the tensors it uses
   };

@@ -37,6 +37,15 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               const LossFunction& loss,
                                               ReplicaThreads threads = ReplicaThreads::Workers,
                                               const std::vector<Tensor>& weights = {});
+// For a captured step: weighted_forward_backward's gradients, but each replica's loss (detached, not weighted) goes
+// to on_loss(i, loss_i) on the thread that runs replica i, right after it is computed and before the replica's
+// backward is issued, so that work on the losses can be issued off the path from the backwards through the reduction
+// to the optimizer (Note [Losses off the critical path] in captured_step.cpp). Nothing is returned. Errors: as
+// weighted_forward_backward.
+using LossObserver = std::function<void(size_t replica, const Tensor& loss)>;
+void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss,
+                               ReplicaThreads threads, const std::vector<Tensor>& weights, const LossObserver& on_loss);
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss);
@@ -44,6 +53,10 @@ std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, co
 // Each chunk's share of the batch, rows_i / global_rows, as a float32 scalar on the chunk's device: the gradient that
 // replica i's backward starts from (Note [Weighting by the seed] in weighted_step.cpp).
 std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t global_rows);
+
+// The replicas' losses (detached), each weighted by its chunk's share, rows_i / global_rows (Note [Weighting by the
+// seed] in weighted_step.cpp): loss_i * w_i on loss_i's device, or loss_i itself where w_i is 1 (one replica).
+std::vector<Tensor> weighted_losses(std::vector<Tensor> losses, const std::vector<Tensor>& labels, int64_t global_rows);
 
 // The sum of the weighted losses as a scalar on `device` (zero for no losses: a process without rows).
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device);
