@@ -96,8 +96,9 @@ Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {
 Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
                           const Tensor& targets, const LossFunction& loss) {
   check_batch_rows(features, targets, "train_step");
-  return placed_data_parallel_step(model, optimizer, comm::scatter(features, model.devices()),
-                                   comm::scatter(targets, model.devices()), features.size(0), loss);
+  // One scatter for both: their copies share the stream waits.
+  const std::vector<std::vector<Tensor>> chunks = comm::scatter_all({features, targets}, model.devices());
+  return placed_data_parallel_step(model, optimizer, chunks[0], chunks[1], features.size(0), loss);
 }
 
 Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
