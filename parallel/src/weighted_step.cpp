@@ -56,10 +56,13 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss, ReplicaThreads threads,
                                               const std::vector<Tensor>& weights) {
-  model.zero_grad();
-  const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
-  return weighted_losses(model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds),
-                         labels, global_rows);
+  // Each replica weights its own loss, on its own thread, before its backward: the scale kernels are issued side by
+  // side instead of one after another on the calling thread after the step.
+  std::vector<Tensor> losses(inputs.size());
+  observed_forward_backward(
+      model, inputs, labels, global_rows, loss, threads, weights,
+      [&](size_t i, const Tensor& value) { losses[i] = weighted_losses({value}, {labels[i]}, global_rows).front(); });
+  return losses;
 }
 
 void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
