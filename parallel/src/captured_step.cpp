@@ -223,17 +223,18 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const B
   return {batch.features->chunk(devices, 0), batch.targets->chunk(devices, 0)};
 }
 
-// Note [Losses off the critical path]: the eager step weights and sums the losses after the step (weighted_losses,
-// sum_losses after the optimizer). Captured that way, the graph would run them after the all-reduce: a scale kernel
-// on every device, then a peer copy and an add on devices[0] that the graph's end waits for. The capture issues that
-// work as each replica's loss appears instead (observed_forward_backward), before the replica's backward: replica
-// 0's loss is kept; replica i's is copied, on its own device's compute stream, into slot i of a buffer on devices[0]
-// allocated before the capture (copy_on_source_stream: devices[0] waits for the copy, and nothing on device i waits
-// for devices[0], whose stream then holds replica 0's backward); with the last replica's loss, the weighted sum is
-// issued on devices[0], where it runs beside the other replicas' backwards and the all-reduce. So nothing but the
-// all-reduce and the optimizer follows the last backward kernel. The sum is the eager one's: the same products of
-// the same floats (weighted_losses, on devices[0] instead of device i), added in the same order (sum_losses). With
-// one replica the loss itself is the result: no kernel.
+// Note [Losses off the critical path]: the eager step sums the weighted losses after the optimizer's step
+// (sum_losses: a peer copy through Tensor::to, which orders both devices both ways, and an add on devices[0]).
+// Captured that way, the graph would run the loss work after the all-reduce, and the graph's end would wait for it.
+// The capture issues it as each replica's loss appears instead (observed_forward_backward), before the replica's
+// backward: replica 0's loss is kept; replica i's is copied, on its own device's compute stream, into slot i of a
+// buffer on devices[0] allocated before the capture (copy_on_source_stream: devices[0] waits for the copy, and
+// nothing on device i waits for devices[0], whose stream then holds replica 0's backward); with the last replica's
+// loss, the weights and the sum are issued on devices[0], where they run beside the other replicas' backwards and
+// the all-reduce. So nothing but the all-reduce and the optimizer follows the last backward kernel, and device i
+// runs no loss kernel at all. The sum is the eager one's: the same products of the same floats (weighted_losses, on
+// devices[0] instead of device i), added in the same order (sum_losses). With one replica the loss itself is the
+// result: no kernel.
 std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, std::string& reason) {
   const std::vector<Device>& devices = model_.devices();
   auto graph = std::make_unique<Graph>();

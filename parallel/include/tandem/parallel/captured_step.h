@@ -23,7 +23,7 @@
 // is then replayed once for the batch it was captured with. The replicas read their chunks from static buffers, one
 // pair (features, targets) per device allocated before the capture; step() copies the batch's chunks into them
 // (torch.chunk's split, as comm::scatter does) and replays: one graph launch on devices[0]'s compute stream covers
-// every device (Note [Feeding a replay] in device_graph.h: the chunks are copied on their devices' compute streams,
+// every device (Note [Feeding a replay] in device_graph.h: the chunks are copied on their sources' compute streams,
 // with no events of their own). The loss is written by the graph into a tensor of its own; step() returns a copy of
 // it made on devices[0]'s compute stream, so a returned loss is never overwritten by a later step (or copies it into
 // the caller's loss_out).

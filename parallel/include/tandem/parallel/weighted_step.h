@@ -37,11 +37,11 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               const LossFunction& loss,
                                               ReplicaThreads threads = ReplicaThreads::Workers,
                                               const std::vector<Tensor>& weights = {});
-// For a captured step: weighted_forward_backward's gradients, but each replica's loss (detached, not weighted) goes
-// to on_loss(i, loss_i) on the thread that runs replica i, right after it is computed and before the replica's
-// backward is issued, so that work on the losses can be issued off the path from the backwards through the reduction
-// to the optimizer (Note [Losses off the critical path] in captured_step.cpp). Nothing is returned. Errors: as
-// weighted_forward_backward.
+// weighted_forward_backward's gradients, but each replica's loss (detached, not weighted) goes to on_loss(i, loss_i)
+// on the thread that runs replica i, right after it is computed and before the replica's backward is issued, so that
+// work on the losses is issued side by side (weighted_forward_backward weights them there) or off the path from the
+// backwards through the reduction to the optimizer (Note [Losses off the critical path] in captured_step.cpp).
+// Nothing is returned. Errors: as weighted_forward_backward.
 using LossObserver = std::function<void(size_t replica, const Tensor& loss)>;
 void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss,
