@@ -1,11 +1,13 @@
 #pragma once
-// The checks of DeviceGraph::begin_capture that hold with or without CUDA (device_graph.cpp of either backend).
+// The checks of DeviceGraph that hold with or without CUDA (device_graph.cpp of either backend).
 
 #include <algorithm>
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/core/device_graph.h"
 #include "tandem/core/error.h"
+#include "tandem/core/tensor.h"
 
 namespace tandem::detail {
 
@@ -17,6 +19,23 @@ inline void check_capture_devices(const std::vector<Device>& devices) {
     TANDEM_CHECK(std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]) ==
                      devices.begin() + static_cast<std::ptrdiff_t>(i),
                  fn, ": ", devices[i], " is listed twice");
+  }
+}
+
+// Throws unless every feed of DeviceGraph::replay(feeds) copies between tensors of one dtype and size into a
+// contiguous tensor on one of `devices`.
+inline void check_feeds(std::span<const DeviceGraph::Feed> feeds, const std::vector<Device>& devices) {
+  constexpr const char* fn = "DeviceGraph::replay";
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& from = feeds[i].from;
+    const Tensor& to = feeds[i].to;
+    TANDEM_CHECK(from.defined() && to.defined(), fn, ": feed ", i, " has an undefined tensor");
+    TANDEM_CHECK(std::find(devices.begin(), devices.end(), to.device()) != devices.end() && to.is_contiguous(), fn,
+                 ": feed ", i, " copies into a tensor on ", to.device(), to.is_contiguous() ? "" : " (not contiguous)",
+                 " but expected a contiguous tensor on one of the graph's devices");
+    TANDEM_CHECK(from.dtype() == to.dtype() && from.numel() == to.numel(), fn, ": feed ", i, " copies ", from.numel(),
+                 " elements of ", from.dtype(), " into ", to.numel(), " of ", to.dtype(),
+                 " but expected the same number and dtype");
   }
 }
 

@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
+#include "tandem/core/source_stream_copy.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::parallel {
@@ -90,15 +91,16 @@ std::string CapturedStep::capture_blocker(const Batch& batch) const {
   return "";
 }
 
-Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) {
+CapturedStep::Batch CapturedStep::whole_batch(const Tensor& features, const Tensor& targets) const {
   check_batch_rows(features, targets, "parallel::CapturedStep::step");
-  return run({.features = &features,
-              .targets = &targets,
-              .rows = features.size(0),
-              .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}});
+  return {.features = &features,
+          .targets = &targets,
+          .rows = features.size(0),
+          .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}};
 }
 
-Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) {
+CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& labels) const {
   TANDEM_CHECK(!inputs.empty() && inputs.size() == labels.size() && inputs.size() <= model_.size(), kName,
                "::step_chunks: got ", inputs.size(), " chunks of features and ", labels.size(),
                " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
@@ -107,10 +109,50 @@ Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::v
   const Shape features = whole_shape(inputs, model_.devices(), "features");
   const Shape targets = whole_shape(labels, model_.devices(), "targets");
   check_chunk_rows(inputs, features[0], model_.size());
-  return run({.inputs = &inputs,
-              .labels = &labels,
-              .rows = features[0],
-              .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}});
+  return {.inputs = &inputs,
+          .labels = &labels,
+          .rows = features[0],
+          .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}};
+}
+
+void CapturedStep::check_loss_out(const Tensor& loss_out, const char* caller) const {
+  const Device device = model_.devices().front();
+  TANDEM_CHECK(
+      loss_out.defined() && loss_out.numel() == 1 && loss_out.dtype() == DType::Float32 && loss_out.device() == device,
+      kName, "::", caller, ": loss_out is ",
+      loss_out.defined() ? detail::concat("of shape ", to_string(loss_out.shape()), " and dtype ", loss_out.dtype(),
+                                          " on ", loss_out.device())
+                         : std::string("undefined"),
+      " but expected one float32 element on ", device);
+}
+
+Tensor CapturedStep::deliver(const Batch& batch, const Tensor& loss) {
+  if (batch.loss_out == nullptr) return loss;
+  NoGradGuard no_grad;
+  Tensor out = *batch.loss_out;
+  out.copy_(loss.reshape(out.shape()));  // on devices[0]'s compute stream
+  return out;
+}
+
+Tensor CapturedStep::step(const Tensor& features, const Tensor& targets) { return run(whole_batch(features, targets)); }
+
+Tensor CapturedStep::step(const Tensor& features, const Tensor& targets, const Tensor& loss_out) {
+  Batch batch = whole_batch(features, targets);
+  check_loss_out(loss_out, "step");
+  batch.loss_out = &loss_out;
+  return run(batch);
+}
+
+Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) {
+  return run(chunked_batch(inputs, labels));
+}
+
+Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                 const Tensor& loss_out) {
+  Batch batch = chunked_batch(inputs, labels);
+  check_loss_out(loss_out, "step_chunks");
+  batch.loss_out = &loss_out;
+  return run(batch);
 }
 
 Tensor CapturedStep::run(const Batch& batch) {
@@ -168,9 +210,10 @@ Tensor CapturedStep::eager(const Batch& batch, std::string reason) {
   fallback_reason_ = std::move(reason);
   ++eager_steps_;
   if (batch.inputs != nullptr) {
-    return placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_);
+    return deliver(batch,
+                   placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_));
   }
-  return data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_);
+  return deliver(batch, data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_));
 }
 
 std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const Batch& batch) const {
@@ -180,6 +223,18 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> CapturedStep::chunks(const B
   return {batch.features->chunk(devices, 0), batch.targets->chunk(devices, 0)};
 }
 
+// Note [Losses off the critical path]: the eager step sums the weighted losses after the optimizer's step
+// (sum_losses: a peer copy through Tensor::to, which orders both devices both ways, and an add on devices[0]).
+// Captured that way, the graph would run the loss work after the all-reduce, and the graph's end would wait for it.
+// The capture issues it as each replica's loss appears instead (observed_forward_backward), before the replica's
+// backward: replica 0's loss is kept; replica i's is copied, on its own device's compute stream, into slot i of a
+// buffer on devices[0] allocated before the capture (copy_on_source_stream: devices[0] waits for the copy, and
+// nothing on device i waits for devices[0], whose stream then holds replica 0's backward); with the last replica's
+// loss, the weights and the sum are issued on devices[0], where they run beside the other replicas' backwards and
+// the all-reduce. So nothing but the all-reduce and the optimizer follows the last backward kernel, and device i
+// runs no loss kernel at all. The sum is the eager one's: the same products of the same floats (weighted_losses, on
+// devices[0] instead of device i), added in the same order (sum_losses). With one replica the loss itself is the
+// result: no kernel.
 std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, std::string& reason) {
   const std::vector<Device>& devices = model_.devices();
   auto graph = std::make_unique<Graph>();
@@ -191,16 +246,32 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
       graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), batch.key.targets_dtype, devices[i]));
     }
     graph->weights = loss_weights(graph->labels, batch.rows);  // outside the graph: no fill per replay
+    if (graph->inputs.size() > 1) {
+      graph->loss_slots = Tensor::empty({static_cast<int64_t>(graph->inputs.size())}, DType::Float32, devices.front());
+    }
   }
   // Outside the capture: the optimizer's device buffers are created by their first upload.
   optimizer_.prepare_replay();
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
-    const std::vector<Tensor> losses =
-        weighted_training_step(model_, optimizer_, graph->inputs, graph->labels, batch.rows, loss_,
-                               StepForm::Replayable, ReplicaThreads::Caller, graph->weights);
-    graph->loss = sum_losses(losses, devices.front());
+    // Note [Losses off the critical path]: the replicas run one after another on this thread, so replica i's loss
+    // arrives after replica i - 1's backward was issued and before replica i's.
+    const size_t replicas = graph->inputs.size();
+    std::vector<Tensor> losses(replicas);  // on devices[0]: replica 0's, then the slots of the others
+    const LossObserver gather = [&](size_t i, const Tensor& loss) {
+      NoGradGuard no_grad;
+      if (i == 0) {
+        losses[0] = loss;
+      } else {
+        const Tensor slot = graph->loss_slots.narrow(0, static_cast<int64_t>(i), 1);
+        copy_on_source_stream(loss.reshape({1}), slot);
+        losses[i] = slot.reshape(loss.shape());
+      }
+      if (i + 1 == replicas) graph->loss = sum_losses(weighted_losses(losses, graph->labels, batch.rows), devices[0]);
+    };
+    weighted_training_step(model_, optimizer_, graph->inputs, graph->labels, batch.rows, loss_, StepForm::Replayable,
+                           ReplicaThreads::Caller, graph->weights, gather);
     graph->graph.end_capture();
   } catch (const std::exception& e) {
     // Note [Falling back to the eager step]: the capture ends first, so that the reducer's joins and every later
@@ -218,19 +289,22 @@ Tensor CapturedStep::replay(Graph& graph, const Batch& batch) {
   {
     NoGradGuard no_grad;
     const auto [feature_chunks, target_chunks] = chunks(batch);
+    std::vector<DeviceGraph::Feed> feeds;
+    feeds.reserve(2 * graph.inputs.size());
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
-      graph.inputs[i].copy_(feature_chunks[i]);
-      graph.labels[i].copy_(target_chunks[i]);
+      feeds.push_back({.from = feature_chunks[i], .to = graph.inputs[i]});
+      feeds.push_back({.from = target_chunks[i], .to = graph.labels[i]});
     }
+    optimizer_.prepare_replay();  // Note [Host state of a captured step]
+    graph.graph.replay(feeds);    // Note [Feeding a replay] in device_graph.h
   }
-  optimizer_.prepare_replay();  // Note [Host state of a captured step]
-  graph.graph.replay();
   optimizer_.finish_replay();
   captured_ = true;
   last_graph_ = &graph.graph;
   warming_up_ = false;
   fallback_reason_.clear();
-  return graph.loss.clone();  // on devices[0]'s compute stream, after the replay
+  // On devices[0]'s compute stream, after the replay.
+  return batch.loss_out != nullptr ? deliver(batch, graph.loss) : graph.loss.clone();
 }
 
 }  // namespace tandem::parallel

@@ -1,5 +1,6 @@
 #include "tandem/parallel/parallel_apply.h"
 
+#include <algorithm>
 #include <exception>
 #include <latch>
 #include <string>
@@ -58,14 +59,31 @@ void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::
   } else if (detail::WorkerPool::on_worker_thread()) {
     for (size_t i = 0; i < n; ++i) run_one(i);
   } else {
-    size_t submitted = 0;
+    // Note [The caller takes a turn]: the calling thread would only wait for the workers, so it runs task 0 itself in
+    // its worker's place when that worker is idle (DeviceWorker::run_in_place), after handing the others out: one
+    // hand-off fewer per call (none for one device), whose wake-ups cost more than a small step's work. Task 0 still
+    // runs in its device's turn, with its generator stream; when its worker is busy (another caller's task) or
+    // another task shares its device (which must run after it), it is queued as before.
+    detail::WorkerPool& pool = detail::WorkerPool::instance();
+    const bool shared = n == 0 || std::find(devices.begin() + 1, devices.end(), devices.front()) != devices.end();
+    bool first_pending = !shared;  // task 0 is still to be run in place
+    size_t submitted = shared ? 0 : 1;
     try {
       for (; submitted < n; ++submitted) {
-        detail::WorkerPool::instance().worker(devices[submitted]).submit([&run_one, i = submitted] { run_one(i); });
+        pool.worker(devices[submitted]).submit([&run_one, i = submitted] { run_one(i); });
       }
-    } catch (...) {  // no worker could be started: the remaining tasks fail with that reason
+      if (first_pending) {
+        detail::DeviceWorker& first = pool.worker(devices.front());
+        first_pending = false;
+        if (!first.run_in_place([&run_one] { run_one(0); })) first.submit([&run_one] { run_one(0); });
+      }
+    } catch (...) {  // no worker could be started: the tasks not handed out fail with that reason
       for (size_t i = submitted; i < n; ++i) {
         errors[i] = std::current_exception();
+        done.count_down();
+      }
+      if (first_pending) {
+        errors[0] = std::current_exception();
         done.count_down();
       }
     }

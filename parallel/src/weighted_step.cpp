@@ -28,9 +28,10 @@ float weight_of(const Tensor& labels, int64_t global_rows) {
   return static_cast<float>(labels.size(0)) / static_cast<float>(global_rows);
 }
 
-// The losses that forward_backward returned (detached), each weighted by its replica's share (Note [Weighting by the
-// seed]).
-std::vector<Tensor> weighted(std::vector<Tensor> losses, const std::vector<Tensor>& labels, int64_t global_rows) {
+}  // namespace
+
+std::vector<Tensor> weighted_losses(std::vector<Tensor> losses, const std::vector<Tensor>& labels,
+                                    int64_t global_rows) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < losses.size(); ++i) {
     const float weight = weight_of(labels[i], global_rows);
@@ -38,8 +39,6 @@ std::vector<Tensor> weighted(std::vector<Tensor> losses, const std::vector<Tenso
   }
   return losses;
 }
-
-}  // namespace
 
 void check_batch_rows(const Tensor& features, const Tensor& targets, const char* caller) {
   TANDEM_CHECK(features.dim() >= 1 && targets.dim() >= 1 && features.size(0) == targets.size(0), caller,
@@ -59,21 +58,45 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               const LossFunction& loss, ReplicaThreads threads,
                                               const std::vector<Tensor>& weights,
                                               const GradientReducer::BucketStarted& bucket_started) {
+  // Each replica weights its own loss, on its own thread, before its backward: the scale kernels are issued side by
+  // side instead of one after another on the calling thread after the step.
+  std::vector<Tensor> losses(inputs.size());
+  observed_forward_backward(
+      model, inputs, labels, global_rows, loss, threads, weights,
+      [&](size_t i, const Tensor& value) { losses[i] = weighted_losses({value}, {labels[i]}, global_rows).front(); },
+      bucket_started);
+  return losses;
+}
+
+void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss,
+                               ReplicaThreads threads, const std::vector<Tensor>& weights, const LossObserver& on_loss,
+                               const GradientReducer::BucketStarted& bucket_started) {
   model.zero_grad();
   const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
-  return weighted(
-      model.forward_backward(inputs, checked_loss(labels, loss), /*reduce=*/true, threads, seeds, bucket_started),
-      labels, global_rows);
+  const auto checked = checked_loss(labels, loss);
+  const auto observed = [&checked, &on_loss](size_t i, const Tensor& output) {
+    Tensor value = checked(i, output);
+    on_loss(i, value.detach());
+    return value;
+  };
+  (void)model.forward_backward(inputs, observed, /*reduce=*/true, threads, seeds, bucket_started);
 }
 
 std::vector<Tensor> weighted_training_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
                                            const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
                                            int64_t global_rows, const LossFunction& loss, StepForm form,
-                                           ReplicaThreads threads, const std::vector<Tensor>& weights) {
+                                           ReplicaThreads threads, const std::vector<Tensor>& weights,
+                                           const LossObserver& on_loss) {
   TANDEM_CHECK(&optimizer.model() == &model, "train_step: the optimizer was built over another ReplicatedModule than ",
                "the model it steps");
+  std::vector<Tensor> losses(inputs.size());
+  const LossObserver weigh = [&](size_t i, const Tensor& value) {
+    losses[i] = weighted_losses({value}, {labels[i]}, global_rows).front();
+  };
+  const LossObserver& observe = on_loss ? on_loss : weigh;
   if (!optimizer.steps_in_backward()) {
-    std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, global_rows, loss, threads, weights);
+    observed_forward_backward(model, inputs, labels, global_rows, loss, threads, weights, observe);
     if (form == StepForm::Replayable) {
       optimizer.replayable_step();
     } else {
@@ -83,8 +106,8 @@ std::vector<Tensor> weighted_training_step(ReplicatedModule& model, ReplicatedOp
   }
   // Note [Optimizer steps in backward] in steps_in_backward.h.
   StepsInBackward steps(optimizer, form);
-  std::vector<Tensor> losses = weighted_forward_backward(model, inputs, labels, global_rows, loss, threads, weights,
-                                                         [&steps](size_t bucket) { steps.bucket_started(bucket); });
+  observed_forward_backward(model, inputs, labels, global_rows, loss, threads, weights, observe,
+                            [&steps](size_t bucket) { steps.bucket_started(bucket); });
   steps.finish();
   return losses;
 }
@@ -93,8 +116,8 @@ std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, co
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss) {
   model.zero_grad();
-  return weighted(model.forward_backward(inputs, checked_loss(labels, loss), loss_weights(labels, global_rows)), labels,
-                  global_rows);
+  return weighted_losses(model.forward_backward(inputs, checked_loss(labels, loss), loss_weights(labels, global_rows)),
+                         labels, global_rows);
 }
 
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {
@@ -108,8 +131,9 @@ Tensor sum_losses(const std::vector<Tensor>& losses, Device device) {
 Tensor data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer, const Tensor& features,
                           const Tensor& targets, const LossFunction& loss) {
   check_batch_rows(features, targets, "train_step");
-  return placed_data_parallel_step(model, optimizer, comm::scatter(features, model.devices()),
-                                   comm::scatter(targets, model.devices()), features.size(0), loss);
+  // One scatter for both: their copies share the stream waits.
+  const std::vector<std::vector<Tensor>> chunks = comm::scatter_all({features, targets}, model.devices());
+  return placed_data_parallel_step(model, optimizer, chunks[0], chunks[1], features.size(0), loss);
 }
 
 Tensor placed_data_parallel_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,

@@ -28,6 +28,29 @@ void DeviceWorker::submit(std::function<void()> task) {
   wake_.notify_one();
 }
 
+bool DeviceWorker::run_in_place(const std::function<void()>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ || lent_ || !queue_.empty()) return false;
+    lent_ = true;
+  }
+  {
+    const bool was_worker = is_worker_thread;
+    is_worker_thread = true;
+    const GeneratorStreamGuard stream(device_);
+    task();
+    is_worker_thread = was_worker;
+  }
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lent_ = false;
+    queued = !queue_.empty();
+  }
+  if (queued) wake_.notify_one();  // the tasks submitted meanwhile; an idle worker is not woken for nothing
+  return true;
+}
+
 void DeviceWorker::run() {
   is_worker_thread = true;
   // Every random draw of this thread's tasks comes from this device's stream (Note [Generator streams]).
@@ -42,12 +65,15 @@ void DeviceWorker::run() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return !lent_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping, nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
     task();
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
   }
 }
 

@@ -24,6 +24,12 @@ class DeviceWorker {
   DeviceWorker& operator=(const DeviceWorker&) = delete;
 
   void submit(std::function<void()> task);
+  // Runs `task` on the calling thread in this worker's place when the worker is idle (nothing queued, nothing
+  // running), and returns true; returns false, running nothing, when it is busy. Meanwhile the worker starts nothing
+  // (tasks submitted meanwhile run after `task`, in order), and the calling thread draws from the device's generator
+  // stream and counts as a worker thread (a nested parallel call runs inline), as on the worker (Note [The caller
+  // takes a turn] in parallel_apply.cpp). `task` must not throw.
+  bool run_in_place(const std::function<void()>& task);
 
  private:
   void run();
@@ -32,6 +38,8 @@ class DeviceWorker {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
+  bool running_ = false;  // the worker runs a task
+  bool lent_ = false;     // a caller runs a task in the worker's place (run_in_place)
   bool stopping_ = false;
   std::thread thread_;  // last: started once the members above exist
 };

@@ -120,6 +120,23 @@ TEST_P(CommScatter, Errors) {
   EXPECT_ERROR(comm::scatter(Tensor(), devs), "comm::scatter: tensor is undefined");
 }
 
+// A batch's features and targets scattered together: each as scatter cuts it, from sources on different devices.
+TEST_P(CommScatter, AllScattersEachTensorAsScatterDoes) {
+  const std::vector<Device> devs = devices();
+  const Tensor features = iota({7, 3}, devs[0]);
+  const Tensor targets = iota({7}, devs.back());
+  const std::vector<std::vector<Tensor>> chunks = comm::scatter_all({features, targets}, devs);
+  ASSERT_EQ(chunks.size(), 2u);
+  const std::vector<int64_t> sizes = devs.size() == 2 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 3, 1};
+  check(chunks[0], features, devs, sizes, 0);
+  check(chunks[1], targets, devs, sizes, 0);
+  EXPECT_TRUE(comm::scatter_all({}, devs).empty());
+  EXPECT_ERROR(comm::scatter_all({features, Tensor()}, devs), "comm::scatter_all: tensor is undefined");
+  EXPECT_ERROR(comm::scatter_all({features, Tensor::scalar(1.0f, devs[0])}, devs),
+               "comm::scatter_all: cannot scatter a 0-dim tensor");
+  EXPECT_ERROR(comm::scatter_all({features}, {}), "comm::scatter_all: got an empty list of devices");
+}
+
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(CommScatter);
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "parallel/parallel_test_helpers.h"
 #include "support/one_and_two_gpus.h"
+#include "tandem/comm/comm.h"
 #include "tandem/trainers/train_step.h"
 
 namespace tandem::testing {
@@ -236,12 +237,46 @@ TEST(DeviceScalars, UploadsOnCpuDevices) {
   EXPECT_ERROR(DeviceScalars(Device::cpu(0), 0), "DeviceScalars: got a count of 0");
 }
 
+TEST(CapturedStep, WritesTheLossIntoLossOutOnCpuDevices) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Training slotted_setup(devices, sgd_momentum);
+  Training plain_setup(devices, sgd_momentum);
+  parallel::CapturedStep slotted(*slotted_setup.model, *slotted_setup.optimizer, nn::mse_loss);
+  parallel::CapturedStep plain(*plain_setup.model, *plain_setup.optimizer, nn::mse_loss);
+  const Tensor losses = Tensor::zeros({4}, devices[0]);
+  for (int i = 0; i < 4; ++i) {
+    const auto [features, targets] = batch_of(i, 64, devices[0]);
+    const Tensor slot = losses.narrow(0, i, 1);
+    const Tensor written =
+        i % 2 == 0 ? slotted.step(features, targets, slot)
+                   : slotted.step_chunks(comm::scatter(features, devices), comm::scatter(targets, devices), slot);
+    EXPECT_TRUE(written.is_same(slot));
+    EXPECT_EQ(losses.to_vector()[static_cast<size_t>(i)], plain.step(features, targets).item<float>());
+  }
+  expect_parameters_close(*slotted_setup.net, *plain_setup.net, 0.0, 0.0);
+
+  const auto [features, targets] = batch_of(0, 64, devices[0]);
+  EXPECT_ERROR(slotted.step(features, targets, Tensor()),
+               "parallel::CapturedStep::step: loss_out is undefined but expected one float32 element on cpu:0");
+  EXPECT_ERROR(slotted.step(features, targets, Tensor::zeros({2}, devices[0])),
+               "parallel::CapturedStep::step: loss_out is of shape [2] and dtype float32 on cpu:0 but expected one "
+               "float32 element on cpu:0");
+  EXPECT_ERROR(slotted.step_chunks(comm::scatter(features, devices), comm::scatter(targets, devices),
+                                   Tensor::zeros({1}, devices[1])),
+               "parallel::CapturedStep::step_chunks: loss_out is of shape [1] and dtype float32 on cpu:1 but expected");
+  // A rejected loss_out takes no step.
+  expect_parameters_close(*slotted_setup.net, *plain_setup.net, 0.0, 0.0);
+}
+
 TEST(DeviceGraph, CaptureNeedsCudaDevices) {
   DeviceGraph graph;
   EXPECT_ERROR(graph.begin_capture({Device::cpu(0)}),
                "DeviceGraph::begin_capture: got cpu:0 but capture needs CUDA devices");
   EXPECT_ERROR(graph.begin_capture({}), "DeviceGraph::begin_capture: got no devices");
   EXPECT_ERROR(graph.replay(), "DeviceGraph::replay: nothing was captured");
+  const Tensor x = Tensor::zeros({2});
+  const std::vector<DeviceGraph::Feed> feeds = {{.from = x, .to = x}};
+  EXPECT_ERROR(graph.replay(feeds), "DeviceGraph::replay: nothing was captured");
   EXPECT_FALSE(graph.capturing());
   EXPECT_FALSE(graph.ready());
 }
@@ -347,6 +382,31 @@ TEST_P(CapturedStepOnGpus, ReturnsAFreshLossEachStep) {
   step.step(features, targets);
   EXPECT_EQ(losses[3].item<float>(), third);
   EXPECT_NE(losses[4].item<float>(), third);
+}
+
+// Batches from the host and from the last GPU (not the graph's origin on two GPUs), the loss written into slots of
+// one tensor: the same losses and parameters as the eager step.
+TEST_P(CapturedStepOnGpus, FedFromAnyDeviceIntoLossSlotsEqualsEager) {
+  for (const Device source : {Device::cpu(0), devices().back()}) {
+    SCOPED_TRACE(source.str());
+    Training captured_setup(devices(), sgd_momentum);
+    Training eager_setup(devices(), sgd_momentum);
+    parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+    const Tensor losses = Tensor::zeros({8}, devices()[0]);
+    std::vector<float> expected;
+    for (int i = 0; i < 8; ++i) {
+      const auto [features, targets] = batch_of(i, 256, source);
+      step.step(features, targets, losses.narrow(0, i, 1));
+      EXPECT_EQ(step.captured(), i >= 2) << "step " << i << ": " << step.fallback_reason();
+      expected.push_back(
+          trainers::train_step(*eager_setup.model, *eager_setup.optimizer, features, targets).item<float>());
+    }
+    const std::vector<float> actual = losses.to_vector();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(actual[i], expected[i], 1e-6 * std::abs(expected[i]) + 1e-7) << "step " << i;
+    }
+    expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
+  }
 }
 
 TEST_P(CapturedStepOnGpus, DropoutFallsBackAndEqualsEager) {

@@ -1,6 +1,7 @@
 // parallel::parallel_apply and run_on_devices: results, worker threads, grad mode, failures, concurrency.
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -79,11 +80,44 @@ TEST_P(ParallelApply, RunsOnOnePersistentWorkerPerDevice) {
   const auto second = probes(devices.size());
   parallel::parallel_apply(first, inputs_on(devices));
   parallel::parallel_apply(second, inputs_on(devices));
-  for (size_t i = 0; i < devices.size(); ++i) {
+  // Replica 0 runs on the caller in its idle worker's place (Note [The caller takes a turn]), every other replica on
+  // its device's worker: the same thread in both calls, and one thread per device.
+  EXPECT_EQ(thread_of(first[0]), std::this_thread::get_id());
+  EXPECT_EQ(thread_of(second[0]), std::this_thread::get_id());
+  for (size_t i = 1; i < devices.size(); ++i) {
     EXPECT_NE(thread_of(first[i]), std::this_thread::get_id());
     EXPECT_EQ(thread_of(first[i]), thread_of(second[i])) << "device " << devices[i] << " changed worker";
-    for (size_t j = 0; j < i; ++j) EXPECT_NE(thread_of(first[i]), thread_of(first[j]));
+    for (size_t j = 1; j < i; ++j) EXPECT_NE(thread_of(first[i]), thread_of(first[j]));
   }
+}
+
+// While device 0's worker is busy with another caller's replica, replica 0 of a second call waits for its turn on
+// that worker instead of running beside it on the caller.
+TEST_P(ParallelApply, ReplicaZeroWaitsForItsBusyWorker) {
+  const auto devices = this->devices();
+  const auto busy = probes(1);
+  std::atomic<bool> started = false;
+  std::atomic<bool> release = false;
+  std::thread other([&] {
+    parallel::run_on_devices({[&] {
+                                (void)busy[0]->forward(inputs_on({devices[0]})[0]);
+                                started = true;
+                                while (!release) std::this_thread::yield();
+                              },
+                              [] {}},
+                             {devices[0], devices[0]});  // shared device: both queued on the worker
+  });
+  while (!started) std::this_thread::yield();
+  const auto modules = probes(devices.size());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  parallel::parallel_apply(modules, inputs_on(devices));
+  releaser.join();
+  other.join();
+  EXPECT_EQ(thread_of(modules[0]), thread_of(busy[0]));
+  EXPECT_NE(thread_of(modules[0]), std::this_thread::get_id());
 }
 
 TEST_P(ParallelApply, ReplicasOnOneDeviceShareItsWorker) {

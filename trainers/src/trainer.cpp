@@ -298,18 +298,21 @@ SetupFacts Trainer::setup() const {
   return facts;
 }
 
-Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes) {
+Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot) {
   if (!capture_blocker_.empty()) {
     modes.eager_reason = capture_blocker_;
-    return distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
-                        : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
+                                     : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
+    if (!loss_slot.defined()) return loss;
+    NoGradGuard no_grad;
+    Tensor(loss_slot).copy_(loss.reshape(loss_slot.shape()));  // on the device: the host does not wait
+    return loss_slot;
   }
-  std::vector<Tensor> inputs, labels;  // the loader's parts: {features, targets} per device
-  for (const std::vector<Tensor>& part : batch.parts) {
-    inputs.push_back(part.at(0));
-    labels.push_back(part.at(1));
-  }
-  Tensor loss = captured_->step_chunks(inputs, labels);
+  const std::vector<Tensor> inputs = batch_part(batch, 0);  // the loader's parts: {features, targets} per device
+  const std::vector<Tensor> labels = batch_part(batch, 1);
+  // With a slot, a replay copies its loss straight into it.
+  Tensor loss =
+      loss_slot.defined() ? captured_->step_chunks(inputs, labels, loss_slot) : captured_->step_chunks(inputs, labels);
   if (captured_->captured()) {
     ++modes.captured;
   } else if (captured_->warming_up()) {
@@ -337,7 +340,8 @@ Trainer::EpochLosses Trainer::train_epoch(TensorDataLoader& loader, bool read_ea
   if (!read_each_step) losses.on_device = Tensor::zeros({batches}, options_.devices.front());
   for (int64_t b = 0; b < batches; ++b) {
     const TensorBatch batch = loader.batch(b);
-    const Tensor loss = train_step_on(batch, modes);
+    const Tensor slot = read_each_step ? Tensor() : losses.on_device.narrow(0, b, 1);
+    const Tensor loss = train_step_on(batch, modes, slot);
     losses.rows.push_back(batch.global_rows);
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
@@ -346,8 +350,6 @@ Trainer::EpochLosses Trainer::train_epoch(TensorDataLoader& loader, bool read_ea
       check_loss(report.loss, losses, b);
       report.read_loss = [value = report.loss] { return std::optional<double>(value); };
     } else {
-      Tensor slot = losses.on_device.narrow(0, b, 1);
-      slot.copy_(loss.reshape({1}));  // on the device: the host does not wait
       report.read_loss = nullptr;
       if (alone) {
         report.read_loss = [slot, to_original] { return std::optional<double>(slot.item() * to_original); };

@@ -4,11 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "allocator.h"
 #include "device_graph_checks.h"
+#include "source_stream_copy.h"
 #include "tandem/core/cuda/context.h"
+#include "tandem/core/tensor.h"
 
 namespace tandem {
 
@@ -16,6 +19,7 @@ struct DeviceGraph::State {
   std::vector<Device> devices;
   std::vector<uint64_t> pools;  // [device]: the capture pool (Note [Capture pool]); 0 once released
   bool capturing = false;
+  std::vector<const void*> fed;  // the destinations that a replay has fed already (Note [Feeding a replay])
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 
@@ -154,24 +158,39 @@ void DeviceGraph::abort_capture() noexcept {
   state.release_pools();  // nothing that the capture recorded ever ran
 }
 
-void DeviceGraph::replay() {
+void DeviceGraph::replay() { replay(std::span<const Feed>()); }
+
+void DeviceGraph::replay(std::span<const Feed> feeds) {
   TANDEM_CHECK(ready(), "DeviceGraph::replay: nothing was captured");
-  const State& state = *state_;
+  State& state = *state_;
+  detail::check_feeds(feeds, state.devices);
+  for (const Feed& feed : feeds) {
+    const bool fed = std::find(state.fed.begin(), state.fed.end(), feed.to.data_ptr()) != state.fed.end();
+    const bool on_graph_gpu =
+        std::find(state.devices.begin(), state.devices.end(), feed.from.device()) != state.devices.end();
+    if (fed && on_graph_gpu && feed.from.is_contiguous()) {
+      detail::cuda_copy_on_source_stream(feed.from, feed.to);  // Note [Feeding a replay]
+    } else {
+      Tensor(feed.to).copy_(feed.from);  // ordered by events on the destination's compute stream
+      if (!fed) state.fed.push_back(feed.to.data_ptr());
+    }
+  }
+  const int origin_device = state.origin_device();
   const cudaStream_t origin = state.origin();
+  std::vector<cudaStream_t> others;  // the other devices' compute streams
   for (const Device& device : state.devices) {
     const int d = device.index();
-    if (d != state.origin_device()) cuda::stream_wait(origin, cuda::compute_stream(d), d);
+    if (d == origin_device) continue;
+    others.push_back(cuda::compute_stream(d));
+    cuda::stream_wait(origin, others.back(), d);
   }
   {
-    cuda::DeviceGuard guard(state.origin_device());
+    cuda::DeviceGuard guard(origin_device);
     // One launch starts the collectives of every device (Note [Launching collectives]).
     cuda::CollectiveLaunchLock lock;
     TANDEM_CUDA_CHECK(cudaGraphLaunch(state.exec, origin));
   }
-  for (const Device& device : state.devices) {
-    const int d = device.index();
-    if (d != state.origin_device()) cuda::stream_wait(cuda::compute_stream(d), origin, state.origin_device());
-  }
+  if (!others.empty()) cuda::streams_wait(others, origin, origin_device);
 }
 
 bool DeviceGraph::capturing() const { return state_ != nullptr && state_->capturing; }

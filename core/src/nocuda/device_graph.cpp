@@ -22,6 +22,8 @@ void DeviceGraph::abort_capture() noexcept {}
 
 void DeviceGraph::replay() { TANDEM_FAIL("DeviceGraph::replay: nothing was captured"); }
 
+void DeviceGraph::replay(std::span<const Feed>) { replay(); }
+
 bool DeviceGraph::capturing() const { return false; }
 
 bool DeviceGraph::ready() const { return false; }

@@ -72,6 +72,11 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
 std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
                             const std::vector<int64_t>& chunk_sizes = {}, int64_t dim = 0);
 
+// Each tensor scattered as scatter(tensor, devices) does (Tensor::chunk's cut along dim 0; result[t][i] on
+// devices[i]), with the copies of all of them issued together, so that they share their stream waits (a batch's
+// features and targets). Ensures: as scatter. Errors: as scatter, for each tensor; an empty `tensors` returns {}.
+std::vector<std::vector<Tensor>> scatter_all(const std::vector<Tensor>& tensors, const std::vector<Device>& devices);
+
 // Concatenates `tensors` along `dim` (negative wraps) onto `destination` (default: the first tensor's device).
 // Ensures: the result is a new contiguous tensor (also when there is one input on the destination).
 // Errors: empty list; an undefined tensor; different numbers of dimensions; a size that differs outside `dim`

@@ -24,6 +24,18 @@
 // by copying into tensors allocated before the capture, never by replacing them.
 // replay() is ordered like any op: after all work issued before it on the devices' compute streams, and before all
 // work issued after it there (event waits on the device; the host does not wait).
+//
+// Note [Feeding a replay]: replay(feeds) first copies each feed's source into its destination, a tensor that the
+// graph reads (a static input), then replays. The first replay that feeds a destination copies as Tensor::copy_
+// does (ordered by events with the earlier users of the destination's block, which may have served other tensors
+// before). Later ones issue a single asynchronous copy on the source's compute stream (when the source is a
+// contiguous tensor on one of the graph's GPUs), with no event of its own: that stream is after the previous
+// replay (which every compute stream of the graph waits for), so after the last use of the destination, which only
+// the graph and its feeds use; the replay's own wait for the devices' compute streams orders the graph after the
+// copy; and the source's block is reused only after the copy, as the copy runs on the stream the block belongs to.
+// So a replay fed from one GPU costs one copy call per feed, two event calls per further device before the launch
+// (its compute stream's record and the origin's wait) and, after it, one record on the origin and one wait per
+// further device.
 // The destructor synchronizes the graph's devices before it destroys the graph: destroy graphs before anything they
 // captured (communicators included; comm's cached ones are never destroyed).
 // Not thread-safe: one thread drives a DeviceGraph; while it captures, no other thread may issue work on the devices
@@ -31,12 +43,15 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tandem/core/device.h"
 
 namespace tandem {
+
+class Tensor;
 
 class DeviceGraph {
  public:
@@ -57,6 +72,16 @@ class DeviceGraph {
   void abort_capture() noexcept;
   // Runs the captured work once (see Note [Captured graphs] for the ordering). Errors: nothing captured.
   void replay();
+  // A copy that replay(feeds) makes before the graph runs: `from` (any device, contiguous or not) into `to`.
+  struct Feed {
+    const Tensor& from;
+    const Tensor& to;
+  };
+  // Copies every feed, then replays (Note [Feeding a replay]). Requires: each `to` is a contiguous tensor on one of
+  // the graph's devices that nothing but the graph and its feeds reads or writes between replays (the static inputs
+  // the graph was captured with). Errors: nothing captured; a feed whose `to` is on another device than the graph's
+  // or not contiguous, or whose tensors differ in dtype or number of elements (each naming the feed).
+  void replay(std::span<const Feed> feeds);
 
   bool capturing() const;
   bool ready() const;  // captured and instantiated: replay() may run

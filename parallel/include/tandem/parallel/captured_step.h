@@ -17,15 +17,18 @@
 // DeviceGraph::begin_capture forks every device's streams into one capture on devices[0]'s compute stream; every
 // replica's forward, weighted loss and backward run on this thread one after another (the reducer's hooks still fire
 // and record each bucket's all-reduce in the capture, overlapping the rest of backward in the graph as it does
-// eagerly), then the reduction is finished, the optimizer's replayable_step() and the sum of the losses are recorded,
-// and end_capture() joins the streams and instantiates the graph. An optimizer that steps in backward records each
+// eagerly; the weighted sum of the losses is recorded as they appear, Note [Losses off the critical path] in
+// captured_step.cpp), then the reduction is finished and the optimizer's replayable_step() is recorded, and
+// end_capture() joins the streams and instantiates the graph. An optimizer that steps in backward records each
 // bucket's part of replayable_step() right after the bucket's all-reduce instead (Note [Optimizer steps in backward]
 // in steps_in_backward.h), and the rest after the reduction. Nothing executes during the capture, so the step
 // is then replayed once for the batch it was captured with. The replicas read their chunks from static buffers, one
 // pair (features, targets) per device allocated before the capture; step() copies the batch's chunks into them
 // (torch.chunk's split, as comm::scatter does) and replays: one graph launch on devices[0]'s compute stream covers
-// every device. The loss is written by the graph into a tensor of its own; step() returns a copy of it made on
-// devices[0]'s compute stream, so a returned loss is never overwritten by a later step.
+// every device (Note [Feeding a replay] in device_graph.h: the chunks are copied on their sources' compute streams,
+// with no events of their own). The loss is written by the graph into a tensor of its own; step() returns a copy of
+// it made on devices[0]'s compute stream, so a returned loss is never overwritten by a later step (or copies it into
+// the caller's loss_out).
 //
 // Note [Host state of a captured step]: a replay must leave every piece of host state as the eager step would.
 //  - The optimizer: capturing runs replayable_step() (or its parts), which changes no host state; each replay is
@@ -105,6 +108,12 @@ class CapturedStep {
   // inputs and labels; a chunk not on its device, of another dtype or shape than chunk 0 (beyond its rows), or with
   // other rows than torch.chunk's cut (each naming the chunk); those of train_step.
   Tensor step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels);
+  // The same steps, writing the batch's mean loss into `loss_out` (a one-element float32 tensor on devices[0], such
+  // as a slot of a per-epoch tensor of losses) on devices[0]'s compute stream instead of into a new tensor, and
+  // returning loss_out: a replay then makes no allocation and one copy for the loss. Errors: a loss_out that is
+  // undefined, not of one float32 element or not on devices[0] (checked before the step); those of the step.
+  Tensor step(const Tensor& features, const Tensor& targets, const Tensor& loss_out);
+  Tensor step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, const Tensor& loss_out);
 
   bool captured() const { return captured_; }  // whether the last step() replayed a graph
   // Why the last step() ran eagerly; "" when it replayed.
@@ -125,11 +134,12 @@ class CapturedStep {
  private:
   // One batch shape's graph and the static tensors it reads and writes.
   struct Graph {
-    std::vector<Tensor> inputs;  // [replica]: the chunk of features the graph reads
-    std::vector<Tensor> labels;  // [replica]: the chunk of targets
+    std::vector<Tensor> inputs;   // [replica]: the chunk of features the graph reads
+    std::vector<Tensor> labels;   // [replica]: the chunk of targets
     std::vector<Tensor> weights;  // [replica]: loss_weights(labels), the seeds of the backwards
-    Tensor loss;                 // written by the graph
-    DeviceGraph graph;           // declared last: destroyed first, before the tensors it uses
+    Tensor loss_slots;            // [replica] on devices[0]: the replicas' losses (Note [Losses off the critical path])
+    Tensor loss;                  // written by the graph
+    DeviceGraph graph;            // declared last: destroyed first, before the tensors it uses
   };
   struct Key {
     Shape features, targets;
@@ -142,11 +152,19 @@ class CapturedStep {
     const Tensor* targets = nullptr;
     const std::vector<Tensor>* inputs = nullptr;
     const std::vector<Tensor>* labels = nullptr;
+    const Tensor* loss_out = nullptr;  // where the loss goes; null: into a new tensor
     int64_t rows = 0;
     Key key;
   };
 
   Tensor run(const Batch& batch);
+  // The batch of step(features, targets) or step_chunks(inputs, labels), checked.
+  Batch whole_batch(const Tensor& features, const Tensor& targets) const;
+  Batch chunked_batch(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) const;
+  // Throws unless loss_out can take a step's loss.
+  void check_loss_out(const Tensor& loss_out, const char* caller) const;
+  // The step's loss as the caller asked for it: `loss` itself, or copied into batch.loss_out.
+  static Tensor deliver(const Batch& batch, const Tensor& loss);
   // The batch's chunks for the replicas: as given, or cut from the whole batch by torch.chunk's rule (views).
   std::pair<std::vector<Tensor>, std::vector<Tensor>> chunks(const Batch& batch) const;
   Tensor eager(const Batch& batch, std::string reason);

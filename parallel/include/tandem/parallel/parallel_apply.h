@@ -13,8 +13,10 @@
 
 namespace tandem::parallel {
 
-// Output i is replicas[i]->forward(inputs[i]), run on the worker of inputs[i].device(); replicas whose inputs share
-// a device run one after another on that device's worker. Workers run with the caller's grad mode, and the random
+// Output i is replicas[i]->forward(inputs[i]), run on the worker of inputs[i].device() (replica 0 on the calling
+// thread in its worker's place when that worker is idle and no other replica shares its device: Note [The caller
+// takes a turn] in parallel_apply.cpp); replicas whose inputs share a device run one after another on that device's
+// worker. Workers run with the caller's grad mode, and the random
 // draws of replica i come from the generator stream of inputs[i].device(), so they do not depend on thread timing
 // (Note [Generator streams] in tandem/core/random.h). `devices`, when not empty, gives one device per replica and
 // output i is moved there. Returns after every replica has finished.

@@ -39,17 +39,28 @@ std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std
                                               ReplicaThreads threads = ReplicaThreads::Workers,
                                               const std::vector<Tensor>& weights = {},
                                               const GradientReducer::BucketStarted& bucket_started = {});
+// weighted_forward_backward's gradients, but each replica's loss (detached, not weighted) goes to on_loss(i, loss_i)
+// on the thread that runs replica i, right after it is computed and before the replica's backward is issued, so that
+// work on the losses is issued side by side (weighted_forward_backward weights them there) or off the path from the
+// backwards through the reduction to the optimizer (Note [Losses off the critical path] in captured_step.cpp).
+// Nothing is returned. Errors: as weighted_forward_backward.
+using LossObserver = std::function<void(size_t replica, const Tensor& loss)>;
+void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& labels, int64_t global_rows, const LossFunction& loss,
+                               ReplicaThreads threads, const std::vector<Tensor>& weights, const LossObserver& on_loss,
+                               const GradientReducer::BucketStarted& bucket_started = {});
 
 // weighted_forward_backward and the optimizer's step in `form` (optimizer.step() or optimizer.replayable_step()): the
 // step of trainers::train_step and of CapturedStep's capture. When optimizer.steps_in_backward(), each bucket's
 // parameters are updated as soon as its sum has started, while backward goes on (Note [Optimizer steps in backward]
-// in steps_in_backward.h), with bitwise the same results. Returns the weighted losses, detached. Errors: an optimizer
-// over another model ("train_step: ..."); those of weighted_forward_backward and of the optimizer's step.
+// in steps_in_backward.h), with bitwise the same results. Returns the weighted losses, detached; with `on_loss`, the
+// losses go to it instead, as in observed_forward_backward, and the returned tensors are undefined. Errors: an
+// optimizer over another model ("train_step: ..."); those of weighted_forward_backward and of the optimizer's step.
 std::vector<Tensor> weighted_training_step(ReplicatedModule& model, ReplicatedOptimizer& optimizer,
                                            const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
                                            int64_t global_rows, const LossFunction& loss, StepForm form,
                                            ReplicaThreads threads = ReplicaThreads::Workers,
-                                           const std::vector<Tensor>& weights = {});
+                                           const std::vector<Tensor>& weights = {}, const LossObserver& on_loss = {});
 std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss);
@@ -57,6 +68,10 @@ std::vector<Tensor> weighted_forward_backward(DistributedDataParallel& model, co
 // Each chunk's share of the batch, rows_i / global_rows, as a float32 scalar on the chunk's device: the gradient that
 // replica i's backward starts from (Note [Weighting by the seed] in weighted_step.cpp).
 std::vector<Tensor> loss_weights(const std::vector<Tensor>& labels, int64_t global_rows);
+
+// The replicas' losses (detached), each weighted by its chunk's share, rows_i / global_rows (Note [Weighting by the
+// seed] in weighted_step.cpp): loss_i * w_i on loss_i's device, or loss_i itself where w_i is 1 (one replica).
+std::vector<Tensor> weighted_losses(std::vector<Tensor> losses, const std::vector<Tensor>& labels, int64_t global_rows);
 
 // The sum of the weighted losses as a scalar on `device` (zero for no losses: a process without rows).
 Tensor sum_losses(const std::vector<Tensor>& losses, Device device);

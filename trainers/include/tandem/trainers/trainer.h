@@ -224,8 +224,10 @@ class Trainer {
   // One epoch of steps, their losses left on the device unless read_each_step (then each read and checked after its
   // step, Note [Losses read once per epoch]).
   EpochLosses train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
-  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step).
-  Tensor train_step_on(const TensorBatch& batch, StepModes& modes);
+  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step). Returns the
+  // step's (local) loss; with a defined `loss_slot` (one float32 element on the first device) the loss is written
+  // there, on the device, and loss_slot is returned.
+  Tensor train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
   // Issues on devices[0] what an epoch's end needs (the global sums of `losses` when defined, the parameters' sums
   // when `parameters`, the outputs for the sets given) and reads it all with one host wait (Note [One read per
   // epoch] in trainer.cpp).
