@@ -96,11 +96,15 @@ TEST_P(ParallelApply, RunsOnOnePersistentWorkerPerDevice) {
 TEST_P(ParallelApply, ReplicaZeroWaitsForItsBusyWorker) {
   const auto devices = this->devices();
   const auto busy = probes(1);
+  // Made before the busy task starts: on GPUs the first tensors of a thread can take longer than the release delay.
+  const auto modules = probes(devices.size());
+  const auto inputs = inputs_on(devices);
+  const auto busy_input = inputs_on({devices[0]});
   std::atomic<bool> started = false;
   std::atomic<bool> release = false;
   std::thread other([&] {
     parallel::run_on_devices({[&] {
-                                (void)busy[0]->forward(inputs_on({devices[0]})[0]);
+                                (void)busy[0]->forward(busy_input[0]);
                                 started = true;
                                 while (!release) std::this_thread::yield();
                               },
@@ -108,12 +112,11 @@ TEST_P(ParallelApply, ReplicaZeroWaitsForItsBusyWorker) {
                              {devices[0], devices[0]});  // shared device: both queued on the worker
   });
   while (!started) std::this_thread::yield();
-  const auto modules = probes(devices.size());
   std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     release = true;
   });
-  parallel::parallel_apply(modules, inputs_on(devices));
+  parallel::parallel_apply(modules, inputs);
   releaser.join();
   other.join();
   EXPECT_EQ(thread_of(modules[0]), thread_of(busy[0]));
