@@ -29,11 +29,11 @@ struct FitRun {
   GeneratorState generator;  // after the fit
 };
 
-// A ReLU net with Dropout (whose forward draws from the global generator in training mode), seeded with 0.
-FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t epochs) {
+// Fits `make()`'s model (made after seeding with 0) on diabetes with `options`, and keeps what a run changes.
+template <typename Make>
+FitRun fit_seeded(const Make& make, const TrainerOptions& options) {
   manual_seed(0);
-  Trainer trainer(make_mlp(10, {16, 8}, 1, Activation::ReLU, 0.2),
-                  {.devices = devices, .epochs = epochs, .warm_up = warm_up});
+  Trainer trainer(make(), options);
   auto reports = std::make_shared<Reports>();
   trainer.add_callback(reports);
   FitRun run{.result = trainer.fit(diabetes().train, diabetes().test)};
@@ -41,6 +41,12 @@ FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t
   for (const Tensor& parameter : trainer.model()->parameters()) run.parameters.push_back(parameter.to_vector());
   run.generator = generator_state();
   return run;
+}
+
+// A ReLU net with Dropout (whose forward draws from the global generator in training mode), seeded with 0.
+FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t epochs) {
+  return fit_seeded([] { return make_mlp(10, {16, 8}, 1, Activation::ReLU, 0.2); },
+                    {.devices = devices, .epochs = epochs, .warm_up = warm_up});
 }
 
 void expect_identical(const FitRun& with, const FitRun& without) {
@@ -148,15 +154,7 @@ TEST(TrainerSetup, WarmUpLeavesEveryResultAsItIsWithoutIt_MultiCUDA) {
   TANDEM_REQUIRE_GPUS(2);
   const std::vector<Device> gpus = {Device::cuda(0), Device::cuda(1)};
   const auto fit_on_gpus = [&](bool warm_up) {
-    manual_seed(0);
-    Trainer trainer(make_mlp(10, 20), {.devices = gpus, .epochs = 5, .warm_up = warm_up});
-    auto reports = std::make_shared<Reports>();
-    trainer.add_callback(reports);
-    FitRun run{.result = trainer.fit(diabetes().train, diabetes().test)};
-    run.epochs = reports->epochs;
-    for (const Tensor& parameter : trainer.model()->parameters()) run.parameters.push_back(parameter.to_vector());
-    run.generator = generator_state();
-    return run;
+    return fit_seeded([] { return make_mlp(10, 20); }, {.devices = gpus, .epochs = 5, .warm_up = warm_up});
   };
   const FitRun with = fit_on_gpus(true);
   const FitRun without = fit_on_gpus(false);
