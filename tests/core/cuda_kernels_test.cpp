@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU backend on inputs large enough to take each kernel path: vectorized and
 // unaligned contiguous elementwise work, row-broadcast and general strided layouts, every sum_dim strategy,
 // single-pass and multi-block deterministic reductions, cuBLAS products of transposed views, small products through
-// cuBLASLt, and peer copies between GPUs.
+// cuBLASLt, tiny outputs over a long k in one kernel, and peer copies between GPUs.
 
 #include <cmath>
 #include <cstdint>
@@ -117,9 +117,9 @@ TEST(CudaKernelsCUDA, ReductionsOnBothSidesOfTheSinglePassLimit) {
   }
 }
 
-// The seed net's products, small enough to run in one cuBLASLt kernel each (Note [One kernel for small products]):
-// forward with the bias, the input gradient, and the weight gradient with the bias gradient, written over stale
-// gradients and then added to them, against the CPU.
+// The seed net's products, each in one kernel: forward with the bias and the input gradient through cuBLASLt (Note
+// [One kernel for small products]), the weight gradient with the bias gradient in a kernel of tandem's own (Note
+// [Tiny products]), written over stale gradients and then added to them, against the CPU.
 TEST(CudaKernelsCUDA, SmallLinearProductsEqualTheCpu) {
   TANDEM_REQUIRE_GPUS(1);
   for (const auto& [in, out] : {std::pair<int64_t, int64_t>{10, 20}, {20, 1}, {3, 5}}) {
@@ -145,6 +145,86 @@ TEST(CudaKernelsCUDA, SmallLinearProductsEqualTheCpu) {
       expect_close(b.gpu.grad(), b.cpu.grad(), 1e-4, 1e-3);
     }
     expect_close(matmul(r.gpu.t(), x.gpu), matmul(r.cpu.t(), x.cpu), 1e-4, 1e-3);
+  }
+}
+
+// a @ b for CPU tensors, in float64, and for each element the sum of its terms' magnitudes: the scale of a float32
+// sum's rounding error, against which a product with a tiny output and a long k is checked (1e-5 of it).
+struct ReferenceProduct {
+  std::vector<double> value;
+  std::vector<double> magnitude;
+};
+ReferenceProduct reference_product(const Tensor& a, const Tensor& b) {
+  const int64_t m = a.size(0);
+  const int64_t k = a.size(1);
+  const int64_t n = b.size(1);
+  const std::vector<float> av = a.contiguous().to_vector();
+  const std::vector<float> bv = b.contiguous().to_vector();
+  ReferenceProduct product{std::vector<double>(m * n, 0.0), std::vector<double>(m * n, 0.0)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      const double left = av[i * k + p];
+      for (int64_t j = 0; j < n; ++j) {
+        const double term = left * bv[p * n + j];
+        product.value[i * n + j] += term;
+        product.magnitude[i * n + j] += std::abs(term);
+      }
+    }
+  }
+  return product;
+}
+
+void expect_matches(const Tensor& gpu, const ReferenceProduct& expected, double factor = 1.0) {
+  const std::vector<float> actual = gpu.to(kCpu).to_vector();
+  ASSERT_EQ(actual.size(), expected.value.size());
+  for (size_t e = 0; e < actual.size(); ++e) {
+    EXPECT_NEAR(actual[e], factor * expected.value[e], 1e-5 * factor * expected.magnitude[e]) << "element " << e;
+  }
+}
+
+// Products with a tiny output over a long k take one kernel of their own (Note [Tiny products]): plain products of
+// strided and transposed views, and a linear layer's weight gradient with and without its bias gradient (the row
+// sums), written over stale gradients and then added to them, against float64 on the CPU; equal inputs give bitwise
+// equal results.
+TEST(CudaKernelsCUDA, TinyOutputProductsOverALongKEqualFloat64) {
+  TANDEM_REQUIRE_GPUS(1);
+  for (const int64_t k : {int64_t{256}, int64_t{4096}, int64_t{10000}}) {
+    for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {10, 20}, {32, 32}}) {
+      SCOPED_TRACE("m = " + std::to_string(m) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k));
+      // a with rows longer than k (strided) times b as a transposed view.
+      const Pair wide = randn_pair({m, k + 3});
+      const Pair bt = randn_pair({n, k});
+      const Tensor strided_gpu = matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t());
+      expect_matches(strided_gpu, reference_product(wide.cpu.narrow(1, 1, k), bt.cpu.t()));
+      EXPECT_EQ(matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t()).to(kCpu).to_vector(), strided_gpu.to(kCpu).to_vector());
+      // a as a transposed view times b with columns narrowed out of wider rows.
+      const Pair at = randn_pair({k, m});
+      const Pair b = randn_pair({k, n + 5});
+      expect_matches(matmul(at.gpu.t(), b.gpu.narrow(1, 2, n)), reference_product(at.cpu.t(), b.cpu.narrow(1, 2, n)));
+
+      // The weight gradient g^T x of Linear(n, m) over a batch of k, with the bias gradient and without.
+      for (const bool with_bias : {true, false}) {
+        SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+        const Pair x = randn_pair({k, n});
+        const Pair g = randn_pair({k, m});
+        Tensor w = Tensor::randn({m, n}, kGpu);
+        Tensor bias = with_bias ? Tensor::randn({m}, kGpu) : Tensor();
+        for (Tensor* leaf : {&w, &bias}) {
+          if (!leaf->defined()) continue;
+          leaf->set_requires_grad();
+          leaf->set_grad(Tensor::full(leaf->shape(), 7.0f, kGpu));
+          leaf->mark_grad_stale();
+        }
+        const ReferenceProduct weight_grad = reference_product(g.cpu.t(), x.cpu);
+        const ReferenceProduct bias_grad = reference_product(g.cpu.t(), Tensor::ones({k, 1}, kCpu));
+        for (const double pass : {1.0, 2.0}) {  // over the stale gradients, then added to them
+          SCOPED_TRACE(pass);
+          linear(x.gpu, w, bias).backward(g.gpu);
+          expect_matches(w.grad(), weight_grad, pass);
+          if (with_bias) expect_matches(bias.grad().reshape({m, 1}), bias_grad, pass);
+        }
+      }
+    }
   }
 }
 

@@ -1,5 +1,5 @@
-// Matrix products of the CUDA backend (see gemm.h): cuBLASLt where it fuses the epilogue or the product is small,
-// otherwise cuBLAS with the epilogue in passes of its own.
+// Matrix products of the CUDA backend (see gemm.h): a kernel of tandem's own for tiny outputs over a long k, cuBLASLt
+// where it fuses the epilogue or the product is small, otherwise cuBLAS with the epilogue in passes of its own.
 
 #include "cuda/gemm.h"
 
@@ -90,9 +90,49 @@ void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions
   if (options.relu) kernels::unary(backend::UnaryOp::Relu, out.data(), out.mutable_data(), out.numel(), stream);
 }
 
+// Note [Tiny products] (kernels.h) says why; this is which products take tiny_product, ahead of cuBLASLt and cuBLAS.
+// The output is tiny: at most kTinyOutput elements, so the grid (one block per element, plus one per row sum) is
+// about one wave of an H200's 132 SMs; a larger output has tiles enough for cuBLAS to fill the GPU without splitting
+// k. k is long: at least kTinyMinK, one element per thread and more, where cuBLAS and cuBLASLt split k; a shorter k is
+// one unsplit cuBLASLt kernel already (Note [One kernel for small products] in lt_matmul.cpp). k is at most
+// kTinyMaxK: one block walks a whole row of a and column of b, and beyond a few hundred KiB of them the extra kernels
+// of a split pay for themselves. Only the row sums are fused; a bias or ReLU takes the other paths. A TF32 product is
+// computed in full float32 here (more precise than it asks for); a BFloat16 one reads its bfloat16 operands.
+constexpr int64_t kTinyOutput = 1024;
+constexpr int64_t kTinyMinK = 256;
+constexpr int64_t kTinyMaxK = int64_t{1} << 16;
+
+bool tiny_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
+                  int device) {
+  const int64_t m = out.size(0);
+  const int64_t n = out.size(1);
+  const int64_t k = a.size(1);
+  if (options.bias.defined() || options.relu || m == 0 || n == 0 || m * n > kTinyOutput || k < kTinyMinK ||
+      k > kTinyMaxK) {
+    return false;
+  }
+  const Tensor& sums = options.a_row_sums;
+  kernels::tiny_product({.m = m,
+                         .n = n,
+                         .k = k,
+                         .a = a.data_ptr(),
+                         .a_row_stride = a.strides()[0],
+                         .a_col_stride = a.strides()[1],
+                         .b = b.data_ptr(),
+                         .b_row_stride = b.strides()[0],
+                         .b_col_stride = b.strides()[1],
+                         .bfloat16 = a.dtype() == DType::BFloat16,
+                         .out = out.mutable_data(),
+                         .a_row_sums = sums.defined() ? sums.mutable_data() : nullptr,
+                         .accumulate = options.accumulate},
+                        compute_stream(device));
+  return true;
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
+  if (tiny_product(a, b, options, out, device)) return;
   if (lt_matmul(a, b, options, out, device)) return;
   gemm_in_passes(a, b, options, out, device);
 }

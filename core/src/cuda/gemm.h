@@ -1,6 +1,7 @@
 #pragma once
-// Matrix products of the CUDA backend: cuBLASLt for those with a fused bias or bias gradient and for small ones
-// (lt_matmul.h), cuBLAS for the rest.
+// Matrix products of the CUDA backend: tiny outputs over a long k in one kernel of tandem's own (Note [Tiny products]
+// in kernels.h), cuBLASLt for those with a fused bias or bias gradient and for small ones (lt_matmul.h), cuBLAS for
+// the rest.
 
 #include "backend.h"
 #include "tandem/core/tensor.h"

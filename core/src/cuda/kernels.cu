@@ -1,10 +1,14 @@
 // The CUDA backend's own kernels: elementwise work (contiguous, row-broadcast and general strided forms),
-// reductions and norms, the MSE loss and the fused SGD and Adam updates. See kernels.h for the contracts.
+// reductions and norms, products with a tiny output, the MSE loss and the fused SGD and Adam updates. See kernels.h
+// for the contracts.
 
 #include "cuda/kernels.h"
 #include "cuda/strided_index.cuh"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -350,6 +354,39 @@ __global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
   }
 }
 
+// ---- tiny products (Note [Tiny products] in kernels.h) ---------------------------------------------------------
+
+__device__ float widen(float x) { return x; }
+__device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Blocks 0 .. m * n - 1: out[i][j] for i = block / n, j = block % n; blocks m * n .. m * n + m - 1: the row sums.
+template <typename T>
+__global__ void tiny_product_kernel(TinyProduct p) {
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  const int64_t block = blockIdx.x;
+  const int64_t products = p.m * p.n;
+  const bool row_sum = block >= products;  // uniform within the block
+  const int64_t i = row_sum ? block - products : block / p.n;
+  const int64_t j = row_sum ? 0 : block % p.n;
+  const T* a_row = a + i * p.a_row_stride;
+  float v = 0.0f;
+  if (row_sum) {
+    for (int64_t q = threadIdx.x; q < p.k; q += blockDim.x) v += widen(a_row[q * p.a_col_stride]);
+  } else {
+    const T* b_column = b + j * p.b_col_stride;
+    for (int64_t q = threadIdx.x; q < p.k; q += blockDim.x)
+      v = fmaf(widen(a_row[q * p.a_col_stride]), widen(b_column[q * p.b_row_stride]), v);
+  }
+  v = block_sum(v);
+  if (threadIdx.x != 0) return;
+  if (row_sum) {
+    p.a_row_sums[i] = v;
+  } else {
+    p.out[block] = p.accumulate ? p.out[block] + v : v;
+  }
+}
+
 // ---- optimizer ----------------------------------------------------------------------------------------------
 
 // The SGD rule for the elements of one tensor that this thread covers; lr_on_device, when not null, replaces u.lr
@@ -556,6 +593,19 @@ void adam_update(const std::vector<AdamEntry>& entries, cudaStream_t stream) {
 
 void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream) {
   launch_contiguous<1>(n, x, x, nullptr, ClipByNormOp{norm, max_norm}, stream);
+}
+
+void tiny_product(const TinyProduct& product, cudaStream_t stream) {
+  const int64_t blocks = product.m * product.n + (product.a_row_sums != nullptr ? product.m : 0);
+  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && blocks <= INT_MAX,
+                         "cuda tiny_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
+                         " but expected positive sizes and at most INT_MAX blocks");
+  if (product.bfloat16) {
+    tiny_product_kernel<__nv_bfloat16><<<static_cast<int>(blocks), kThreads, 0, stream>>>(product);
+  } else {
+    tiny_product_kernel<float><<<static_cast<int>(blocks), kThreads, 0, stream>>>(product);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {
