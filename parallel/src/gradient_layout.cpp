@@ -35,6 +35,10 @@ GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>
     ++bucket.parameters;
     place.bucket = buckets_.size() - 1;
   }
+  bucket_parameters_.resize(buckets_.size());
+  for (size_t i = 0; i < places_.size(); ++i) {
+    if (places_[i].offset >= 0) bucket_parameters_[places_[i].bucket].push_back(i);
+  }
 }
 
 void GradientLayout::check_buffer(const Tensor& buffer, const char* caller) const {

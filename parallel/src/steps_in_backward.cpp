@@ -8,27 +8,22 @@ namespace {
 constexpr const char* kName = "parallel::StepsInBackward";
 }  // namespace
 
-StepsInBackward::StepsInBackward(ReplicatedOptimizer& optimizer, StepForm form) : optimizer_(optimizer), form_(form) {
+StepsInBackward::StepsInBackward(ReplicatedOptimizer& optimizer, StepForm form) : optimizer_(optimizer), layout_(optimizer.model().gradient_layout()), form_(form) {
   TANDEM_CHECK(optimizer_.steps_in_backward(), kName,
                ": the optimizer does not step in backward (ReplicatedOptimizer::steps_in_backward() is false)");
-  const GradientLayout& layout = optimizer_.model().gradient_layout();
-  bucket_parameters_.resize(layout.buckets().size());
-  for (size_t i = 0; i < layout.parameter_count(); ++i) {
-    if (layout.has_place(i)) bucket_parameters_[layout.bucket_of(i)].push_back(i);
-  }
-  stepped_.assign(layout.parameter_count(), 0);
-  bucket_seen_.assign(bucket_parameters_.size(), 0);
+  stepped_.assign(layout_.parameter_count(), 0);
+  bucket_seen_.assign(layout_.buckets().size(), 0);
 }
 
 void StepsInBackward::bucket_started(size_t bucket) {
   std::lock_guard<std::mutex> lock(mutex_);
   TANDEM_CHECK(!finished_, kName, "::bucket_started: bucket ", bucket, " after finish()");
-  TANDEM_CHECK(bucket < bucket_parameters_.size(), kName, "::bucket_started: bucket ", bucket, " but the layout has ",
-               bucket_parameters_.size());
+  TANDEM_CHECK(bucket < bucket_seen_.size(), kName, "::bucket_started: bucket ", bucket, " but the layout has ",
+               bucket_seen_.size());
   TANDEM_CHECK(!bucket_seen_[bucket], kName, "::bucket_started: bucket ", bucket,
                " came twice but expected each bucket once per step");
   bucket_seen_[bucket] = 1;
-  const std::vector<size_t>& parameters = bucket_parameters_[bucket];
+  const std::vector<size_t>& parameters = layout_.bucket_parameters(bucket);
   // Note [Optimizer steps in backward]: state is created on the compute stream, by finish().
   if (optimizer_.creates_state(parameters)) return;
   optimizer_.step_parameters(parameters, form_, UpdateStream::Communication);

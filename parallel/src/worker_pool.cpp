@@ -34,13 +34,22 @@ bool DeviceWorker::run_in_place(const std::function<void()>& task) {
     if (running_ || lent_ || !queue_.empty()) return false;
     lent_ = true;
   }
-  {
+  // The turn is given back even when the task throws: the worker must never wait for a turn that is not coming back.
+  struct Turn {
+    DeviceWorker& worker;
     const bool was_worker = is_worker_thread;
-    is_worker_thread = true;
-    const GeneratorStreamGuard stream(device_);
-    task();
-    is_worker_thread = was_worker;
-  }
+    ~Turn() {
+      is_worker_thread = was_worker;
+      worker.end_turn();
+    }
+  } turn{*this};
+  is_worker_thread = true;
+  const GeneratorStreamGuard stream(device_);
+  task();
+  return true;
+}
+
+void DeviceWorker::end_turn() {
   bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -48,7 +57,6 @@ bool DeviceWorker::run_in_place(const std::function<void()>& task) {
     queued = !queue_.empty();
   }
   if (queued) wake_.notify_one();  // the tasks submitted meanwhile; an idle worker is not woken for nothing
-  return true;
 }
 
 void DeviceWorker::run() {

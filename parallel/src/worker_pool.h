@@ -33,6 +33,8 @@ class DeviceWorker {
 
  private:
   void run();
+  // Ends a run_in_place turn: the worker may run its queue again (and is woken when tasks came meanwhile).
+  void end_turn();
 
   Device device_;
   std::mutex mutex_;

@@ -42,6 +42,8 @@ class GradientLayout {
   const std::string& name(size_t parameter) const { return places_[parameter].name; }
   bool has_place(size_t parameter) const { return places_[parameter].offset >= 0; }
   size_t bucket_of(size_t parameter) const { return places_[parameter].bucket; }  // requires has_place(parameter)
+  // The parameters whose gradients lie in `bucket`, in increasing order; requires bucket < buckets().size().
+  const std::vector<size_t>& bucket_parameters(size_t bucket) const { return bucket_parameters_[bucket]; }
 
   // Views into `buffer`, a flat buffer of this layout (1-D, numel() elements):
   // the gradient of `parameter`, of the parameter's shape. Errors: no such parameter, or one without a place.
@@ -61,6 +63,7 @@ class GradientLayout {
   std::vector<Place> places_;
   int64_t numel_ = 0;
   std::vector<Bucket> buckets_;
+  std::vector<std::vector<size_t>> bucket_parameters_;  // [bucket]
 };
 
 }  // namespace tandem::parallel

@@ -85,11 +85,11 @@ class StepsInBackward {
 
  private:
   ReplicatedOptimizer& optimizer_;
+  const GradientLayout& layout_;  // the model's: which parameters each bucket holds
   const StepForm form_;
-  std::vector<std::vector<size_t>> bucket_parameters_;  // [bucket]: the parameters whose gradients lie in it
-  std::mutex mutex_;                                    // guards what follows and the optimizers' use
-  std::vector<char> stepped_;                           // [parameter]
-  std::vector<char> bucket_seen_;                       // [bucket]
+  std::mutex mutex_;               // guards what follows and the optimizers' use
+  std::vector<char> stepped_;      // [parameter]
+  std::vector<char> bucket_seen_;  // [bucket]
   bool finished_ = false;
 };
 
