@@ -3,13 +3,14 @@
 with nn.DataParallel, and with DistributedDataParallel (one process per GPU, NCCL), for the same two workloads:
   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32 (PyTorch's default matmul precision)
+  wide-tf32  the same with torch.backends.cuda.matmul.allow_tf32 = True (train_step_bench --precision tf32)
 Method as train_step_bench: inputs and targets on cuda:0, every GPU synchronized before and after each step, host
 wall clock, median over the timed steps after a warm-up; and, as train_step_bench's second figure, the same over a
 loop of back-to-back steps (20 for the seed net, 4 for the wide MLP) divided by their number. On one GPU the step is
 also captured whole as one CUDA graph (torch.cuda.graph) and replayed, beside tandem's captured step. DistributedDataParallel gets each rank's share of the batch
 already on its GPU (no scatter) and times each step between synchronizations of its own GPU; rank 0 reports.
 
-Usage: python3 benchmarks/torch_train_step.py [--gpus N]
+Usage: python3 benchmarks/torch_train_step.py [--gpus N] [--workloads seed,wide,wide-tf32]
 """
 import argparse
 import os
@@ -23,11 +24,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_bench_support import graphed_sgd_mse_step, median_step_ms, seed_net, sgd_mse_step, wide_mlp
 
 
-WORKLOADS = [
-    # name, make, batch, inputs, outputs, warm-up steps, timed steps, steps per loop, timed loops
-    ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, 20, 50),
-    ("wide MLP, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, 4, 8),
-]
+WORKLOADS = {
+    # key: (title, make, batch, inputs, outputs, warm-up steps, timed steps, steps per loop, timed loops, TF32)
+    "seed": ("seed net, batch 4096", seed_net, 4096, 10, 1, 50, 500, 20, 50, False),
+    "wide": ("wide MLP, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, 4, 8, False),
+    "wide-tf32": ("wide MLP TF32, batch 8192", wide_mlp, 8192, 4096, 4096, 5, 30, 4, 8, True),
+}
 
 
 def synchronize(gpus):
@@ -46,7 +48,8 @@ def time_step(make, batch, inputs, outputs, warmup, steps, gpus, loop=1, graphed
 
 
 def ddp_worker(rank, gpus, workload, results):
-    name, make, batch, inputs, outputs, warmup, steps, _, _ = WORKLOADS[workload]
+    _, make, batch, inputs, outputs, warmup, steps, _, _, tf32 = WORKLOADS[workload]
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     torch.cuda.set_device(rank)
@@ -72,7 +75,13 @@ def time_ddp(workload, gpus):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, from {', '.join(WORKLOADS)} (default: all)")
     args = parser.parse_args()
+    keys = [key for key in args.workloads.split(",") if key]
+    unknown = [key for key in keys if key not in WORKLOADS]
+    if unknown or not keys:
+        parser.error(f"--workloads names {unknown or args.workloads!r}; expected some of {', '.join(WORKLOADS)}")
     gpus = min(args.gpus, torch.cuda.device_count())
     if gpus < 1:
         print("torch_train_step: no GPU visible; nothing to measure")
@@ -81,14 +90,16 @@ def main():
     print(f"| workload | step | PyTorch 1 GPU | PyTorch 1 GPU, CUDA graph | PyTorch DataParallel ({gpus} GPUs) "
           f"| PyTorch DDP ({gpus} GPUs) |")
     print("|---|---|---|---|---|---|")
-    for index, (name, make, batch, inputs, outputs, warmup, steps, loop, loops) in enumerate(WORKLOADS):
+    for key in keys:
+        name, make, batch, inputs, outputs, warmup, steps, loop, loops, tf32 = WORKLOADS[key]
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         for looped in (False, True):
             count, per_sample = (loops, loop) if looped else (steps, 1)
             shape = (make, batch, inputs, outputs, warmup, count)
             one = time_step(*shape, 1, loop=per_sample)
             graphed = time_step(*shape, 1, loop=per_sample, graphed=True)
             many = time_step(*shape, gpus, loop=per_sample) if gpus > 1 else float("nan")
-            ddp = time_ddp(index, gpus) if gpus > 1 and not looped else float("nan")
+            ddp = time_ddp(key, gpus) if gpus > 1 and not looped else float("nan")
             label = f"in a loop of {loop}" if looped else "synchronized"
             print(f"| {name} | {label} | {one:.3f} | {graphed:.3f} | {many:.3f} | {ddp:.3f} |", flush=True)
 

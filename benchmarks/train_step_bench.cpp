@@ -5,8 +5,9 @@
 // reference figure is always measured beside tandem's, never typed in.
 //   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
 //   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32
-// Method: the inputs and targets start on cuda:0. Two figures per step, each the median over the timed samples after
-// a warm-up:
+// Method: the inputs and targets start on cuda:0 (in the last column, already cut over the GPUs, chunk i on GPU i, as
+// each rank of a multi-process job holds its own rows: CapturedStep::step_chunks). Two figures per step, each the
+// median over the timed samples after a warm-up:
 //   synchronized  every GPU is synchronized (cudaDeviceSynchronize) before and after each step; the host wall clock
 //                 between is the step's latency, launch and host work included;
 //   in a loop     the same over a loop of back-to-back steps (20 for the seed net, 4 for the wide MLP), divided by
@@ -15,8 +16,9 @@
 // The table also gives the kernels of each captured graph (DeviceGraph::kernel_nodes).
 //
 // With --widths W1,W2,... it sweeps 4 x Linear(W) with ReLU between (global batch 8192 or --batch, float32 or
-// --precision) on N GPUs instead, eager and captured, synchronized, and writes one JSON line per width and mode to
-// --jsonl (benchmarks/width_sweep.sh draws them beside PyTorch's DDP).
+// --precision) on N GPUs instead, eager, captured and (N > 1) captured with the batch already on the GPUs
+// ("captured-resident"), synchronized, and writes one JSON line per width and mode to --jsonl
+// (benchmarks/width_sweep.sh draws them beside PyTorch's DDP).
 // --dot PREFIX writes each captured seed-net graph as Graphviz text (PREFIX-1gpu.dot, PREFIX-<N>gpu.dot).
 //
 //   train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX]
@@ -47,9 +49,9 @@ struct Workload {
   int64_t inputs;
   int64_t outputs;
   int warmup;
-  int steps;      // timed samples of one synchronized step
-  int loop;       // steps per sample in a loop
-  int loops;      // timed samples of a loop
+  int steps;  // timed samples of one synchronized step
+  int loop;   // steps per sample in a loop
+  int loops;  // timed samples of a loop
   std::function<std::shared_ptr<tandem::nn::Module>()> make;
 };
 
@@ -89,11 +91,12 @@ Options parse(int argc, char** argv) {
   const char* usage =
       "usage: train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX] [--widths W1,W2,... --jsonl PATH "
       "[--batch B] [--precision fp32|tf32|bf16]]";
-  bench::parse_flags(argc, argv, "train_step_bench", usage,
-                     {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown),
-                      bench::text_flag("--dot", options.dot), bench::text_flag("--widths", options.widths),
-                      bench::text_flag("--jsonl", options.jsonl), bench::int_flag("--batch", options.batch, 1, 1 << 20),
-                      bench::text_flag("--precision", options.precision)});
+  bench::parse_flags(
+      argc, argv, "train_step_bench", usage,
+      {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown),
+       bench::text_flag("--dot", options.dot), bench::text_flag("--widths", options.widths),
+       bench::text_flag("--jsonl", options.jsonl), bench::int_flag("--batch", options.batch, 1, 1 << 20),
+       bench::text_flag("--precision", options.precision)});
   (void)tandem::parse_precision(options.precision);  // refuses an unknown name now
   if (options.widths.empty()) {
     TANDEM_CHECK(options.jsonl.empty(), "--jsonl goes with --widths; ", usage);
@@ -120,10 +123,11 @@ Options parse(int argc, char** argv) {
 // How one configuration's steps are timed.
 struct Timing {
   bool captured = false;
-  bool loop = false;                      // back-to-back steps (Workload::loop per sample) instead of synchronized ones
+  bool loop = false;      // back-to-back steps (Workload::loop per sample) instead of synchronized ones
+  bool resident = false;  // captured only: the batch starts cut over the devices (step_chunks)
   std::optional<tandem::Precision> precision;
-  std::string dot;                        // where to write the captured graph (Graphviz); "" for nowhere
-  size_t* kernels = nullptr;              // receives the captured graph's kernel count when not null
+  std::string dot;            // where to write the captured graph (Graphviz); "" for nowhere
+  size_t* kernels = nullptr;  // receives the captured graph's kernel count when not null
 };
 
 // Median milliseconds of one step of `workload` on `devices`, eager (train_step) or captured (CapturedStep). A
@@ -138,14 +142,26 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
   parallel::ReplicatedSGD sgd(replicas, {.lr = 1e-4, .momentum = 0.9});
   const Tensor x = Tensor::randn({workload.batch, workload.inputs}, devices.front());
   const Tensor y = Tensor::randn({workload.batch, workload.outputs}, devices.front());
-  const bench::Sampling sampling = timing.loop
-      ? bench::Sampling{.warmup = workload.warmup, .samples = workload.loops, .iterations = workload.loop}
-      : bench::Sampling{.warmup = workload.warmup, .samples = workload.steps};
+  const bench::Sampling sampling =
+      timing.loop ? bench::Sampling{.warmup = workload.warmup, .samples = workload.loops, .iterations = workload.loop}
+                  : bench::Sampling{.warmup = workload.warmup, .samples = workload.steps};
   if (!timing.captured) {
     return bench::median_ms_per_call(devices, sampling, [&] { trainers::train_step(replicas, sgd, x, y); });
   }
   parallel::CapturedStep step(replicas, sgd, nn::mse_loss);
-  const double ms = bench::median_ms_per_call(devices, sampling, [&] { step.step(x, y); });
+  std::vector<Tensor> x_chunks;
+  std::vector<Tensor> y_chunks;
+  if (timing.resident) {
+    x_chunks = comm::scatter(x, devices);
+    y_chunks = comm::scatter(y, devices);
+  }
+  const double ms = bench::median_ms_per_call(devices, sampling, [&] {
+    if (timing.resident) {
+      step.step_chunks(x_chunks, y_chunks);
+    } else {
+      step.step(x, y);
+    }
+  });
   if (!step.captured()) {
     std::cerr << workload.name << ": ran eagerly: " << step.fallback_reason() << "\n";
     return ms;
@@ -171,12 +187,14 @@ int sweep(const Options& options, int gpus) {
   const tandem::Precision precision = tandem::parse_precision(options.precision);
   for (const int64_t width : options.sweep) {
     const Workload workload = sweep_workload(width, options.batch);
-    for (const bool captured : {false, true}) {
-      const double ms = time_step(workload, devices, {.captured = captured, .precision = precision});
+    for (const std::string mode : {"eager", "captured", "captured-resident"}) {
+      if (mode == "captured-resident" && gpus == 1) continue;  // the same as "captured" on one GPU
+      const Timing timing{.captured = mode != "eager", .resident = mode == "captured-resident", .precision = precision};
+      const double ms = time_step(workload, devices, timing);
       const std::string line = bench::formatted(
           "{\"framework\": \"tandem\", \"mode\": \"%s\", \"devices\": %d, \"width\": %lld, \"global_batch\": %lld, "
           "\"precision\": \"%s\", \"median_ms\": %.6f}",
-          captured ? "captured" : "eager", gpus, static_cast<long long>(width), static_cast<long long>(options.batch),
+          mode.c_str(), gpus, static_cast<long long>(width), static_cast<long long>(options.batch),
           options.precision.c_str(), ms);
       std::cout << line << std::endl;
       lines << line << "\n";
@@ -196,7 +214,7 @@ int run(const Options& options) {
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
   std::ostringstream table;
   table << "| workload | step | eager 1 GPU | captured 1 GPU | eager " << gpus << " GPUs | captured " << gpus
-        << " GPUs |\n|---|---|---|---|---|---|\n";
+        << " GPUs | captured " << gpus << " GPUs, batch on its GPUs |\n|---|---|---|---|---|---|---|\n";
   std::ostringstream kernels;
   for (const Workload& workload : workloads()) {
     std::vector<std::vector<tandem::Device>> layouts = {{tandem::Device::cuda(0)}};
@@ -226,7 +244,11 @@ int run(const Options& options) {
           }
         }
       }
-      table << " |\n";
+      table << " | "
+            << (layouts.size() > 1
+                    ? cell(time_step(workload, layouts[1], {.captured = true, .loop = loop, .resident = true}))
+                    : std::string("-"))
+            << " |\n";
     }
     std::cerr << "measured " << workload.name << "\n";
   }

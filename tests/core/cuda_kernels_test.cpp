@@ -189,7 +189,8 @@ void expect_matches(const Tensor& gpu, const ReferenceProduct& expected, double 
 TEST(CudaKernelsCUDA, TinyOutputProductsOverALongKEqualFloat64) {
   TANDEM_REQUIRE_GPUS(1);
   for (const int64_t k : {int64_t{256}, int64_t{4096}, int64_t{10000}}) {
-    for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {10, 20}, {32, 32}}) {
+    // Square, wide and long-row outputs, up to the 1024 elements that take the tiny path.
+    for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {10, 20}, {32, 32}, {3, 40}, {1, 1000}}) {
       SCOPED_TRACE("m = " + std::to_string(m) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k));
       // a with rows longer than k (strided) times b as a transposed view.
       const Pair wide = randn_pair({m, k + 3});
