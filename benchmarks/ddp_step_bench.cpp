@@ -217,8 +217,8 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
     captured_ms = median_step_ms(*group, warmup, steps, [&] { (void)captured.step_chunks(inputs, targets); });
     replayed = captured.captured();
     if (!replayed && group->rank() == 0) {
-      std::cerr << "ddp_step_bench: " << workload.title << ": the captured steps ran eagerly: "
-                << captured.fallback_reason() << "\n";
+      std::cerr << "ddp_step_bench: " << workload.title
+                << ": the captured steps ran eagerly: " << captured.fallback_reason() << "\n";
     }
   }
 

@@ -17,17 +17,18 @@ constexpr const char* kName = "parallel::CapturedStep";
 
 // The shape of the whole batch that `chunks` were cut from: chunk 0's with the rows of all; every chunk on its device
 // (devices[i]) with chunk 0's dtype and trailing dimensions.
-Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& devices, const char* what) {
+Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& devices, const char* what,
+                  const char* caller) {
   Shape shape = chunks.front().shape();
   shape[0] = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Tensor& chunk = chunks[i];
-    TANDEM_CHECK(chunk.device() == devices[i], kName, "::step_chunks: ", what, " chunk ", i, " is on ", chunk.device(),
+    TANDEM_CHECK(chunk.device() == devices[i], kName, "::", caller, ": ", what, " chunk ", i, " is on ", chunk.device(),
                  " but expected the model's device ", devices[i]);
     Shape rest = chunk.shape();
     rest[0] = 0;
-    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::step_chunks: ", what, " chunk ", i,
-                 " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
+    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::", caller, ": ", what, " chunk ",
+                 i, " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
                  to_string(chunks.front().shape()), " and ", chunks.front().dtype(),
                  "; expected the same beyond the rows");
   }
@@ -57,7 +58,8 @@ constexpr uint64_t kCanCapture = uint64_t{1} << 63;
 constexpr uint64_t kInvalidated = uint64_t{1} << 62;
 constexpr uint64_t kDigestBits = kInvalidated - 1;
 constexpr const char* kExchange = "parallel::CapturedStep: the processes' exchange before a captured training step";
-constexpr const char* kCaptureExchange = "parallel::CapturedStep: the processes' exchange after capturing a training step";
+constexpr const char* kCaptureExchange =
+    "parallel::CapturedStep: the processes' exchange after capturing a training step";
 
 class Digest {
  public:
@@ -147,8 +149,7 @@ bool CapturedStep::agree_on_capture(bool succeeded, std::string& reason) {
   for (size_t rank = 0; rank < words.size(); ++rank) {
     if (words[rank] != 0) continue;
     if (reason.empty()) {
-      reason = detail::concat("the capture of the step failed in process ", rank,
-                              ", so every process runs it eagerly");
+      reason = detail::concat("the capture of the step failed in process ", rank, ", so every process runs it eagerly");
     }
     return false;
   }
@@ -170,8 +171,8 @@ CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& input
                " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
   for (size_t i = 0; i < inputs.size(); ++i)
     check_batch_rows(inputs[i], labels[i], "parallel::CapturedStep::step_chunks");
-  const Shape features = whole_shape(inputs, model_.devices(), "features");
-  const Shape targets = whole_shape(labels, model_.devices(), "targets");
+  const Shape features = whole_shape(inputs, model_.devices(), "features", "step_chunks");
+  const Shape targets = whole_shape(labels, model_.devices(), "targets", "step_chunks");
   check_chunk_rows(inputs, features[0], model_.size());
   return {.inputs = &inputs,
           .labels = &labels,
@@ -196,11 +197,11 @@ CapturedStep::Batch CapturedStep::shard_batch(const std::vector<Tensor>& inputs,
     batch.rows += inputs[i].size(0);
   }
   TANDEM_CHECK(global_rows >= std::max<int64_t>(batch.rows, 1), kName, "::step_shard: global_rows is ", global_rows,
-               " but this process alone has ", batch.rows, " rows");
+               " but this process alone has ", batch.rows, " rows (expected at least those, and at least 1)");
   batch.key.global_rows = global_rows;
   if (!inputs.empty()) {
-    batch.key.features = whole_shape(inputs, model_.devices(), "features");
-    batch.key.targets = whole_shape(labels, model_.devices(), "targets");
+    batch.key.features = whole_shape(inputs, model_.devices(), "features", "step_shard");
+    batch.key.targets = whole_shape(labels, model_.devices(), "targets", "step_shard");
     batch.key.features_dtype = inputs.front().dtype();
     batch.key.targets_dtype = labels.front().dtype();
   }

@@ -351,8 +351,9 @@ class NcclCollectives final : public DeviceCollectives {
   // the next launch on other streams waits for it (Note [Group collective streams]).
   void watch_issued(const char* name) override {
     cuda::CollectiveLaunchLock lock;
-    TANDEM_CHECK(!capture_of(compute_streams_), "comm::ProcessGroup::watch_replay: the compute streams of this ",
-                 "process's GPUs are being captured, but expected the call after a graph's launch, outside any capture");
+    TANDEM_CHECK(
+        !capture_of(compute_streams_), "comm::ProcessGroup::watch_replay: the compute streams of this ",
+        "process's GPUs are being captured, but expected the call after a graph's launch, outside any capture");
     Tracker& tracker = communicators_->tracker;
     const DeviceEvents& events = tracker.next().markers;
     for (size_t r = 0; r < compute_streams_.size(); ++r) {
@@ -387,8 +388,9 @@ class NcclCollectives final : public DeviceCollectives {
   // One collective on `streams` (one per local rank), with issue(local rank, communicator, stream) for each local
   // rank inside one NCCL group: each stream first waits for ready[rank] when given, and for the previous launch when
   // it ran on other streams (Note [Group collective streams]); then the launch's events are recorded behind it and
-  // it is published to the watchdog (Note [Watching NCCL work]). Everything happens under the collective launch lock,
-  // which also serializes the tracker's launching side. Nothing here allocates device memory.
+  // it is published to the watchdog (Note [Watching NCCL work]); streams being captured take launch_captured's way
+  // instead (Note [Collectives inside a graph capture]). Everything happens under the collective launch lock, which
+  // also serializes the tracker's launching side. Nothing here allocates device memory.
   template <typename Issue>
   void launch(const char* name, size_t count, const std::vector<cudaStream_t>& streams,
               const std::vector<StreamMarker>* ready, Issue&& issue) {
@@ -405,11 +407,7 @@ class NcclCollectives final : public DeviceCollectives {
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], previous_->markers[r], 0));
       }
     }
-    {
-      Issuing issuing(*communicators_, name, tracker.published() + 1, count * sizeof(float));
-      collective_.launch_one(lock, streams,
-                             [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
-    }
+    issue_all(lock, name, count, streams, issue);
     for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(events[r], streams[r]));
     previous_ = &tracker.publish(name, count * sizeof(float));
     previous_streams_ = &streams;
@@ -427,14 +425,20 @@ class NcclCollectives final : public DeviceCollectives {
       if (ready != nullptr) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], cuda::marker_event((*ready)[r]), 0));
       if (follow) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], capture_events_[r], 0));
     }
-    {
-      Issuing issuing(*communicators_, name, communicators_->tracker.published() + 1, count * sizeof(float));
-      collective_.launch_one(lock, streams,
-                             [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
-    }
+    issue_all(lock, name, count, streams, issue);
     for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(capture_events_[r], streams[r]));
     captured_previous_capture_ = capture;
     captured_previous_streams_ = &streams;
+  }
+
+  // The NCCL calls of one launch, issue(local rank, communicator, stream) for each local rank, marked as issuing
+  // while they run (Note [Watching NCCL's host calls]) as the group's next launch.
+  template <typename Issue>
+  void issue_all(const cuda::CollectiveLaunchLock& lock, const char* name, size_t count,
+                 const std::vector<cudaStream_t>& streams, Issue& issue) {
+    Issuing issuing(*communicators_, name, communicators_->tracker.published() + 1, count * sizeof(float));
+    collective_.launch_one(lock, streams,
+                           [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
   }
 
   ncclRedOp_t nccl_op(ReduceOp op, int rank) const {
