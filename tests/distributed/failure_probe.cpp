@@ -9,7 +9,7 @@
 //     exchange before the next captured step (Note [Capturing across processes] in captured_step.h);
 //   stall_replay_cuda: both ranks capture an all_reduce of the group into a graph; rank 1 stops there, rank 0 replays
 //     it and hands the replay to the watchdog (ProcessGroup::watch_replay), which ends the job when the replay's
-//     collective never finishes. The _cuda modes skip as stall_cuda does.
+//     collective never finishes. These two run with a 5 s timeout; the _cuda modes skip as stall_cuda does.
 // A rank that gets through prints "rank R finished normally", which the test treats as a failure.
 
 #include <tandem/tandem.h>
@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Device device = on_gpus ? Device::cuda(launch.local_rank) : Device::cpu(0);
-  auto group = comm::ProcessGroup::from_environment({device}, {.timeout = std::chrono::seconds(2)});
+  // The captured probes' steps warm up, capture and instantiate before the stall, with some skew between the ranks:
+  // they get a little more time than a bare collective.
+  const bool captures = mode == "stall_captured_cuda" || mode == "stall_replay_cuda";
+  auto group = comm::ProcessGroup::from_environment({device}, {.timeout = std::chrono::seconds(captures ? 5 : 2)});
   if (mode == "stall_captured_cuda") return stall_captured(group);
   if (mode == "stall_replay_cuda") return stall_replay(group);
   if (group->rank() == 1) {

@@ -79,9 +79,10 @@
 // microseconds under MPI, the rendezvous files' polling under torchrun-style launches. Each replay is handed to the
 // group's watchdog (ProcessGroup::watch_replay, named "captured training step"), so that a replay whose collectives
 // never finish, because another process stopped or died, ends the job like a stuck collective; a process that stops
-// calling step() leaves the others waiting in the exchange, which the watchdog bounds too.
-// Optimizer steps in backward stay off across processes (ReplicatedModule::sums_on_comm_streams): the group sums on
-// streams of its own, so a bucket's update would need an event per bucket to follow its sum.
+// calling step() leaves the others waiting in the exchange, which the watchdog bounds too. Optimizer steps in backward
+// stay off across processes (ReplicatedModule::sums_on_comm_streams): the group sums on streams of its own, so a
+// bucket's update would need an event per bucket to follow its sum.
+//
 // Note [Graphs before communicators]: NCCL requires the graphs that captured a communicator's collectives to be
 // destroyed before the communicator (Note [Process group communicators are destroyed]). The group is held by the
 // model's reducer (its collective's functions and GradientCollective::group), which outlives this CapturedStep by its
