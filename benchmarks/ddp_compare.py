@@ -3,9 +3,10 @@
 
 Reads the JSON lines of ddp_step_bench (tandem) and torch_ddp_bench.py (PyTorch) written in the same run, and the
 markdown table of nccl_mpi_allreduce (ProcessGroup::all_reduce beside raw NCCL), and prints:
-  1. workload | tandem DDP ms | PyTorch DDP ms | ratio   (ratio = tandem / PyTorch: below 1, tandem is faster),
-     one row per workload and process layout; PyTorch's DDP has no process driving two GPUs, so those rows have
-     tandem's figure alone;
+  1. workload | tandem DDP ms | tandem captured ms | PyTorch DDP ms | ratio   (ratio = tandem's eager step / PyTorch:
+     below 1, tandem is faster), one row per workload and process layout; the captured column is tandem's
+     CapturedStep over the same DistributedDataParallel ("eager" after the figure when its steps could not replay);
+     PyTorch's DDP has no process driving two GPUs, so those rows have tandem's figures alone;
   2. the all-reduce table as nccl_mpi_allreduce wrote it;
   3. the targets, each met, missed or not measured.
 Nothing is typed in: a figure missing from the files (a run that failed) shows as "missing".
@@ -67,12 +68,16 @@ def step_table(tandem, torch):
     torch_steps = {(r.get("workload"), layout(r)): r["median_ms"] for r in torch if "median_ms" in r}
     # the suite's two layouts always (a failed run shows as missing), and any other that was measured
     layouts = sorted({(2, 1), (1, 2)} | {layout(r) for r in steps}, key=lambda pair: (-(pair[0] or 0), pair[1] or 0))
-    lines = ["| workload | tandem DDP ms | PyTorch DDP ms | ratio |", "|---|---|---|---|"]
+    lines = ["| workload | tandem DDP ms | tandem captured ms | PyTorch DDP ms | ratio |", "|---|---|---|---|---|"]
     measured = {}
     for processes, per_process in layouts:
         for workload, title in WORKLOAD_TITLES.items():
             matches = [r for r in steps if r["workload"] == workload and layout(r) == (processes, per_process)]
             ours = matches[-1]["median_ms"] if matches else None
+            captured = matches[-1].get("captured_median_ms") if matches else None
+            captured_cell = cell(captured, step_digits(captured))
+            if captured is not None and not matches[-1].get("captured_replayed", False):
+                captured_cell += " (eager)"
             theirs = torch_steps.get((workload, (processes, per_process)))
             if theirs is None and processes == 1:
                 torch_cell, ratio = "-", "-"  # PyTorch's DDP drives one GPU per process
@@ -80,7 +85,7 @@ def step_table(tandem, torch):
                 torch_cell = cell(theirs, step_digits(theirs))
                 ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "-"
             lines.append(f"| {title}, {layout_label(processes, per_process)} | {cell(ours, step_digits(ours))} | "
-                         f"{torch_cell} | {ratio} |")
+                         f"{captured_cell} | {torch_cell} | {ratio} |")
             measured[(workload, processes, per_process)] = ours
     return lines, measured
 

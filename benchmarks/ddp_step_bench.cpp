@@ -1,8 +1,10 @@
 // ddp_step_bench: times one step of multi-process data-parallel training, parallel::DistributedDataParallel over a
 // comm::ProcessGroup (forward, MSE, backward with the buckets all-reduced over every process while backward goes
-// on, SGD with momentum 0.9), and prints the median step of rank 0 as JSON lines. benchmarks/torch_ddp_bench.py
-// runs the same workloads under PyTorch's DistributedDataParallel; benchmarks/ddp_suite.sh runs both and prints
-// the comparison.
+// on, SGD with momentum 0.9), eager and captured (parallel::CapturedStep over the same kind of DistributedDataParallel:
+// each process replays its step as one CUDA graph), and prints rank 0's median steps as JSON lines (median_ms: eager;
+// captured_median_ms: captured, and captured_replayed false where its steps ran eagerly, as on CPU devices, with the
+// reason on stderr). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's DistributedDataParallel;
+// benchmarks/ddp_suite.sh runs both and prints the comparison.
 //
 //   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
 //   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 (TANDEM_ALLOW_TF32 unset)
@@ -19,7 +21,9 @@
 // Method (the same in torch_ddp_bench.py): every rank builds the model from seed 0 and holds its share of the
 // global batch already on its devices; after the warm-up steps, each timed step starts with every local device
 // synchronized and a group barrier (so the ranks start together) and ends when every local device is synchronized
-// again; the host wall clock between is the step's time, and rank 0 reports the median. Whether cuBLAS may use TF32
+// again; the host wall clock between is the step's time, and rank 0 reports the median. The captured steps are timed
+// the same way on a second model of the same start (its own DistributedDataParallel over the same group), after at
+// least CapturedStep's eager warm-up and its capture (Note [Capturing a step]). Whether cuBLAS may use TF32
 // follows TANDEM_ALLOW_TF32, read once per process (Note [TF32] in core/src/cuda/gemm_operand.cpp), so the TF32
 // workload runs in its own launch and the workload list must agree with the environment. (ProcessGroup::all_reduce
 // alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
@@ -28,6 +32,7 @@
 //                  [--steps N] [--jsonl PATH]
 
 #include <tandem/comm/process_group.h>
+#include <tandem/parallel/captured_step.h>
 #include <tandem/parallel/distributed.h>
 #include <tandem/tandem.h>
 
@@ -155,7 +160,24 @@ double timed_ms(comm::ProcessGroup& group, const std::function<void()>& body) {
   });
 }
 
-// One JSON line: rank 0's median step of `workload`.
+// The workload's model from seed 0 on `device`, in its precision.
+std::shared_ptr<nn::Module> model_of(const Workload& workload, Device device) {
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model = workload.make();
+  model->to(device);
+  if (workload.precision) model->set_precision(*workload.precision);
+  return model;
+}
+
+// The median of `steps` timed calls of `step`, after `warmup` untimed ones.
+double median_step_ms(comm::ProcessGroup& group, int warmup, int steps, const std::function<void()>& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) times.push_back(timed_ms(group, step));
+  return bench::median(times);
+}
+
+// One JSON line: rank 0's median step of `workload`, eager and captured.
 std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int steps) {
   const std::vector<Device>& devices = group->devices();
   const auto shards = static_cast<int64_t>(group->world_devices());
@@ -163,39 +185,50 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
                workload.key, " over ", shards, " devices but expected a batch that splits evenly");
   const int64_t rows = workload.global_batch / shards;
 
-  manual_seed(0);
-  std::shared_ptr<nn::Module> model = workload.make();
-  model->to(devices.front());
-  if (workload.precision) model->set_precision(*workload.precision);
-  parallel::DistributedDataParallel ddp(model, group);
-  parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
   std::vector<Tensor> inputs, targets;
   for (const Device& device : devices) {
     inputs.push_back(Tensor::randn({rows, workload.inputs}, device));
     targets.push_back(Tensor::randn({rows, workload.outputs}, device));
   }
-  // Each local replica's loss is weighted by its share of the process's rows, so the sum over the local replicas
-  // is the mean over the process's rows; the group's average over processes then gives the global batch's mean.
-  const float share = 1.0f / static_cast<float>(devices.size());
-  const auto step = [&] {
-    sgd.zero_grad();
-    ddp.forward_backward(inputs, [&](size_t replica, const Tensor& output) {
-      const Tensor loss = nn::mse_loss(output, targets[replica]);
-      return devices.size() == 1 ? loss : loss * share;
+  double eager_ms = 0.0;
+  {
+    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group);
+    parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
+    // Each local replica's loss is weighted by its share of the process's rows, so the sum over the local replicas
+    // is the mean over the process's rows; the group's average over processes then gives the global batch's mean.
+    const float share = 1.0f / static_cast<float>(devices.size());
+    eager_ms = median_step_ms(*group, workload.warmup, steps, [&] {
+      sgd.zero_grad();
+      ddp.forward_backward(inputs, [&](size_t replica, const Tensor& output) {
+        const Tensor loss = nn::mse_loss(output, targets[replica]);
+        return devices.size() == 1 ? loss : loss * share;
+      });
+      sgd.step();
     });
-    sgd.step();
-  };
-
-  for (int i = 0; i < workload.warmup; ++i) step();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) times.push_back(timed_ms(*group, step));
+  }
+  // The same steps captured (CapturedStep weights each replica's loss by its share of the process's rows too).
+  double captured_ms = 0.0;
+  bool replayed = false;
+  {
+    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group);
+    parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
+    parallel::CapturedStep captured(ddp.replicated(), sgd, nn::mse_loss);
+    const int warmup = std::max(workload.warmup, parallel::CaptureOptions{}.warmup_steps + 1);
+    captured_ms = median_step_ms(*group, warmup, steps, [&] { (void)captured.step_chunks(inputs, targets); });
+    replayed = captured.captured();
+    if (!replayed && group->rank() == 0) {
+      std::cerr << "ddp_step_bench: " << workload.title
+                << ": the captured steps ran eagerly: " << captured.fallback_reason() << "\n";
+    }
+  }
 
   std::ostringstream line;
   line << "{\"framework\": \"tandem\", \"processes\": " << group->size()
        << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
        << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
        << workload.title << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
-       << ", \"steps\": " << steps << ", \"median_ms\": " << bench::median(times) << "}";
+       << ", \"steps\": " << steps << ", \"median_ms\": " << eager_ms << ", \"captured_median_ms\": " << captured_ms
+       << ", \"captured_replayed\": " << (replayed ? "true" : "false") << "}";
   return line.str();
 }
 

@@ -17,17 +17,18 @@ constexpr const char* kName = "parallel::CapturedStep";
 
 // The shape of the whole batch that `chunks` were cut from: chunk 0's with the rows of all; every chunk on its device
 // (devices[i]) with chunk 0's dtype and trailing dimensions.
-Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& devices, const char* what) {
+Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& devices, const char* what,
+                  const char* caller) {
   Shape shape = chunks.front().shape();
   shape[0] = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Tensor& chunk = chunks[i];
-    TANDEM_CHECK(chunk.device() == devices[i], kName, "::step_chunks: ", what, " chunk ", i, " is on ", chunk.device(),
+    TANDEM_CHECK(chunk.device() == devices[i], kName, "::", caller, ": ", what, " chunk ", i, " is on ", chunk.device(),
                  " but expected the model's device ", devices[i]);
     Shape rest = chunk.shape();
     rest[0] = 0;
-    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::step_chunks: ", what, " chunk ", i,
-                 " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
+    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::", caller, ": ", what, " chunk ",
+                 i, " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
                  to_string(chunks.front().shape()), " and ", chunks.front().dtype(),
                  "; expected the same beyond the rows");
   }
@@ -50,6 +51,33 @@ void check_chunk_rows(const std::vector<Tensor>& chunks, int64_t rows, size_t de
   }
 }
 
+// Note [Capturing across processes] in captured_step.h: one process's word in the exchange before a step: whether it
+// can capture the step, whether its graphs were invalidated, and a digest of its batch's key (FNV-1a over its
+// fields, the same in every process of the job, which runs one program).
+constexpr uint64_t kCanCapture = uint64_t{1} << 63;
+constexpr uint64_t kInvalidated = uint64_t{1} << 62;
+constexpr uint64_t kDigestBits = kInvalidated - 1;
+constexpr const char* kExchange = "parallel::CapturedStep: the processes' exchange before a captured training step";
+constexpr const char* kCaptureExchange =
+    "parallel::CapturedStep: the processes' exchange after capturing a training step";
+
+class Digest {
+ public:
+  void add(uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      state_ = (state_ ^ ((value >> (8 * byte)) & 0xff)) * 0x100000001b3ULL;
+    }
+  }
+  void add(const Shape& shape) {
+    add(shape.size());
+    for (const int64_t size : shape) add(static_cast<uint64_t>(size));
+  }
+  uint64_t value() const { return state_ & kDigestBits; }
+
+ private:
+  uint64_t state_ = 0xcbf29ce484222325ULL;
+};
+
 }  // namespace
 
 CapturedStep::CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss,
@@ -57,6 +85,7 @@ CapturedStep::CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimiz
     : model_(model), optimizer_(optimizer), loss_(std::move(loss)), options_(options) {
   TANDEM_CHECK(loss_ != nullptr, kName, ": the loss function is empty");
   TANDEM_CHECK(options_.warmup_steps >= 0, kName, ": warmup_steps is ", options_.warmup_steps, " but expected >= 0");
+  if (model_.spans_processes() && model_.group() != nullptr && model_.group()->size() > 1) group_ = model_.group();
 }
 
 CapturedStep::~CapturedStep() = default;
@@ -73,16 +102,13 @@ std::string CapturedStep::blocker() const {
   for (const Device& device : model_.devices()) {
     if (!device.is_cuda()) return detail::concat("capture needs CUDA devices, but the model runs on ", device);
   }
-  if (model_.spans_processes()) return "capture across processes is not supported yet";
   if (!optimizer_.replayable()) {
     return "the optimizer cannot split its step for a replay (optim::Optimizer::replayable() is false)";
   }
   return "";
 }
 
-std::string CapturedStep::capture_blocker(const Batch& batch) const {
-  std::string reason = blocker();
-  if (!reason.empty()) return reason;
+std::string CapturedStep::rows_blocker(const Batch& batch) const {
   const auto devices = static_cast<int64_t>(model_.size());
   if (batch.rows < devices) {
     return detail::concat("the batch has ", batch.rows, " rows for ", devices,
@@ -91,12 +117,51 @@ std::string CapturedStep::capture_blocker(const Batch& batch) const {
   return "";
 }
 
+CapturedStep::Agreement CapturedStep::agree(const Batch& batch, const std::string& blocked, bool invalidated) {
+  Digest digest;
+  const Key& key = batch.key;
+  digest.add(key.features);
+  digest.add(key.targets);
+  digest.add(static_cast<uint64_t>(key.features_dtype));
+  digest.add(static_cast<uint64_t>(key.targets_dtype));
+  digest.add(key.chunk_rows.size());
+  for (const int64_t rows : key.chunk_rows) digest.add(static_cast<uint64_t>(rows));
+  digest.add(static_cast<uint64_t>(key.global_rows));
+  const uint64_t mine = digest.value() | (blocked.empty() ? kCanCapture : 0) | (invalidated ? kInvalidated : 0);
+  const std::vector<uint64_t> words = group_->exchange(mine, kExchange);
+  Agreement agreed;
+  for (size_t rank = 0; rank < words.size(); ++rank) {
+    agreed.reset = agreed.reset || (words[rank] & kInvalidated) != 0;
+    agreed.processes.push_back(words[rank] & kDigestBits);
+    if (agreed.eager_reason.empty() && (words[rank] & kCanCapture) == 0) {
+      agreed.eager_reason =
+          !blocked.empty() ? blocked
+                           : detail::concat("process ", rank,
+                                            " cannot capture this step (its shard has fewer rows than its devices), so "
+                                            "every process runs it eagerly");
+    }
+  }
+  return agreed;
+}
+
+bool CapturedStep::agree_on_capture(bool succeeded, std::string& reason) {
+  const std::vector<uint64_t> words = group_->exchange(succeeded ? 1 : 0, kCaptureExchange);
+  for (size_t rank = 0; rank < words.size(); ++rank) {
+    if (words[rank] != 0) continue;
+    if (reason.empty()) {
+      reason = detail::concat("the capture of the step failed in process ", rank, ", so every process runs it eagerly");
+    }
+    return false;
+  }
+  return true;
+}
+
 CapturedStep::Batch CapturedStep::whole_batch(const Tensor& features, const Tensor& targets) const {
   check_batch_rows(features, targets, "parallel::CapturedStep::step");
   return {.features = &features,
           .targets = &targets,
           .rows = features.size(0),
-          .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype()}};
+          .key = {features.shape(), targets.shape(), features.dtype(), targets.dtype(), {}, features.size(0), {}}};
 }
 
 CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& inputs,
@@ -106,13 +171,41 @@ CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& input
                " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
   for (size_t i = 0; i < inputs.size(); ++i)
     check_batch_rows(inputs[i], labels[i], "parallel::CapturedStep::step_chunks");
-  const Shape features = whole_shape(inputs, model_.devices(), "features");
-  const Shape targets = whole_shape(labels, model_.devices(), "targets");
+  const Shape features = whole_shape(inputs, model_.devices(), "features", "step_chunks");
+  const Shape targets = whole_shape(labels, model_.devices(), "targets", "step_chunks");
   check_chunk_rows(inputs, features[0], model_.size());
   return {.inputs = &inputs,
           .labels = &labels,
           .rows = features[0],
-          .key = {features, targets, inputs.front().dtype(), labels.front().dtype()}};
+          .key = {features, targets, inputs.front().dtype(), labels.front().dtype(), {}, features[0], {}}};
+}
+
+CapturedStep::Batch CapturedStep::shard_batch(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                              int64_t global_rows) const {
+  TANDEM_CHECK(inputs.size() == labels.size() && inputs.size() <= model_.size(), kName, "::step_shard: got ",
+               inputs.size(), " chunks of features and ", labels.size(), " of targets but expected as many, up to the ",
+               "model's ", model_.size(), " devices");
+  TANDEM_CHECK(!inputs.empty() || model_.spans_processes(), kName,
+               "::step_shard: got no chunks, but a model that is not reduced across processes needs at least one");
+  Batch batch;
+  batch.inputs = &inputs;
+  batch.labels = &labels;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_batch_rows(inputs[i], labels[i], "parallel::CapturedStep::step_shard");
+    TANDEM_CHECK(inputs[i].size(0) >= 1, kName, "::step_shard: chunk ", i, " has no rows; expected at least one");
+    batch.key.chunk_rows.push_back(inputs[i].size(0));
+    batch.rows += inputs[i].size(0);
+  }
+  TANDEM_CHECK(global_rows >= std::max<int64_t>(batch.rows, 1), kName, "::step_shard: global_rows is ", global_rows,
+               " but this process alone has ", batch.rows, " rows (expected at least those, and at least 1)");
+  batch.key.global_rows = global_rows;
+  if (!inputs.empty()) {
+    batch.key.features = whole_shape(inputs, model_.devices(), "features", "step_shard");
+    batch.key.targets = whole_shape(labels, model_.devices(), "targets", "step_shard");
+    batch.key.features_dtype = inputs.front().dtype();
+    batch.key.targets_dtype = labels.front().dtype();
+  }
+  return batch;
 }
 
 void CapturedStep::check_loss_out(const Tensor& loss_out, const char* caller) const {
@@ -155,8 +248,24 @@ Tensor CapturedStep::step_chunks(const std::vector<Tensor>& inputs, const std::v
   return run(batch);
 }
 
+Tensor CapturedStep::step_shard(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                int64_t global_rows) {
+  return run(shard_batch(inputs, labels, global_rows));
+}
+
+Tensor CapturedStep::step_shard(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
+                                int64_t global_rows, const Tensor& loss_out) {
+  Batch batch = shard_batch(inputs, labels, global_rows);
+  check_loss_out(loss_out, "step_shard");
+  batch.loss_out = &loss_out;
+  return run(batch);
+}
+
 Tensor CapturedStep::run(const Batch& batch) {
-  std::string blocked = capture_blocker(batch);
+  // Across processes, a batch without a row for every device is decided with the others (after the warm-up, which
+  // every process takes alike); in one process it runs eagerly at once.
+  std::string blocked = blocker();
+  if (blocked.empty() && !across_processes()) blocked = rows_blocker(batch);
   if (!blocked.empty()) return eager(batch, std::move(blocked));
   // Note [Capturing a step]: the warm-up creates the lazy state; at least one eager step is needed for that.
   if (eager_steps_ < std::max(options_.warmup_steps, 1)) {
@@ -167,27 +276,37 @@ Tensor CapturedStep::run(const Batch& batch) {
   }
   // Note [Host state of a captured step]: graphs hold on to the modes and tensors they were captured with.
   std::vector<uint64_t> now = fingerprint();
-  if (now != fingerprint_) {
-    reset();
-    fingerprint_ = std::move(now);
+  bool invalidated = now != fingerprint_;
+  Key key = batch.key;
+  std::string eager_reason;
+  if (across_processes()) {  // Note [Capturing across processes]
+    Agreement agreed = agree(batch, rows_blocker(batch), invalidated);
+    invalidated = agreed.reset;
+    eager_reason = std::move(agreed.eager_reason);
+    key.processes = std::move(agreed.processes);
   }
-  const auto found = graphs_.find(batch.key);
+  if (invalidated) reset();
+  fingerprint_ = std::move(now);
+  if (!eager_reason.empty()) return eager(batch, std::move(eager_reason));
+  const auto found = graphs_.find(key);
   if (found != graphs_.end()) return replay(*found->second, batch);
-  const auto failed = failures_.find(batch.key);
+  const auto failed = failures_.find(key);
   if (failed != failures_.end()) return eager(batch, failed->second);
   if (graphs_.size() >= options_.max_graphs) {
     return eager(batch, detail::concat(graphs_.size(), " graphs are held already (CaptureOptions::max_graphs is ",
-                                       options_.max_graphs, "), so the batch of shape ", to_string(batch.key.features),
+                                       options_.max_graphs, "), so the batch of shape ", to_string(key.features),
                                        " runs eagerly"));
   }
   std::string reason;
   std::unique_ptr<Graph> graph = capture(batch, reason);
+  // Note [Capturing across processes]: a graph is kept only where every process's capture succeeded.
+  if (across_processes() && !agree_on_capture(graph != nullptr, reason)) graph.reset();
   if (graph == nullptr) {
-    failures_.emplace(batch.key, reason);
+    failures_.emplace(key, reason);
     return eager(batch, std::move(reason));
   }
   ++captures_;
-  Graph& captured = *graphs_.emplace(batch.key, std::move(graph)).first->second;
+  Graph& captured = *graphs_.emplace(key, std::move(graph)).first->second;
   return replay(captured, batch);  // the capture ran nothing
 }
 
@@ -210,8 +329,8 @@ Tensor CapturedStep::eager(const Batch& batch, std::string reason) {
   fallback_reason_ = std::move(reason);
   ++eager_steps_;
   if (batch.inputs != nullptr) {
-    return deliver(batch,
-                   placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels, batch.rows, loss_));
+    return deliver(batch, placed_data_parallel_step(model_, optimizer_, *batch.inputs, *batch.labels,
+                                                    batch.key.global_rows, loss_));
   }
   return deliver(batch, data_parallel_step(model_, optimizer_, *batch.features, *batch.targets, loss_));
 }
@@ -245,7 +364,7 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
       graph->inputs.push_back(Tensor::empty(feature_chunks[i].shape(), batch.key.features_dtype, devices[i]));
       graph->labels.push_back(Tensor::empty(target_chunks[i].shape(), batch.key.targets_dtype, devices[i]));
     }
-    graph->weights = loss_weights(graph->labels, batch.rows);  // outside the graph: no fill per replay
+    graph->weights = loss_weights(graph->labels, batch.key.global_rows);  // outside the graph: no fill per replay
     if (graph->inputs.size() > 1) {
       graph->loss_slots = Tensor::empty({static_cast<int64_t>(graph->inputs.size())}, DType::Float32, devices.front());
     }
@@ -268,10 +387,12 @@ std::unique_ptr<CapturedStep::Graph> CapturedStep::capture(const Batch& batch, s
         copy_on_source_stream(loss.reshape({1}), slot);
         losses[i] = slot.reshape(loss.shape());
       }
-      if (i + 1 == replicas) graph->loss = sum_losses(weighted_losses(losses, graph->labels, batch.rows), devices[0]);
+      if (i + 1 == replicas) {
+        graph->loss = sum_losses(weighted_losses(losses, graph->labels, batch.key.global_rows), devices[0]);
+      }
     };
-    weighted_training_step(model_, optimizer_, graph->inputs, graph->labels, batch.rows, loss_, StepForm::Replayable,
-                           ReplicaThreads::Caller, graph->weights, gather);
+    weighted_training_step(model_, optimizer_, graph->inputs, graph->labels, batch.key.global_rows, loss_,
+                           StepForm::Replayable, ReplicaThreads::Caller, graph->weights, gather);
     graph->graph.end_capture();
   } catch (const std::exception& e) {
     // Note [Falling back to the eager step]: the capture ends first, so that the reducer's joins and every later
@@ -297,6 +418,7 @@ Tensor CapturedStep::replay(Graph& graph, const Batch& batch) {
     }
     optimizer_.prepare_replay();  // Note [Host state of a captured step]
     graph.graph.replay(feeds);    // Note [Feeding a replay] in device_graph.h
+    if (across_processes()) group_->watch_replay("captured training step");  // Note [Capturing across processes]
   }
   optimizer_.finish_replay();
   captured_ = true;

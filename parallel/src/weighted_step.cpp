@@ -73,6 +73,12 @@ void observed_forward_backward(ReplicatedModule& model, const std::vector<Tensor
                                ReplicaThreads threads, const std::vector<Tensor>& weights, const LossObserver& on_loss,
                                const GradientReducer::BucketStarted& bucket_started) {
   model.zero_grad();
+  if (inputs.empty() && model.spans_processes()) {
+    // Note [A process without rows] in distributed.cpp: it runs nothing but takes part in every bucket's collective.
+    model.prepare_for_backward(0);
+    model.reduce_gradients();
+    return;
+  }
   const std::vector<Tensor> seeds = weights.empty() ? loss_weights(labels, global_rows) : weights;
   const auto checked = checked_loss(labels, loss);
   const auto observed = [&checked, &on_loss](size_t i, const Tensor& output) {

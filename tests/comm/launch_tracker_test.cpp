@@ -79,6 +79,18 @@ TEST(LaunchTracker, TheOldestLaunchSeenAndNotCompleteIsPendingWithItsNameAndIssu
   EXPECT_FALSE(device.poll().has_value());
 }
 
+// A launch of no bytes is work that is not one collective (a graph's replay, ProcessGroup::watch_replay): its name
+// carries only its number, in the same sequence as the collectives'.
+TEST(LaunchTracker, ALaunchOfNoBytesIsNamedByItsNumberAlone) {
+  FakeDevice device;
+  device.launch("all_reduce", 16);
+  device.launch("captured training step", 0);
+  device.done = 1;
+  EXPECT_EQ(device.poll()->what, "captured training step #2");
+  device.done = 2;
+  EXPECT_FALSE(device.poll().has_value());
+}
+
 // Launches published between two polls are watched through the newest of them, which completes last.
 TEST(LaunchTracker, LaunchesBetweenTwoPollsAreWatchedThroughTheNewest) {
   FakeDevice device;

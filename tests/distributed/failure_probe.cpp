@@ -4,24 +4,73 @@
 //   stall_cuda: as stall, each process on cuda:<local rank>: rank 0 waits for an NCCL all_reduce that never
 //     completes, until its watchdog aborts the communicator and the job. Without a GPU for every process of this host
 //     it prints "failure_probe: skipped: needs N GPUs ..." and exits 0, which expect_job_failure.sh reports as skipped.
+//   stall_captured_cuda: a CapturedStep over DistributedDataParallel on cuda:<local rank>: rank 1 stops calling step
+//     once its step was captured and replayed, rank 0 keeps stepping: its watchdog ends the job in the processes'
+//     exchange before the next captured step (Note [Capturing across processes] in captured_step.h);
+//   stall_replay_cuda: both ranks capture an all_reduce of the group into a graph; rank 1 stops there, rank 0 replays
+//     it and hands the replay to the watchdog (ProcessGroup::watch_replay), which ends the job when the replay's
+//     collective never finishes. These two run with a 5 s timeout; the _cuda modes skip as stall_cuda does.
 // A rank that gets through prints "rank R finished normally", which the test treats as a failure.
 
 #include <tandem/tandem.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
+
+namespace {
+
+using namespace tandem;
+
+[[noreturn]] void stop_here() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+int stall_captured(const std::shared_ptr<comm::ProcessGroup>& group) {
+  const Device device = group->devices()[0];
+  manual_seed(3);
+  parallel::DistributedDataParallel ddp(trainers::make_mlp(10, 20)->clone(device), group);
+  parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 0.05, .momentum = 0.9});
+  parallel::CapturedStep step(ddp.replicated(), sgd, nn::mse_loss);
+  const Tensor x = Tensor::ones({8, 10}, device);
+  const Tensor y = Tensor::ones({8, 1}, device);
+  for (int s = 0; s < 1000; ++s) {
+    (void)step.step(x, y);
+    if (group->rank() == 1 && step.captured()) stop_here();
+  }
+  group->barrier();
+  std::printf("rank %d finished normally\n", group->rank());
+  return 0;
+}
+
+int stall_replay(const std::shared_ptr<comm::ProcessGroup>& group) {
+  std::vector<Tensor> tensors = {Tensor::ones({4}, group->devices()[0])};
+  group->all_reduce(tensors);  // connects the communicator
+  DeviceGraph graph;
+  graph.begin_capture(group->devices());
+  group->all_reduce(tensors);
+  graph.end_capture();
+  if (group->rank() == 1) stop_here();
+  graph.replay();
+  group->watch_replay("captured training step");
+  stop_here();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tandem;
   const std::string mode = argc == 2 ? argv[1] : "";
-  if (mode != "throw" && mode != "stall" && mode != "stall_cuda") {
-    std::fprintf(stderr, "usage: %s throw|stall|stall_cuda\n", argv[0]);
+  if (mode != "throw" && mode != "stall" && mode != "stall_cuda" && mode != "stall_captured_cuda" &&
+      mode != "stall_replay_cuda") {
+    std::fprintf(stderr, "usage: %s throw|stall|stall_cuda|stall_captured_cuda|stall_replay_cuda\n", argv[0]);
     return 2;
   }
-  const bool on_gpus = mode == "stall_cuda";
+  const bool on_gpus = mode.ends_with("_cuda");
   const comm::LaunchInfo launch = comm::LaunchInfo::from_environment();
   if (on_gpus && cuda_device_count() < launch.local_size) {
     std::printf("failure_probe: skipped: needs %d GPUs (one per process of this host), %d visible\n", launch.local_size,
@@ -29,7 +78,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Device device = on_gpus ? Device::cuda(launch.local_rank) : Device::cpu(0);
-  auto group = comm::ProcessGroup::from_environment({device}, {.timeout = std::chrono::seconds(2)});
+  // The captured probes' steps warm up, capture and instantiate before the stall, with some skew between the ranks:
+  // they get a little more time than a bare collective.
+  const bool captures = mode == "stall_captured_cuda" || mode == "stall_replay_cuda";
+  auto group = comm::ProcessGroup::from_environment({device}, {.timeout = std::chrono::seconds(captures ? 5 : 2)});
+  if (mode == "stall_captured_cuda") return stall_captured(group);
+  if (mode == "stall_replay_cuda") return stall_replay(group);
   if (group->rank() == 1) {
     if (mode == "throw") throw std::runtime_error("failure_probe: rank 1 throws");
     std::this_thread::sleep_for(std::chrono::hours(1));

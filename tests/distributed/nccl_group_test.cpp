@@ -105,6 +105,38 @@ TEST_F(NcclGroup, AllReduceAsyncJoinedByWaitCUDA) {
   for (const Tensor& t : tensors) expect_values(t, expected_sum(world(), 16, group_->size()), {4, 4});
 }
 
+// Note [Collectives inside a graph capture]: collectives issued while the group's streams are captured run nothing at
+// the capture and run at every replay, in their order (a synchronous all_reduce on the compute streams, then a
+// started one on the communication streams), among eager collectives before and after the replays; each replay is
+// handed to the watchdog.
+TEST_F(NcclGroup, CollectivesCapturedInAGraphRunAtEveryReplayCUDA) {
+  std::vector<Tensor> tensors = per_device({3, 5}, sample);
+  group_->all_reduce(tensors, comm::ReduceOp::Sum);  // eager: every tensor holds the sum
+  const std::vector<double> sum = expected_sum(world(), 15);
+  DeviceGraph graph;
+  graph.begin_capture(group_->devices());
+  group_->all_reduce(tensors, comm::ReduceOp::Sum);
+  std::vector<StreamMarker> ready;
+  for (const Device& device : group_->devices()) ready.push_back(StreamMarker::record(device));
+  comm::GroupWork work = group_->all_reduce_async(tensors, ready, comm::ReduceOp::Average);
+  work.wait();
+  graph.end_capture();
+  for (const Tensor& t : tensors) expect_values(t, sum, {3, 5}, 0.0, 0.0);  // nothing ran
+  // Equal tensors everywhere: the Sum multiplies them by world(), the Average by world() / size().
+  const double per_replay = static_cast<double>(world()) * world() / group_->size();
+  double factor = 1.0;
+  for (int replay = 0; replay < 3; ++replay) {
+    graph.replay();
+    group_->watch_replay("captured test step");
+    factor *= per_replay;
+  }
+  group_->all_reduce(tensors, comm::ReduceOp::Sum);  // eager again, after the replays
+  factor *= world();
+  std::vector<double> expected;
+  for (double value : sum) expected.push_back(value * factor);
+  for (const Tensor& t : tensors) expect_values(t, expected, {3, 5}, 0.0, 0.0);
+}
+
 // From the last process, whose first device is global rank (size - 1) * local devices.
 TEST_F(NcclGroup, BroadcastFromLastProcessCUDA) {
   const int root = group_->size() - 1;

@@ -150,6 +150,22 @@ TEST_P(DistributedGroup, BarrierWaitsForTheLastProcess) {
   if (group_->size() > 1) EXPECT_GE(waited, std::chrono::milliseconds(250));
 }
 
+// Every process's value in rank order, with all 64 bits (a digest may use the top ones).
+TEST_P(DistributedGroup, ExchangeGivesEveryProcessEachProcesssValueInRankOrder) {
+  const auto value_of = [](int rank) { return (uint64_t{1} << 63) | (uint64_t{0x1234} * static_cast<uint64_t>(rank)); };
+  const std::vector<uint64_t> values = group_->exchange(value_of(group_->rank()), "the test's exchange");
+  ASSERT_EQ(values.size(), static_cast<size_t>(group_->size()));
+  for (int rank = 0; rank < group_->size(); ++rank) EXPECT_EQ(values[static_cast<size_t>(rank)], value_of(rank));
+}
+
+// A group on CPU devices has no device work to hand to its watchdog: the call is accepted and changes nothing.
+TEST_P(DistributedGroup, WatchReplayOnCpuDevicesLeavesTheCollectivesAsTheyWere) {
+  group_->watch_replay("captured test step");
+  std::vector<Tensor> tensors = per_device({4}, ramp);
+  group_->all_reduce(tensors, ReduceOp::Sum);
+  for (const Tensor& t : tensors) expect_values(t, sum_of_ramps(world(), 4), {4});
+}
+
 TEST_P(DistributedGroup, ArgumentsAreCheckedBeforeAnythingIsSent) {
   std::vector<Tensor> good = per_device({4, 2}, ramp);
   std::vector<Tensor> too_few(good.begin(), good.end() - 1);

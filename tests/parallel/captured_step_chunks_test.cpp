@@ -103,6 +103,54 @@ TEST(CapturedStepChunks, RejectsChunksThatAreNotTheScatterCut) {
   expect_parameters_close(*setup.net, *untouched.net, 0.0, 0.0);
 }
 
+// step_shard: a process's chunks of a global batch (any cut, here 3 and 1 rows), each loss weighted by its rows over
+// the global batch's (8: as if other processes held 4 more): the eager step with those weights, exactly.
+std::vector<float> run_shards(Replicas& setup, parallel::CapturedStep* captured, int steps) {
+  const std::vector<Device>& devices = setup.model->devices();
+  std::vector<float> losses;
+  for (int step = 0; step < steps; ++step) {
+    const auto [features, targets] = batch_of(step, 4);
+    const std::vector<Tensor> x = comm::scatter(features, devices, {3, 1});
+    const std::vector<Tensor> y = comm::scatter(targets, devices, {3, 1});
+    const Tensor loss = captured != nullptr
+                            ? captured->step_shard(x, y, 8)
+                            : parallel::placed_data_parallel_step(*setup.model, *setup.optimizer, x, y, 8);
+    losses.push_back(loss.item<float>());
+  }
+  return losses;
+}
+
+TEST(CapturedStepShards, WeighByTheGlobalRowsAndTakeAnyCutOnCpuDevices) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Replicas sharded(devices);
+  Replicas eager(devices);
+  parallel::CapturedStep step(*sharded.model, *sharded.optimizer, nn::mse_loss);
+  EXPECT_EQ(run_shards(sharded, &step, 4), run_shards(eager, nullptr, 4));
+  expect_parameters_close(*sharded.net, *eager.net, 0.0, 0.0);
+  EXPECT_EQ(step.fallback_reason(), "capture needs CUDA devices, but the model runs on cpu:0");
+}
+
+TEST(CapturedStepShards, RejectsBadShards) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Replicas setup(devices);
+  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  const auto [features, targets] = batch_of(0, 4);
+  const std::vector<Tensor> x = comm::scatter(features, devices, {3, 1});
+  const std::vector<Tensor> y = comm::scatter(targets, devices, {3, 1});
+  EXPECT_ERROR(step.step_shard(x, y, 3),
+               "parallel::CapturedStep::step_shard: global_rows is 3 but this process alone has 4 rows");
+  EXPECT_ERROR(step.step_shard({}, {}, 4), "got no chunks, but a model that is not reduced across processes");
+  EXPECT_ERROR(step.step_shard(x, {y[0]}, 4), "got 2 chunks of features and 1 of targets");
+  EXPECT_ERROR(step.step_shard({x[1].to(Device::cpu(0)), x[0].to(Device::cpu(1))}, y, 4),
+               "parallel::CapturedStep::step_shard: features of shape [1, 4] and targets of shape [3, 2]");
+  EXPECT_ERROR(step.step_shard({x[0], x[1].to(Device::cpu(0))}, y, 4),
+               "parallel::CapturedStep::step_shard: features chunk 1 is on cpu:0 but expected the model's device cpu:1");
+  EXPECT_ERROR(step.step_shard(x, y, 4, Tensor::zeros({2}, Device::cpu(0))),
+               "parallel::CapturedStep::step_shard: loss_out is of shape [2]");
+  Replicas untouched(devices);
+  expect_parameters_close(*setup.net, *untouched.net, 0.0, 0.0);
+}
+
 // ---- CUDA --------------------------------------------------------------------------------------------------
 
 class CapturedStepChunksOnGpus : public OneAndTwoGpus {};
@@ -135,6 +183,26 @@ TEST_P(CapturedStepChunksOnGpus, KeepGraphsWhenModesAreSwitchedBack) {
   run(setup, &step, 1, 64);
   EXPECT_TRUE(step.captured());
   EXPECT_EQ(step.captures(), 2u);
+}
+
+// A shard's graph: its replays equal the eager step with the same weights (rows over the global batch's).
+TEST_P(CapturedStepChunksOnGpus, ShardsReplayTheEagerStepWithTheGlobalWeights) {
+  Replicas sharded(devices());
+  Replicas eager(devices());
+  parallel::CapturedStep step(*sharded.model, *sharded.optimizer, nn::mse_loss);
+  parallel::CapturedStep eager_step(*eager.model, *eager.optimizer, nn::mse_loss, {.enabled = false});
+  const std::vector<int64_t> cut = devices().size() == 1 ? std::vector<int64_t>{48} : std::vector<int64_t>{40, 8};
+  for (int s = 0; s < 6; ++s) {
+    const auto [features, targets] = batch_of(s, 48);
+    const std::vector<Tensor> x = comm::scatter(features, devices(), cut);
+    const std::vector<Tensor> y = comm::scatter(targets, devices(), cut);
+    const float loss = step.step_shard(x, y, 96).item<float>();
+    EXPECT_EQ(step.captured(), s >= 2) << step.fallback_reason();
+    const float expected = eager_step.step_shard(x, y, 96).item<float>();
+    EXPECT_NEAR(loss, expected, 1e-6 * std::abs(expected) + 1e-7);
+  }
+  expect_parameters_close(*sharded.net, *eager.net, 1e-6, 1e-7);
+  EXPECT_EQ(step.captures(), 1u);
 }
 
 TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(CapturedStepChunksOnGpus);

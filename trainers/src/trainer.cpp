@@ -123,10 +123,13 @@ constexpr int64_t kPredictBatch = 65536;
 // staging (TensorDataLoader), their copies into the graph's static buffers, the learning rates' upload and one
 // launch, with no wait: the loss stays on the device and is read once per epoch (Note [Losses read once per epoch]),
 // an LR schedule's new rates reach the replays without a new capture, and an evaluation between epochs (eval mode
-// switched on and back) keeps the graphs (Note [Host state of a captured step] in captured_step.h). Where nothing can
-// be captured (CPU devices, a group of several processes, capture off: CapturedStep::blocker()) the steps are
-// train_step's, unchanged; where a step's capture fails (Dropout draws its masks on the host) CapturedStep runs it
-// eagerly. FitResult says which happened.
+// switched on and back) keeps the graphs (Note [Host state of a captured step] in captured_step.h). Under a group of
+// several processes each process steps on its shard of the global batch (CapturedStep::step_shard, weighted by the
+// global batch's rows as train_step's DistributedDataParallel step is), and the processes decide together which steps
+// replay (Note [Capturing across processes] in captured_step.h): a last global batch that leaves some process short
+// of a row per device runs eagerly everywhere. Where nothing can be captured (CPU devices, capture off:
+// CapturedStep::blocker()) the steps are train_step's, unchanged; where a step's capture fails (Dropout draws its
+// masks on the host) CapturedStep runs it eagerly. FitResult says which happened.
 std::unique_ptr<parallel::CapturedStep> captured_step_for(parallel::ReplicatedModule& model,
                                                           parallel::ReplicatedOptimizer& optimizer,
                                                           const TrainerOptions& options) {
@@ -311,8 +314,14 @@ Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const 
   const std::vector<Tensor> inputs = batch_part(batch, 0);  // the loader's parts: {features, targets} per device
   const std::vector<Tensor> labels = batch_part(batch, 1);
   // With a slot, a replay copies its loss straight into it.
-  Tensor loss =
-      loss_slot.defined() ? captured_->step_chunks(inputs, labels, loss_slot) : captured_->step_chunks(inputs, labels);
+  Tensor loss;
+  if (distributed_) {
+    loss = loss_slot.defined() ? captured_->step_shard(inputs, labels, batch.global_rows, loss_slot)
+                               : captured_->step_shard(inputs, labels, batch.global_rows);
+  } else {
+    loss = loss_slot.defined() ? captured_->step_chunks(inputs, labels, loss_slot)
+                               : captured_->step_chunks(inputs, labels);
+  }
   if (captured_->captured()) {
     ++modes.captured;
   } else if (captured_->warming_up()) {
@@ -424,9 +433,10 @@ void Trainer::warm_up_devices() const {
 // clock, warm_up_step takes the step of each batch shape (the full batches' and the short last batch's) on a
 // throwaway copy: the master cloned (training modes and precision included), replicated onto the devices, with an
 // optimizer and a CapturedStep of its own, for enough steps to run the eager warm-up, then capture and replay every
-// shape. (Under a group of several processes, whose steps run eagerly through DistributedDataParallel, it takes
-// none.) What it must not change, it does not touch: the model and its replicas, the optimizer and its state, the
-// Trainer's CapturedStep and its graphs, the counters and the loader's shuffle state (batch() before begin_epoch
+// shape. (Under a group of several processes it takes none: a copy's steps would be collectives of their own, and
+// the processes decide their captures together, Note [Capturing across processes] in captured_step.h.) What it must
+// not change, it does not touch: the model and its replicas, the optimizer and its state, the Trainer's CapturedStep
+// and its graphs, the counters and the loader's shuffle state (batch() before begin_epoch
 // reads the unshuffled order and draws nothing); the global generator, which a Dropout forward draws from (and a
 // custom layer may draw from in eval mode too, so in the epoch's end read that follows), is restored by fit after
 // both. So a fit's results are those of a fit without it (TrainerOptions::warm_up), exactly. The Trainer's own

@@ -1,7 +1,8 @@
 // The device collectives of a process group on CUDA devices (device_collectives.h): one NCCL communicator over every
 // GPU of every process. Each call is one NCCL group on the local devices: the synchronous collectives on their compute
 // streams, the started all-reduce on their communication streams (Note [Group collective streams]); every launch is
-// watched by the group's watchdog until it completes (Note [Watching NCCL work]).
+// watched by the group's watchdog until it completes (Note [Watching NCCL work]), except one recorded into a CUDA
+// graph, whose replays are watched instead (Note [Collectives inside a graph capture]).
 
 #include <nccl.h>
 
@@ -70,6 +71,29 @@ bool DeviceEvents::complete() const {
 
 using Tracker = LaunchTracker<DeviceEvents>;
 
+// The id of the stream capture that `streams` are part of, or nullopt when none of them is being captured. Every
+// stream of one launch must be in the same capture or in none: a DeviceGraph forks all of a device set's streams into
+// one capture (Note [Captured graphs] in device_graph.h). Errors: streams in different captures, or some captured.
+std::optional<unsigned long long> capture_of(const std::vector<cudaStream_t>& streams) {
+  std::optional<unsigned long long> first;
+  for (size_t r = 0; r < streams.size(); ++r) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    TANDEM_CUDA_CHECK(cudaStreamGetCaptureInfo(streams[r], &status, &id));
+    const std::optional<unsigned long long> mine =
+        status == cudaStreamCaptureStatusNone ? std::nullopt : std::optional<unsigned long long>(id);
+    if (r == 0) first = mine;
+    const auto state = [](const std::optional<unsigned long long>& capture) {
+      return capture ? tandem::detail::concat("in capture ", *capture) : std::string("not being captured");
+    };
+    TANDEM_CHECK(mine == first, "comm::ProcessGroup: the stream of local rank ", r, " is ", state(mine),
+                 " but local rank 0's is ", state(first),
+                 "; expected every local device's stream in one capture (a DeviceGraph over all of the group's "
+                 "devices) or none");
+  }
+  return first;
+}
+
 // Note [Watching NCCL work]: a collective issued on the GPUs returns at once, and its kernels then wait on the device
 // for their peers, forever if a peer never comes (Note [A distributed job never hangs]). So after each launch an event
 // is recorded behind it on every local stream it ran on, and the launch is published to the group's tracker (Note
@@ -80,6 +104,28 @@ using Tracker = LaunchTracker<DeviceEvents>;
 // no string, no lock shared with the watchdog. The watch shares the communicators' state with the collectives object:
 // a poll after the communicators were destroyed or aborted finds them gone and reports nothing instead of touching
 // released handles.
+//
+// Note [Collectives inside a graph capture]: a collective issued while its streams are being captured into a CUDA
+// graph (parallel::CapturedStep, Note [Captured graphs] in device_graph.h) runs nothing now: NCCL records its kernels
+// into the graph (the communicator exists since the group's creation, and the eager steps before any capture have
+// connected it), and they run at each replay of the graph. An event recorded behind it belongs to the capture: the
+// host cannot query it (cudaEventQuery fails on it), and it never completes as such. So such a launch is neither
+// published to the tracker nor given the tracker's events: it records events of its own (capture_events_), which
+// order the captured launches among themselves exactly as the tracker's events order eager ones (Note [Group
+// collective streams]) and become edges of the graph. The first captured launch of a capture waits for no earlier
+// launch (an event recorded outside the capture cannot be waited for inside it), and needs not: the graph starts
+// after the work issued before its replay on the devices' compute streams, where every eager launch before it runs or
+// has been joined (a started all-reduce is joined before its step ends, GradientReducer::finish). And an eager launch
+// after a replay is ordered after it by the same streams. The watchdog still bounds the captured collectives: whoever
+// replays the graph calls ProcessGroup::watch_replay right after the launch, which publishes one launch of events
+// recorded behind the replay on the compute streams (watch_issued), in the same sequence as the collectives, so a
+// replay whose collectives never finish (a peer stopped or died) ends the job like a stuck collective. The launch
+// is marked as issuing while NCCL's host calls run (Note [Watching NCCL's host calls]), so a capture that hangs in
+// NCCL on the host is bounded too. NCCL's rules for graphs (its "Using NCCL with CUDA Graphs"): whether a collective
+// is captured must be the same on every rank, and a graph's replay is collective with the graphs of the ranks that
+// captured with it; parallel::CapturedStep makes that decision with every process (Note [Capturing across
+// processes] in captured_step.h). Graphs must be destroyed before the communicators (Note [Process group
+// communicators are destroyed]).
 //
 // Note [Watching NCCL's host calls]: NCCL may also wait on the HOST inside a launch: the first collective of a
 // communicator connects to its peers there (NCCL connects lazily), and waits for peers that never come. The launch
@@ -301,6 +347,22 @@ class NcclCollectives final : public DeviceCollectives {
     for (int device : communicators_->devices) cuda::synchronize(device);
   }
 
+  // Note [Collectives inside a graph capture]: a replay is published like a collective on the compute streams, so
+  // the next launch on other streams waits for it (Note [Group collective streams]).
+  void watch_issued(const char* name) override {
+    cuda::CollectiveLaunchLock lock;
+    TANDEM_CHECK(
+        !capture_of(compute_streams_), "comm::ProcessGroup::watch_replay: the compute streams of this ",
+        "process's GPUs are being captured, but expected the call after a graph's launch, outside any capture");
+    Tracker& tracker = communicators_->tracker;
+    const DeviceEvents& events = tracker.next().markers;
+    for (size_t r = 0; r < compute_streams_.size(); ++r) {
+      TANDEM_CUDA_CHECK(cudaEventRecord(events[r], compute_streams_[r]));
+    }
+    previous_ = &tracker.publish(name, 0);
+    previous_streams_ = &compute_streams_;
+  }
+
   void abort() noexcept override;
 
  private:
@@ -326,12 +388,17 @@ class NcclCollectives final : public DeviceCollectives {
   // One collective on `streams` (one per local rank), with issue(local rank, communicator, stream) for each local
   // rank inside one NCCL group: each stream first waits for ready[rank] when given, and for the previous launch when
   // it ran on other streams (Note [Group collective streams]); then the launch's events are recorded behind it and
-  // it is published to the watchdog (Note [Watching NCCL work]). Everything happens under the collective launch lock,
-  // which also serializes the tracker's launching side. Nothing here allocates device memory.
+  // it is published to the watchdog (Note [Watching NCCL work]); streams being captured take launch_captured's way
+  // instead (Note [Collectives inside a graph capture]). Everything happens under the collective launch lock, which
+  // also serializes the tracker's launching side. Nothing here allocates device memory.
   template <typename Issue>
   void launch(const char* name, size_t count, const std::vector<cudaStream_t>& streams,
               const std::vector<StreamMarker>* ready, Issue&& issue) {
     cuda::CollectiveLaunchLock lock;
+    if (const std::optional<unsigned long long> capture = capture_of(streams)) {
+      launch_captured(lock, *capture, name, count, streams, ready, issue);
+      return;
+    }
     Tracker& tracker = communicators_->tracker;
     const DeviceEvents& events = tracker.next().markers;  // may create events (no device memory)
     for (size_t r = 0; r < streams.size(); ++r) {
@@ -340,14 +407,38 @@ class NcclCollectives final : public DeviceCollectives {
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], previous_->markers[r], 0));
       }
     }
-    {
-      Issuing issuing(*communicators_, name, tracker.published() + 1, count * sizeof(float));
-      collective_.launch_one(lock, streams,
-                             [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
-    }
+    issue_all(lock, name, count, streams, issue);
     for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(events[r], streams[r]));
     previous_ = &tracker.publish(name, count * sizeof(float));
     previous_streams_ = &streams;
+  }
+
+  // launch() for streams in the capture `capture` (Note [Collectives inside a graph capture]): the same waits and
+  // NCCL calls, ordered after the previous launch of the same capture by capture_events_, and not published.
+  template <typename Issue>
+  void launch_captured(const cuda::CollectiveLaunchLock& lock, unsigned long long capture, const char* name,
+                       size_t count, const std::vector<cudaStream_t>& streams, const std::vector<StreamMarker>* ready,
+                       Issue& issue) {
+    const bool follow = captured_previous_streams_ != nullptr && captured_previous_capture_ == capture &&
+                        captured_previous_streams_ != &streams;
+    for (size_t r = 0; r < streams.size(); ++r) {
+      if (ready != nullptr) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], cuda::marker_event((*ready)[r]), 0));
+      if (follow) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[r], capture_events_[r], 0));
+    }
+    issue_all(lock, name, count, streams, issue);
+    for (size_t r = 0; r < streams.size(); ++r) TANDEM_CUDA_CHECK(cudaEventRecord(capture_events_[r], streams[r]));
+    captured_previous_capture_ = capture;
+    captured_previous_streams_ = &streams;
+  }
+
+  // The NCCL calls of one launch, issue(local rank, communicator, stream) for each local rank, marked as issuing
+  // while they run (Note [Watching NCCL's host calls]) as the group's next launch.
+  template <typename Issue>
+  void issue_all(const cuda::CollectiveLaunchLock& lock, const char* name, size_t count,
+                 const std::vector<cudaStream_t>& streams, Issue& issue) {
+    Issuing issuing(*communicators_, name, communicators_->tracker.published() + 1, count * sizeof(float));
+    collective_.launch_one(lock, streams,
+                           [&](int rank, size_t, ncclComm_t comm, cudaStream_t stream) { issue(rank, comm, stream); });
   }
 
   ncclRedOp_t nccl_op(ReduceOp op, int rank) const {
@@ -364,6 +455,11 @@ class NcclCollectives final : public DeviceCollectives {
   // record until the next launch records them again, after its waits.
   const Tracker::Launch* previous_ = nullptr;
   const std::vector<cudaStream_t>* previous_streams_ = nullptr;
+  // The same for the launches recorded into graph captures (Note [Collectives inside a graph capture]): the events
+  // recorded behind the last one, the capture it was part of and its streams (null before the first).
+  DeviceEvents capture_events_{communicators_->devices};
+  unsigned long long captured_previous_capture_ = 0;
+  const std::vector<cudaStream_t>* captured_previous_streams_ = nullptr;
   uint64_t watch_id_ = 0;
 };
 

@@ -36,6 +36,11 @@ class DeviceCollectives {
   virtual void reduce_scatter(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, ReduceOp op) = 0;
   // Returns once the work issued on the local devices before it is complete (host wait, bounded by the watchdog).
   virtual void synchronize() = 0;
+  // Hands the work issued so far on the local devices' compute streams to the watchdog as one launch named `name` (a
+  // string literal), in the order of the collectives, with their deadline: for work that runs collectives of the
+  // group without issuing them here, a replay of a graph that captured them (ProcessGroup::watch_replay). Nothing to
+  // do for the host collectives, whose work is done when their calls return. Errors: a compute stream being captured.
+  virtual void watch_issued(const char* name) { (void)name; }
   // For the group's watchdog failure (Note [A distributed job never hangs]): ends the device work in flight so that
   // the process can exit (NCCL: ncclCommAbort on every local communicator). Safe to call from any thread, also while
   // another thread is inside a call of this object, and more than once; waits a bounded time. No call other than the

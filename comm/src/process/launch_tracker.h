@@ -57,8 +57,9 @@ class LaunchTracker {
     if (spare_ == nullptr) spare_ = take();
     return *spare_;
   }
-  // Publishes next() as launch number published() + 1, issued now, named "<name> #<number> of <bytes> bytes".
-  // `name` must be a string literal (it is read on the watchdog's thread).
+  // Publishes next() as launch number published() + 1, issued now, named "<name> #<number> of <bytes> bytes" (or
+  // "<name> #<number>" for bytes 0: work that is not one collective, such as a graph's replay). `name` must be a
+  // string literal (it is read on the watchdog's thread).
   const Launch& publish(const char* name, uint64_t bytes) {
     Launch* const launch = &next();
     launch->issued = Watchdog::Clock::now();
@@ -83,8 +84,9 @@ class LaunchTracker {
     }
     if (watched_.empty()) return std::nullopt;
     const Launch& oldest = *watched_.front();
-    return Watchdog::Pending{oldest.issued, std::string(oldest.name) + " #" + std::to_string(oldest.number) + " of " +
-                                                std::to_string(oldest.bytes) + " bytes"};
+    std::string what = std::string(oldest.name) + " #" + std::to_string(oldest.number);
+    if (oldest.bytes > 0) what += " of " + std::to_string(oldest.bytes) + " bytes";
+    return Watchdog::Pending{oldest.issued, std::move(what)};
   }
 
  private:

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "process_group_impl.h"
 #include "tandem/core/error.h"
@@ -232,6 +234,19 @@ void ProcessGroup::barrier() {
   detail::Armed armed(impl_->watchdog(), "barrier");
   impl_->channel().barrier();
 }
+
+std::vector<uint64_t> ProcessGroup::exchange(uint64_t value, std::string_view what) {
+  std::vector<std::byte> gathered;
+  {
+    detail::Armed armed(impl_->watchdog(), std::string(what));
+    gathered = impl_->channel().all_gather(std::as_bytes(std::span(&value, 1)));
+  }
+  std::vector<uint64_t> values(gathered.size() / sizeof(uint64_t));
+  std::memcpy(values.data(), gathered.data(), values.size() * sizeof(uint64_t));
+  return values;
+}
+
+void ProcessGroup::watch_replay(const char* name) { impl_->collectives().watch_issued(name); }
 
 void ProcessGroup::abort(std::string_view why) {
   impl_->abort("comm: rank " + std::to_string(rank()) + ": " + std::string(why));

@@ -24,6 +24,12 @@
 // functions: asynchronous to the host on CUDA, ordered after the work already issued on the devices' compute
 // streams, usable on those streams at once.
 //
+// CUDA graphs: a collective issued while its streams are being captured (DeviceGraph) is recorded into the graph and
+// runs at its replays; the communicator must exist before the capture (it does: the group creates it), every rank
+// must capture, and later replay, the same collectives in the same order, and the graphs must be destroyed before the
+// group. The watchdog cannot watch a recorded collective; the replays are watched instead (watch_replay). NCCL
+// advises one GPU per process for graphs with collectives (parallel::CapturedStep: Note [Capturing across processes]).
+//
 // Failure handling (Note [A distributed job never hangs] in comm/src/process/watchdog.h): every collective and
 // barrier has a deadline (options.timeout); a watchdog ends the whole job with a message naming the rank and the
 // collective when one does not finish in time, or when NCCL reports an asynchronous error. abort() ends every
@@ -126,6 +132,23 @@ class ProcessGroup {
   std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum);
   // Returns once every process has called it (and the work issued on this process's devices before it is done).
   void barrier();
+
+  // Every process's `value`, in rank order, exchanged on the host through the group's channel (MPI or the rendezvous
+  // files; no device work, no wait for the devices): for decisions that every process must take alike from facts
+  // that each knows alone (parallel::CapturedStep: whether a step is replayed, captured or run eagerly, Note
+  // [Capturing across processes] in captured_step.h). Collective, bounded by options.timeout like a barrier: when a
+  // process does not take part in time, the job ends with "<what> did not finish within ...".
+  std::vector<uint64_t> exchange(uint64_t value, std::string_view what);
+  // Hands the device work issued so far on this process's devices' compute streams to the group's watchdog as one
+  // launch named `name`, in the sequence of the group's collectives and with their deadline (options.timeout): for
+  // work that runs collectives of this group without issuing them through it, a replay of a CUDA graph that captured
+  // them (parallel::CapturedStep calls it right after each replay's launch). A collective issued while its streams
+  // are being captured is recorded into the graph and watched only through such calls (Note [Collectives inside a
+  // graph capture] in comm/src/cuda/group_collectives.cpp). When the work does not finish in time (a peer stopped
+  // replaying, or died), the job ends with "comm: rank R: <name> #<n> did not finish within T ms". `name` must be a
+  // string literal (the watchdog's thread reads it later). Nothing to do on CPU devices, whose collectives are done
+  // when they return. Errors: this process's compute streams being captured now.
+  void watch_replay(const char* name);
 
   // Ends every process of the job now, with `why` on stderr naming this rank; exit status 1. Never returns.
   [[noreturn]] void abort(std::string_view why);

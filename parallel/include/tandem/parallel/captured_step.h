@@ -51,17 +51,47 @@
 //
 // Note [Falling back to the eager step]: where capture is impossible, step() runs trainers::train_step's eager step
 // (parallel::data_parallel_step) instead, and fallback_reason() says why: options.enabled false; CPU devices
-// ("capture needs CUDA devices"); a batch with fewer rows than devices; a model whose gradients are reduced across
-// processes ("capture across processes is not supported yet": DistributedDataParallel's process group tracks each
-// collective it launches with events on the host); an optimizer that cannot split its step; max_graphs graphs held
-// already; and a step that does host work capture cannot record (host random draws such as Dropout's masks, copies
-// to the host such as label checks): CUDA invalidates the capture and the failing call throws. The capture is then
-// ended cleanly (DeviceGraph::abort_capture), the reducer's step abandoned and the generator restored, so the failed
-// attempt changes no state (nothing it recorded ran), the step runs eagerly, and the reason (with the error's text)
-// is kept: every later step of that shape runs eagerly at once.
+// ("capture needs CUDA devices"); a batch with fewer rows than devices; an optimizer that cannot split its step;
+// max_graphs graphs held already; across processes, another process that cannot capture the step or whose capture
+// failed (Note [Capturing across processes]); and a step that does host work capture cannot record (host random
+// draws such as Dropout's masks, copies to the host such as label checks): CUDA invalidates the capture and the
+// failing call throws. The capture is then ended cleanly (DeviceGraph::abort_capture), the reducer's step abandoned
+// and the generator restored, so the failed attempt changes no state (nothing it recorded ran), the step runs
+// eagerly, and the reason (with the error's text) is kept: every later step of that shape runs eagerly at once.
+//
+// Note [Capturing across processes]: with a DistributedDataParallel's model whose group spans several processes on
+// GPUs, every process captures and replays its own graph, whose bucket all-reduces are the group's NCCL collectives
+// recorded into it (Note [Collectives inside a graph capture] in comm/src/cuda/group_collectives.cpp; the eager
+// warm-up steps have created and connected the communicator, and made every buffer). NCCL's rules for graphs decide
+// the rest: whether a collective is captured must be the same on every rank, and a graph's replay is collective with
+// the graphs that the other ranks captured at the same time. A process alone cannot know that the others will take the
+// same path, since each decides from its own batch (a short or empty shard of the last global batch), its own graphs
+// and its own capture's outcome. So after the warm-up, every step starts with one host exchange through the group
+// (ProcessGroup::exchange: a few bytes, no device work): each process sends whether it can capture this step (it has
+// a row for every device), a digest of its batch's key (shapes, dtypes, each chunk's rows, the loss weights'
+// denominator) and whether its graphs were invalidated (Note [Host state of a captured step]). If any process cannot
+// capture, every process runs the step eagerly; otherwise every process picks the graph of the combination of all
+// the digests, so graphs are only ever replayed with the graphs that were captured with them, and drops its graphs
+// when any process's were invalidated. A combination seen for the first time is captured by every process in the same
+// step, and a second exchange tells whether every capture succeeded: if one failed, every process drops its new graph
+// and runs the step eagerly, and remembers the failure for that combination. Eager steps issue the same collectives
+// in the same order as the captured ones, so a step is always matched. A step's host cost grows by the exchange:
+// microseconds under MPI, the rendezvous files' polling under torchrun-style launches. Each replay is handed to the
+// group's watchdog (ProcessGroup::watch_replay, named "captured training step"), so that a replay whose collectives
+// never finish, because another process stopped or died, ends the job like a stuck collective; a process that stops
+// calling step() leaves the others waiting in the exchange, which the watchdog bounds too. Optimizer steps in backward
+// stay off across processes (ReplicatedModule::sums_on_comm_streams): the group sums on streams of its own, so a
+// bucket's update would need an event per bucket to follow its sum.
+//
+// Note [Graphs before communicators]: NCCL requires the graphs that captured a communicator's collectives to be
+// destroyed before the communicator (Note [Process group communicators are destroyed]). The group is held by the
+// model's reducer (its collective's functions and GradientCollective::group), which outlives this CapturedStep by its
+// contract, and by group_ here, declared before graphs_: so the graphs go first even where the model's owner is
+// destroyed before this object.
 //
 // Requirements: model and optimizer outlive the CapturedStep. Not thread-safe; no other thread may use the devices
-// while a step is captured.
+// while a step is captured. Across processes, every process makes its CapturedStep with the same options and calls
+// it at the same steps (as every collective requires).
 
 #include <cstddef>
 #include <cstdint>
@@ -71,6 +101,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/comm/process_group.h"
 #include "tandem/core/device_graph.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/shape.h"
@@ -114,14 +145,25 @@ class CapturedStep {
   // undefined, not of one float32 element or not on devices[0] (checked before the step); those of the step.
   Tensor step(const Tensor& features, const Tensor& targets, const Tensor& loss_out);
   Tensor step_chunks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, const Tensor& loss_out);
+  // The step of one process on its shard of a global batch of `global_rows` rows (trainers::DistributedSampler, Note
+  // [Sharding per global batch] in distributed_sampler.h): as step_chunks, but each chunk's loss is weighted by its
+  // share of the global batch (rows_i / global_rows), the chunks may have any rows (at least one each, on a prefix
+  // of the devices), and there may be none when the model's gradients are reduced across processes (this process
+  // has no rows in this batch and takes part in the reduction eagerly). With a DistributedDataParallel summing over
+  // the processes (DistributedOptions::reduction Sum), the gradient of the global batch's mean loss, as
+  // trainers::train_step's; returns this process's part of that loss. Errors: global_rows below the chunks' rows;
+  // no chunks in one process; those of step_chunks other than torch.chunk's cut.
+  Tensor step_shard(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows);
+  Tensor step_shard(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows,
+                    const Tensor& loss_out);
 
   bool captured() const { return captured_; }  // whether the last step() replayed a graph
   // Why the last step() ran eagerly; "" when it replayed.
   const std::string& fallback_reason() const { return fallback_reason_; }
   // Whether the last step() was one of the eager warm-up steps (Note [Capturing a step]).
   bool warming_up() const { return warming_up_; }
-  // Why no step can be captured, whatever its batch ("" when steps may be): options.enabled false, CPU devices, a
-  // model reduced across processes, an optimizer that cannot split its step (Note [Falling back to the eager step]).
+  // Why no step can be captured, whatever its batch ("" when steps may be): options.enabled false, CPU devices, an
+  // optimizer that cannot split its step (Note [Falling back to the eager step]).
   std::string blocker() const;
   size_t graphs() const { return graphs_.size(); }  // graphs held (one per distinct batch shape)
   size_t captures() const { return captures_; }     // graphs captured so far, those captured again included
@@ -143,7 +185,10 @@ class CapturedStep {
   };
   struct Key {
     Shape features, targets;
-    DType features_dtype, targets_dtype;
+    DType features_dtype = DType::Float32, targets_dtype = DType::Float32;
+    std::vector<int64_t> chunk_rows;  // step_shard's: each chunk's rows; empty for torch.chunk's cut of the rows
+    int64_t global_rows = 0;          // the loss weights' denominator (the batch's rows but in step_shard)
+    std::vector<uint64_t> processes;  // across processes: every process's digest (Note [Capturing across processes])
     auto operator<=>(const Key&) const = default;
   };
   // One batch as step() got it: whole (the features and targets) or already cut into chunks (inputs, labels).
@@ -153,14 +198,21 @@ class CapturedStep {
     const std::vector<Tensor>* inputs = nullptr;
     const std::vector<Tensor>* labels = nullptr;
     const Tensor* loss_out = nullptr;  // where the loss goes; null: into a new tensor
-    int64_t rows = 0;
+    int64_t rows = 0;                  // this process's
     Key key;
+  };
+  // What the processes agreed for a step (Note [Capturing across processes]).
+  struct Agreement {
+    std::string eager_reason;         // why every process runs the step eagerly; "" when it may be captured
+    bool reset = false;               // some process's graphs were invalidated: every process drops its graphs
+    std::vector<uint64_t> processes;  // every process's digest of its key
   };
 
   Tensor run(const Batch& batch);
   // The batch of step(features, targets) or step_chunks(inputs, labels), checked.
   Batch whole_batch(const Tensor& features, const Tensor& targets) const;
   Batch chunked_batch(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels) const;
+  Batch shard_batch(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows) const;
   // Throws unless loss_out can take a step's loss.
   void check_loss_out(const Tensor& loss_out, const char* caller) const;
   // The step's loss as the caller asked for it: `loss` itself, or copied into batch.loss_out.
@@ -171,8 +223,14 @@ class CapturedStep {
   Tensor replay(Graph& graph, const Batch& batch);
   // Captures the step for this batch's shape; null (and `reason` set) when the capture failed.
   std::unique_ptr<Graph> capture(const Batch& batch, std::string& reason);
-  // blocker(), or why this batch cannot be captured (fewer rows than devices); "" when it can.
-  std::string capture_blocker(const Batch& batch) const;
+  // Why this batch cannot be captured (fewer rows than devices); "" when it can.
+  std::string rows_blocker(const Batch& batch) const;
+  bool across_processes() const { return group_ != nullptr; }
+  // The processes' exchange before a step: this process can capture it unless `blocked`; its graphs were invalidated
+  // when `invalidated`.
+  Agreement agree(const Batch& batch, const std::string& blocked, bool invalidated);
+  // Whether every process's capture of this step succeeded; `reason` becomes why not when another's failed.
+  bool agree_on_capture(bool succeeded, std::string& reason);
   // What the graphs depend on besides their own tensors (Note [Host state of a captured step]): training modes,
   // the optimizer's state generation, and the addresses of every replica's parameters and gradient buffer.
   std::vector<uint64_t> fingerprint() const;
@@ -181,6 +239,8 @@ class CapturedStep {
   ReplicatedOptimizer& optimizer_;
   LossFunction loss_;
   CaptureOptions options_;
+  // The model's process group when it spans several processes; before graphs_ (Note [Graphs before communicators]).
+  std::shared_ptr<comm::ProcessGroup> group_;
   int eager_steps_ = 0;
   std::vector<uint64_t> fingerprint_;  // fingerprint() when the graphs were captured
   std::map<Key, std::unique_ptr<Graph>> graphs_;

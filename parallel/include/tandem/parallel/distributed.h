@@ -19,6 +19,10 @@
 // same order of collectives everywhere; Note [Fixed bucket order] in gradient_reducer.h). So every process calls
 // forward / forward_backward and reduce_gradients the same number of times, in the same order and no_sync() state,
 // also in a step in which it has no rows.
+//
+// On GPUs, parallel::CapturedStep over replicated() captures each process's whole step (its bucket all-reduces
+// included) as one CUDA graph and replays it, the processes deciding together which steps replay (Note [Capturing
+// across processes] in captured_step.h); CapturedStep::step_shard takes a process's share of a global batch.
 
 #include <cstddef>
 #include <functional>

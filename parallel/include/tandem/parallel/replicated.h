@@ -137,6 +137,9 @@ class ReplicatedModule {
   const GradientLayout& gradient_layout() const { return reducer_->layout(); }
   // Whether the gradients are reduced across processes (the module of a DistributedDataParallel).
   bool spans_processes() const { return reducer_->collective().spans_processes; }
+  // The process group the gradients are reduced over (GradientCollective::group): DistributedDataParallel's when its
+  // group has several processes; null otherwise.
+  const std::shared_ptr<comm::ProcessGroup>& group() const { return reducer_->collective().group; }
   // Whether work issued on a device's communication stream right after a bucket's sum has started runs after that
   // sum (Note [Optimizer steps in backward] in steps_in_backward.h): with the in-process collective on CUDA devices,
   // which sums there (comm::all_reduce_async), and on CPU devices, where a sum is done when it returns; not across

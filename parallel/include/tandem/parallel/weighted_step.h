@@ -33,6 +33,8 @@ void check_batch_rows(const Tensor& features, const Tensor& targets, const char*
 // `weights`: loss_weights(labels, global_rows) made beforehand (a captured step keeps them static), or empty to make
 // them here.
 // `bucket_started`: forward_backward's callback for each bucket whose sum starts during backward.
+// No inputs is allowed for a model whose gradients are reduced across processes (a process without rows in this
+// batch): it takes part in the reduction with zero gradients, as DistributedDataParallel::forward_backward does.
 std::vector<Tensor> weighted_forward_backward(ReplicatedModule& model, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& labels, int64_t global_rows,
                                               const LossFunction& loss,
