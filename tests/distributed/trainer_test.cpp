@@ -39,10 +39,13 @@ TrainerOptions options_for(int64_t epochs) {
   return options;
 }
 
-// The seed net trained on `devices` of this process alone, or (with a group) as one process of the group.
-Trainer seed_net_trainer(std::vector<Device> devices, std::shared_ptr<ProcessGroup> group, int64_t epochs) {
+// The seed net trained on `devices` of this process alone, or (with a group) as one process of the group; on GPUs
+// its steps are replayed from CUDA graphs unless `capture` is false.
+Trainer seed_net_trainer(std::vector<Device> devices, std::shared_ptr<ProcessGroup> group, int64_t epochs,
+                         bool capture = true) {
   manual_seed(0);
   TrainerOptions options = options_for(epochs);
+  options.capture = capture;
   if (group) {
     options.group = std::move(group);
   } else {
@@ -86,6 +89,8 @@ TEST_P(DistributedTrainer, EqualsOneProcessOnEveryDeviceOfTheGroup) {
   expect_relatively_close(result.train.mse, expected.train.mse, 1e-5, "train mse");
   EXPECT_EQ(result.steps, expected.steps);
   expect_same_parameters(distributed, single, 1e-4, 1e-5);
+  // On GPUs every process replays its steps (Note [Capturing across processes] in captured_step.h).
+  if (GetParam() == testing::GroupDevices::CUDA) EXPECT_GT(result.captured_steps, 0) << result.eager_reason;
 }
 
 TEST_P(DistributedTrainer, EveryProcessReportsTheSameGlobalLossesAndMetrics) {
@@ -117,18 +122,20 @@ TEST_P(DistributedTrainer, EveryProcessReportsTheSameGlobalLossesAndMetrics) {
   }
 }
 
+// Eager steps: a resumed fit takes the capture's eager warm-up steps again where the uninterrupted one replays, and
+// captured steps equal eager ones to float rounding, not bit for bit.
 TEST_P(DistributedTrainer, ResumingFromRankZerosCheckpointContinuesExactly) {
   const std::string path = shared_temp_path(*group_, "resume_" + testing::name_of(GetParam()) + ".safetensors");
-  Trainer uninterrupted = seed_net_trainer({}, group_, kEpochs);
+  Trainer uninterrupted = seed_net_trainer({}, group_, kEpochs, /*capture=*/false);
   uninterrupted.fit(diabetes().train, diabetes().test);
 
   {
-    Trainer first = seed_net_trainer({}, group_, 2);
+    Trainer first = seed_net_trainer({}, group_, 2, /*capture=*/false);
     first.add_callback(std::make_shared<CheckpointSaver>(path));
     first.fit(diabetes().train, diabetes().test);
   }
   group_->barrier();  // rank 0 has written the checkpoint
-  Trainer resumed = seed_net_trainer({}, group_, kEpochs);
+  Trainer resumed = seed_net_trainer({}, group_, kEpochs, /*capture=*/false);
   resumed.load_checkpoint(path);  // every rank reads it
   EXPECT_EQ(resumed.epoch(), 2);
   resumed.fit(diabetes().train, diabetes().test);
