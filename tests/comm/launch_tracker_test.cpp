@@ -132,11 +132,15 @@ TEST(LaunchTracker, TheTwoSidesOnTwoThreadsNeverShareALaunchBeingFilled) {
   FakeDevice device;
   constexpr uint64_t kLaunches = 200000;
   std::atomic<bool> finished{false};
+  std::atomic<bool> seen{false};  // the watchdog's side has seen a pending launch
   std::thread launcher([&] {
     for (uint64_t i = 0; i < kLaunches; ++i) {
       device.launch("all_reduce", 4);
       if (i % 3 == 0) device.done = device.tracker.published() / 2;  // the device trails the host
     }
+    // On a busy machine this thread can launch everything before the other polls once; the last launches stay
+    // pending until the watchdog's side has seen one.
+    while (!seen) std::this_thread::yield();
     device.done = kLaunches;
     finished = true;
   });
@@ -147,6 +151,7 @@ TEST(LaunchTracker, TheTwoSidesOnTwoThreadsNeverShareALaunchBeingFilled) {
       const uint64_t number = std::stoull(pending->what.substr(pending->what.find('#') + 1));
       went_back = went_back || number < last_seen;
       last_seen = number;
+      seen = true;
     }
   }
   launcher.join();
