@@ -1,16 +1,13 @@
 #include "tandem/core/matmul_settings.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
+
+#include "environment.h"
 
 namespace tandem {
 namespace {
 
-bool environment_is(const char* name, std::string_view value) {
-  const char* set = std::getenv(name);
-  return set != nullptr && std::string_view(set) == value;
-}
+using detail::environment_is;
 
 // Each setting starts from the environment, read once, when it is first asked for or set.
 std::atomic<bool>& tf32_setting() {

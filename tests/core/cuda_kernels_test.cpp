@@ -3,6 +3,7 @@
 // single-pass and multi-block deterministic reductions, cuBLAS products of transposed views, small products through
 // cuBLASLt, tiny outputs over a long k in one kernel, and peer copies between GPUs.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -117,9 +118,9 @@ TEST(CudaKernelsCUDA, ReductionsOnBothSidesOfTheSinglePassLimit) {
   }
 }
 
-// The seed net's products, each in one kernel: forward with the bias and the input gradient through cuBLASLt (Note
-// [One kernel for small products]), the weight gradient with the bias gradient in a kernel of tandem's own (Note
-// [Tiny products]), written over stale gradients and then added to them, against the CPU.
+// The seed net's products, each in one kernel of tandem's own: forward with the bias and the input gradient over a
+// short k (Note [Short products]), the weight gradient with the bias gradient over the batch (Note [Tiny products]),
+// written over stale gradients and then added to them, against the CPU.
 TEST(CudaKernelsCUDA, SmallLinearProductsEqualTheCpu) {
   TANDEM_REQUIRE_GPUS(1);
   for (const auto& [in, out] : {std::pair<int64_t, int64_t>{10, 20}, {20, 1}, {3, 5}}) {
@@ -182,6 +183,22 @@ void expect_matches(const Tensor& gpu, const ReferenceProduct& expected, double 
   }
 }
 
+// a @ b on the GPU for two layouts of [m, k] x [k, n] against float64 on the CPU: a with rows longer than k (strided)
+// times b as a transposed view, and a as a transposed view times b with columns narrowed out of wider rows; each
+// computed twice, bitwise equal.
+void expect_strided_products_match(int64_t m, int64_t n, int64_t k) {
+  const Pair wide = randn_pair({m, k + 3});
+  const Pair bt = randn_pair({n, k});
+  const Tensor strided_gpu = matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t());
+  expect_matches(strided_gpu, reference_product(wide.cpu.narrow(1, 1, k), bt.cpu.t()));
+  EXPECT_EQ(matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t()).to(kCpu).to_vector(), strided_gpu.to(kCpu).to_vector());
+  const Pair at = randn_pair({k, m});
+  const Pair b = randn_pair({k, n + 5});
+  const Tensor narrowed_gpu = matmul(at.gpu.t(), b.gpu.narrow(1, 2, n));
+  expect_matches(narrowed_gpu, reference_product(at.cpu.t(), b.cpu.narrow(1, 2, n)));
+  EXPECT_EQ(matmul(at.gpu.t(), b.gpu.narrow(1, 2, n)).to(kCpu).to_vector(), narrowed_gpu.to(kCpu).to_vector());
+}
+
 // Products with a tiny output over a long k take one kernel of their own (Note [Tiny products]): plain products of
 // strided and transposed views, and a linear layer's weight gradient with and without its bias gradient (the row
 // sums), written over stale gradients and then added to them, against float64 on the CPU; equal inputs give bitwise
@@ -192,16 +209,7 @@ TEST(CudaKernelsCUDA, TinyOutputProductsOverALongKEqualFloat64) {
     // Square, wide and long-row outputs, up to the 1024 elements that take the tiny path.
     for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {10, 20}, {32, 32}, {3, 40}, {1, 1000}}) {
       SCOPED_TRACE("m = " + std::to_string(m) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k));
-      // a with rows longer than k (strided) times b as a transposed view.
-      const Pair wide = randn_pair({m, k + 3});
-      const Pair bt = randn_pair({n, k});
-      const Tensor strided_gpu = matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t());
-      expect_matches(strided_gpu, reference_product(wide.cpu.narrow(1, 1, k), bt.cpu.t()));
-      EXPECT_EQ(matmul(wide.gpu.narrow(1, 1, k), bt.gpu.t()).to(kCpu).to_vector(), strided_gpu.to(kCpu).to_vector());
-      // a as a transposed view times b with columns narrowed out of wider rows.
-      const Pair at = randn_pair({k, m});
-      const Pair b = randn_pair({k, n + 5});
-      expect_matches(matmul(at.gpu.t(), b.gpu.narrow(1, 2, n)), reference_product(at.cpu.t(), b.cpu.narrow(1, 2, n)));
+      expect_strided_products_match(m, n, k);
 
       // The weight gradient g^T x of Linear(n, m) over a batch of k, with the bias gradient and without.
       for (const bool with_bias : {true, false}) {
@@ -224,6 +232,55 @@ TEST(CudaKernelsCUDA, TinyOutputProductsOverALongKEqualFloat64) {
           expect_matches(w.grad(), weight_grad, pass);
           if (with_bias) expect_matches(bias.grad().reshape({m, 1}), bias_grad, pass);
         }
+      }
+    }
+  }
+}
+
+// x w^T + b for CPU tensors, in float64 (ReLU applied with `relu`), with each element's scale as reference_product.
+ReferenceProduct reference_linear(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  const int64_t n = w.size(0);
+  ReferenceProduct product =
+      reference_product(cat({x, Tensor::ones({x.size(0), 1}, kCpu)}, 1), cat({w.t(), b.reshape({1, n})}, 0));
+  if (relu)
+    for (double& v : product.value) v = std::max(v, 0.0);
+  return product;
+}
+
+// Products over a short k take one kernel of their own (Note [Short products]): plain products of strided and
+// transposed views, a linear layer's forward with its bias, with ReLU and in BFloat16, and its input gradient written
+// over a stale gradient and then added to it, against float64 on the CPU; equal inputs give bitwise equal results.
+// k = 33 and an output over 2^20 elements take cuBLASLt and must agree alike.
+TEST(CudaKernelsCUDA, ShortProductsEqualFloat64) {
+  TANDEM_REQUIRE_GPUS(1);
+  for (const int64_t k : {int64_t{1}, int64_t{10}, int64_t{32}, int64_t{33}}) {
+    for (const auto& [m, n] :
+         {std::pair<int64_t, int64_t>{1, 1}, {4096, 20}, {4096, 1}, {7, 300}, {1024, 1024}, {1025, 1024}}) {
+      SCOPED_TRACE("m = " + std::to_string(m) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k));
+      expect_strided_products_match(m, n, k);
+
+      // Linear(k, n) over a batch of m: forward with the bias, with ReLU and in BFloat16 (against the rounded inputs).
+      const Pair x = randn_pair({m, k});
+      const Pair bias = randn_pair({n});
+      Tensor w = Tensor::randn({n, k}, kGpu);
+      const Tensor w_cpu = w.to(kCpu);
+      expect_matches(linear(x.gpu, w, bias.gpu), reference_linear(x.cpu, w_cpu, bias.cpu, false));
+      expect_matches(linear_relu(x.gpu, w, bias.gpu), reference_linear(x.cpu, w_cpu, bias.cpu, true));
+      const auto rounded = [](const Tensor& t) { return t.to(DType::BFloat16).to(DType::Float32); };
+      expect_matches(linear(x.gpu, w, bias.gpu, Precision::BFloat16),
+                     reference_linear(rounded(x.cpu), rounded(w_cpu), bias.cpu, false));
+
+      // The input gradient g w of Linear(n, k) over a batch of m: k is the layer's outputs.
+      Tensor input = randn_pair({m, n}).gpu.set_requires_grad();
+      input.set_grad(Tensor::full(input.shape(), 7.0f, kGpu));
+      input.mark_grad_stale();
+      const Pair w_out = randn_pair({k, n});
+      const Pair g = randn_pair({m, k});
+      const ReferenceProduct input_grad = reference_product(g.cpu, w_out.cpu);
+      for (const double pass : {1.0, 2.0}) {  // over the stale gradient, then added to it
+        SCOPED_TRACE(pass);
+        matmul(input, w_out.gpu.t()).backward(g.gpu);
+        expect_matches(input.grad(), input_grad, pass);
       }
     }
   }

@@ -13,29 +13,8 @@ namespace {
 
 using testing::to_double;
 
-// Sets fused_linear() while alive.
-class FusedLinear {
- public:
-  explicit FusedLinear(bool fused) : previous_(fused_linear()) { set_fused_linear(fused); }
-  ~FusedLinear() { set_fused_linear(previous_); }
-  FusedLinear(const FusedLinear&) = delete;
-  FusedLinear& operator=(const FusedLinear&) = delete;
-
- private:
-  bool previous_;
-};
-
-// Sets allow_tf32() while alive.
-class Tf32 {
- public:
-  explicit Tf32(bool allow) : previous_(allow_tf32()) { set_allow_tf32(allow); }
-  ~Tf32() { set_allow_tf32(previous_); }
-  Tf32(const Tf32&) = delete;
-  Tf32& operator=(const Tf32&) = delete;
-
- private:
-  bool previous_;
-};
+using FusedLinear = testing::ScopedSwitch<fused_linear, set_fused_linear>;
+using Tf32 = testing::ScopedSwitch<allow_tf32, set_allow_tf32>;
 
 // Tolerances relative to an element's scale, the sum of the magnitudes of the terms it adds up.
 constexpr double kFloat32 = 2e-5;  // float32 sums of up to a few hundred terms

@@ -13,16 +13,7 @@ namespace {
 using testing::to_double;
 
 // Sets allow_tf32() while alive.
-class Tf32Switch {
- public:
-  explicit Tf32Switch(bool allow) : previous_(allow_tf32()) { set_allow_tf32(allow); }
-  ~Tf32Switch() { set_allow_tf32(previous_); }
-  Tf32Switch(const Tf32Switch&) = delete;
-  Tf32Switch& operator=(const Tf32Switch&) = delete;
-
- private:
-  bool previous_;
-};
+using Tf32Switch = testing::ScopedSwitch<allow_tf32, set_allow_tf32>;
 
 TEST(Precision, NamesParseAndPrint) {
   for (const Precision precision : {Precision::Float32, Precision::TF32, Precision::BFloat16}) {

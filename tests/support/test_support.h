@@ -94,6 +94,19 @@ std::vector<double> to_double(const Tensor& tensor);
 std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
                                      int64_t k, int64_t n);
 
+// Sets a process-wide switch (a getter and setter pair, as allow_tf32 and set_allow_tf32) for a scope.
+template <bool (*kGet)(), void (*kSet)(bool)>
+class ScopedSwitch {
+ public:
+  explicit ScopedSwitch(bool value) : previous_(kGet()) { kSet(value); }
+  ~ScopedSwitch() { kSet(previous_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace tandem::testing
 
 namespace tandem {

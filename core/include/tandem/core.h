@@ -12,6 +12,7 @@
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/gradcheck.h"
+#include "tandem/core/launch_settings.h"
 #include "tandem/core/matmul_settings.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"

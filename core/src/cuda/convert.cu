@@ -3,31 +3,17 @@
 
 #include "cuda/convert.h"
 
-#include <algorithm>
-
+#include "cuda/launch.cuh"
 #include "cuda/strided_index.cuh"
 #include "element_convert.h"
-#include "tandem/core/cuda/context.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cuda::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover larger inputs
-
-int64_t elements_of(const Strided& s) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
-  return n;
-}
-
-int blocks_for(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks)); }
-
 template <typename To, typename From>
-__global__ void convert_kernel(int64_t n, Strided s, To* dst, const From* src) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__device__ void convert_kernel(int64_t n, Strided s, To* dst, const From* src) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<2>(i, s, offset);
     dst[offset[0]] = detail::convert_element<To>(src[offset[1]]);
@@ -35,10 +21,9 @@ __global__ void convert_kernel(int64_t n, Strided s, To* dst, const From* src) {
 }
 
 template <typename T>
-__global__ void fill_kernel(int64_t n, Strided s, T* out, uint64_t bits) {
+__device__ void fill_kernel(int64_t n, Strided s, T* out, uint64_t bits) {
   const T value = detail::element_from_bits<T>(bits);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<1>(i, s, offset);
     out[offset[0]] = value;
@@ -55,11 +40,10 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, const
     detail::with_element_type(dst_dtype, "cuda::kernels::convert", [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
-      convert_kernel<To, From><<<blocks_for(n), kThreads, 0, stream>>>(n, layout, static_cast<To*>(dst),
-                                                                       static_cast<const From*>(src));
+      launch<convert_kernel<To, From>>(blocks_for(n), kThreads, stream, n, layout, static_cast<To*>(dst),
+                                       static_cast<const From*>(src));
     });
   });
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void fill_bits(void* out, DType dtype, const Strided& layout, uint64_t bits, cudaStream_t stream) {
@@ -67,9 +51,8 @@ void fill_bits(void* out, DType dtype, const Strided& layout, uint64_t bits, cud
   if (n == 0) return;
   detail::with_element_type(dtype, "cuda::kernels::fill_bits", [&](auto element) {
     using T = decltype(element);
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(n, layout, static_cast<T*>(out), bits);
+    launch<fill_kernel<T>>(blocks_for(n), kThreads, stream, n, layout, static_cast<T*>(out), bits);
   });
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tandem::cuda::kernels

@@ -3,23 +3,11 @@
 // is innermost, a thread per output otherwise), and gather / scatter-add along a dimension.
 
 #include "cuda/elementwise.h"
-
-#include <algorithm>
-
-#include "tandem/core/cuda/context.h"
+#include "cuda/launch.cuh"
+#include "cuda/strided_index.cuh"
 
 namespace tandem::cuda::kernels {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover larger inputs
-
-int blocks_for(int64_t work) {
-  return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
-
-__device__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 struct Inputs {
   const float* p[kMaxOperands - 1];
@@ -37,31 +25,18 @@ __device__ float apply(const F& f, const Inputs& in, const int64_t* at) {
 }
 
 template <int kArity, typename F>
-__global__ void contiguous_kernel(int64_t n, float* out, Inputs in, F f) {
+__device__ void contiguous_kernel(int64_t n, float* out, Inputs in, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const int64_t at[3] = {i, i, i};
     out[i] = apply<kArity>(f, in, at);
   }
 }
 
-// Offsets of element i (row-major over s.sizes) in the first `operands` operands.
-__device__ void strided_offsets(int64_t i, const Strided& s, int operands, int64_t* offset) {
-  for (int k = 0; k < operands; ++k) offset[k] = 0;
-#pragma unroll
-  for (int d = kMaxDims - 1; d >= 0; --d) {
-    if (d < s.ndim) {
-      const int64_t coordinate = i % s.sizes[d];
-      i /= s.sizes[d];
-      for (int k = 0; k < operands; ++k) offset[k] += coordinate * s.strides[k][d];
-    }
-  }
-}
-
 template <int kArity, typename F>
-__global__ void strided_kernel(int64_t n, Strided s, float* out, Inputs in, F f) {
+__device__ void strided_kernel(int64_t n, Strided s, float* out, Inputs in, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
-    strided_offsets(i, s, kArity + 1, offset);
+    strided_offsets<kArity + 1>(i, s, offset);
     out[offset[0]] = apply<kArity>(f, in, offset + 1);
   }
 }
@@ -81,11 +56,10 @@ void launch_pointwise(F f, const float* const* inputs, float* out, const Strided
   Inputs in{};
   for (int k = 0; k < kArity; ++k) in.p[k] = inputs[k];
   if (all_contiguous(s, kArity + 1)) {
-    contiguous_kernel<kArity><<<blocks_for(n), kThreads, 0, stream>>>(n, out, in, f);
+    launch<contiguous_kernel<kArity, F>>(blocks_for(n), kThreads, stream, n, out, in, f);
   } else {
-    strided_kernel<kArity><<<blocks_for(n), kThreads, 0, stream>>>(n, s, out, in, f);
+    launch<strided_kernel<kArity, F>>(blocks_for(n), kThreads, stream, n, s, out, in, f);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 // ---- reductions along one dimension ---------------------------------------------------------------------------
@@ -118,7 +92,7 @@ __device__ float warp_sum(float v) {
 
 // One warp per row of `reduce` contiguous elements (inner == 1).
 template <bool kMax>
-__global__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values, float* indices) {
+__device__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values, float* indices) {
   const int lane = threadIdx.x % 32;
   for (int64_t row = global_thread() / 32; row < rows; row += grid_threads() / 32) {
     const float* p = x + row * reduce;
@@ -139,7 +113,7 @@ __global__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce
 
 // One thread per output of [outer, inner]; neighbouring threads read neighbouring columns.
 template <bool kMax>
-__global__ void extreme_columns_kernel(const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values,
+__device__ void extreme_columns_kernel(const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values,
                                        float* indices) {
   for (int64_t i = global_thread(); i < outer * inner; i += grid_threads()) {
     const float* p = x + (i / inner) * reduce * inner + i % inner;
@@ -157,7 +131,7 @@ __global__ void extreme_columns_kernel(const float* x, int64_t outer, int64_t re
 
 __device__ float log_sum_exp_finish(float m, float total) { return isfinite(m) ? m + logf(total) : m; }
 
-__global__ void log_sum_exp_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values) {
+__device__ void log_sum_exp_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values) {
   const int lane = threadIdx.x % 32;
   for (int64_t row = global_thread() / 32; row < rows; row += grid_threads() / 32) {
     const float* p = x + row * reduce;
@@ -175,7 +149,7 @@ __global__ void log_sum_exp_rows_kernel(const float* x, int64_t rows, int64_t re
   }
 }
 
-__global__ void log_sum_exp_columns_kernel(const float* x, int64_t outer, int64_t reduce, int64_t inner,
+__device__ void log_sum_exp_columns_kernel(const float* x, int64_t outer, int64_t reduce, int64_t inner,
                                            float* values) {
   for (int64_t i = global_thread(); i < outer * inner; i += grid_threads()) {
     const float* p = x + (i / inner) * reduce * inner + i % inner;
@@ -191,28 +165,22 @@ __global__ void log_sum_exp_columns_kernel(const float* x, int64_t outer, int64_
 
 // ---- gather / scatter-add ---------------------------------------------------------------------------------------
 
-__global__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const float* index,
+__device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const float* index,
                               float* out) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    int64_t offset[3];
-    strided_offsets(i, s, 3, offset);
+    int64_t offset[kMaxOperands];
+    strided_offsets<3>(i, s, offset);
     out[offset[0]] = x[offset[2] + static_cast<int64_t>(index[offset[1]]) * dim_stride];
   }
 }
 
-__global__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_stride, const float* index,
+__device__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_stride, const float* index,
                                    float* target) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    int64_t offset[3];
-    strided_offsets(i, s, 3, offset);
+    int64_t offset[kMaxOperands];
+    strided_offsets<3>(i, s, offset);
     atomicAdd(target + offset[2] + static_cast<int64_t>(index[offset[1]]) * dim_stride, src[offset[0]]);
   }
-}
-
-int64_t elements_of(const Strided& s) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
-  return n;
 }
 
 }  // namespace
@@ -233,44 +201,41 @@ void reduce_dim(backend::ReduceOp op, const float* x, int64_t outer, int64_t red
   switch (op) {
     case backend::ReduceOp::Max:
       if (rows) {
-        extreme_rows_kernel<true><<<row_blocks, kThreads, 0, stream>>>(x, outer, reduce, values, indices);
+        launch<extreme_rows_kernel<true>>(row_blocks, kThreads, stream, x, outer, reduce, values, indices);
       } else {
-        extreme_columns_kernel<true><<<column_blocks, kThreads, 0, stream>>>(x, outer, reduce, inner, values, indices);
+        launch<extreme_columns_kernel<true>>(column_blocks, kThreads, stream, x, outer, reduce, inner, values, indices);
       }
       break;
     case backend::ReduceOp::Min:
       if (rows) {
-        extreme_rows_kernel<false><<<row_blocks, kThreads, 0, stream>>>(x, outer, reduce, values, indices);
+        launch<extreme_rows_kernel<false>>(row_blocks, kThreads, stream, x, outer, reduce, values, indices);
       } else {
-        extreme_columns_kernel<false><<<column_blocks, kThreads, 0, stream>>>(x, outer, reduce, inner, values,
-                                                                             indices);
+        launch<extreme_columns_kernel<false>>(column_blocks, kThreads, stream, x, outer, reduce, inner, values,
+                                              indices);
       }
       break;
     case backend::ReduceOp::LogSumExp:
       if (rows) {
-        log_sum_exp_rows_kernel<<<row_blocks, kThreads, 0, stream>>>(x, outer, reduce, values);
+        launch<log_sum_exp_rows_kernel>(row_blocks, kThreads, stream, x, outer, reduce, values);
       } else {
-        log_sum_exp_columns_kernel<<<column_blocks, kThreads, 0, stream>>>(x, outer, reduce, inner, values);
+        launch<log_sum_exp_columns_kernel>(column_blocks, kThreads, stream, x, outer, reduce, inner, values);
       }
       break;
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void gather(const float* x, int64_t dim_stride, const float* index, float* out, const Strided& layout,
             cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, layout, x, dim_stride, index, out);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  launch<gather_kernel>(blocks_for(n), kThreads, stream, n, layout, x, dim_stride, index, out);
 }
 
 void scatter_add(const float* src, int64_t dim_stride, const float* index, float* target, const Strided& layout,
                  cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  scatter_add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, layout, src, dim_stride, index, target);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  launch<scatter_add_kernel>(blocks_for(n), kThreads, stream, n, layout, src, dim_stride, index, target);
 }
 
 }  // namespace tandem::cuda::kernels

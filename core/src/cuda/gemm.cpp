@@ -1,5 +1,6 @@
-// Matrix products of the CUDA backend (see gemm.h): a kernel of tandem's own for tiny outputs over a long k, cuBLASLt
-// where it fuses the epilogue or the product is small, otherwise cuBLAS with the epilogue in passes of its own.
+// Matrix products of the CUDA backend (see gemm.h): kernels of tandem's own for tiny outputs over a long k and for
+// short k, cuBLASLt where it fuses the epilogue or the product is small, otherwise cuBLAS with the epilogue in passes
+// of its own.
 
 #include "cuda/gemm.h"
 
@@ -90,6 +91,26 @@ void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions
   if (options.relu) kernels::unary(backend::UnaryOp::Relu, out.data(), out.mutable_data(), out.numel(), stream);
 }
 
+// The operands, out and the epilogue of a product for the kernels of kernels::SmallProduct.
+kernels::SmallProduct small_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
+                                    const Tensor& out) {
+  return {.m = out.size(0),
+          .n = out.size(1),
+          .k = a.size(1),
+          .a = a.data_ptr(),
+          .a_row_stride = a.strides()[0],
+          .a_col_stride = a.strides()[1],
+          .b = b.data_ptr(),
+          .b_row_stride = b.strides()[0],
+          .b_col_stride = b.strides()[1],
+          .bfloat16 = a.dtype() == DType::BFloat16,
+          .out = out.mutable_data(),
+          .accumulate = options.accumulate,
+          .a_row_sums = options.a_row_sums.defined() ? options.a_row_sums.mutable_data() : nullptr,
+          .bias = options.bias.defined() ? options.bias.data() : nullptr,
+          .relu = options.relu};
+}
+
 // Note [Tiny products] (kernels.h) says why; this is which products take tiny_product, ahead of cuBLASLt and cuBLAS.
 // The output is tiny: at most kTinyOutput elements, so the grid (one block per element, plus one per row sum) is
 // about one wave of an H200's 132 SMs; a larger output has tiles enough for cuBLAS to fill the GPU without splitting
@@ -102,37 +123,44 @@ constexpr int64_t kTinyOutput = 1024;
 constexpr int64_t kTinyMinK = 256;
 constexpr int64_t kTinyMaxK = int64_t{1} << 16;
 
-bool tiny_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
-                  int device) {
+bool takes_tiny_product(int64_t m, int64_t n, int64_t k, const backend::GemmOptions& options) {
+  return !options.bias.defined() && !options.relu && m * n <= kTinyOutput && k >= kTinyMinK && k <= kTinyMaxK;
+}
+
+// Note [Short products] (kernels.h) says why; this is which products take short_product. k is at most kShortMaxK,
+// so that a thread's sum is a short loop over operands that the cache holds; the output at most kShortMaxOutput
+// elements (4 MiB), where a product is a few microseconds and the launch counts; a larger one has tiles enough for
+// cuBLAS's tensor-core kernels. Bias and ReLU are fused; row sums are not (a weight gradient's k is the batch, never
+// short). As with tiny products, a TF32 product is computed in full float32 and a BFloat16 one reads bfloat16.
+constexpr int64_t kShortMaxK = 32;
+constexpr int64_t kShortMaxOutput = int64_t{1} << 20;
+
+bool takes_short_product(int64_t m, int64_t n, int64_t k, const backend::GemmOptions& options) {
+  return !options.a_row_sums.defined() && k <= kShortMaxK && m * n <= kShortMaxOutput;
+}
+
+// Computes the product in one of tandem's own kernels, if one takes it; false otherwise.
+bool own_kernel_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
+                        int device) {
   const int64_t m = out.size(0);
   const int64_t n = out.size(1);
   const int64_t k = a.size(1);
-  if (options.bias.defined() || options.relu || m == 0 || n == 0 || m * n > kTinyOutput || k < kTinyMinK ||
-      k > kTinyMaxK) {
-    return false;
+  if (m == 0 || n == 0 || k == 0) return false;
+  if (takes_tiny_product(m, n, k, options)) {
+    kernels::tiny_product(small_product(a, b, options, out), compute_stream(device));
+    return true;
   }
-  const Tensor& sums = options.a_row_sums;
-  kernels::tiny_product({.m = m,
-                         .n = n,
-                         .k = k,
-                         .a = a.data_ptr(),
-                         .a_row_stride = a.strides()[0],
-                         .a_col_stride = a.strides()[1],
-                         .b = b.data_ptr(),
-                         .b_row_stride = b.strides()[0],
-                         .b_col_stride = b.strides()[1],
-                         .bfloat16 = a.dtype() == DType::BFloat16,
-                         .out = out.mutable_data(),
-                         .a_row_sums = sums.defined() ? sums.mutable_data() : nullptr,
-                         .accumulate = options.accumulate},
-                        compute_stream(device));
-  return true;
+  if (takes_short_product(m, n, k, options)) {
+    kernels::short_product(small_product(a, b, options, out), compute_stream(device));
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
-  if (tiny_product(a, b, options, out, device)) return;
+  if (own_kernel_product(a, b, options, out, device)) return;
   if (lt_matmul(a, b, options, out, device)) return;
   gemm_in_passes(a, b, options, out, device);
 }

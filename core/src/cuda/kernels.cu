@@ -1,8 +1,9 @@
 // The CUDA backend's own kernels: elementwise work (contiguous, row-broadcast and general strided forms),
-// reductions and norms, products with a tiny output, the MSE loss and the fused SGD and Adam updates. See kernels.h
-// for the contracts.
+// reductions and norms, products with a tiny output or a short k, the MSE loss and the fused SGD and Adam updates.
+// See kernels.h for the contracts.
 
 #include "cuda/kernels.h"
+#include "cuda/launch.cuh"
 #include "cuda/strided_index.cuh"
 
 #include <cuda_bf16.h>
@@ -18,8 +19,6 @@
 namespace tandem::cuda::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;        // grid-stride loops cover larger inputs
 constexpr int64_t kMaxReduceBlocks = 1024;  // partial sums of the first reduction pass
 constexpr int64_t kReducePerThread = 8;     // elements per thread before another block is worth it
 // A reduction of up to kSinglePassElements elements takes one block of kSinglePassThreads threads (the most a block
@@ -27,13 +26,6 @@ constexpr int64_t kReducePerThread = 8;     // elements per thread before anothe
 // passes would take two (Note [Deterministic reductions] in kernels.h).
 constexpr int kSinglePassThreads = 1024;
 constexpr int64_t kSinglePassElements = int64_t{64} * kSinglePassThreads;
-
-int blocks_for(int64_t work) {
-  return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
-
-__device__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // Note [Rounding like the CPU]: nvcc contracts a * b + c into one fused multiply-add, which rounds once where the
 // CPU backend rounds twice. Where a kernel computes such an expression and the CPU backend evaluates it the same
@@ -105,14 +97,14 @@ __device__ float load_input(const float* p, int64_t i) {
 }
 
 template <int kInputs, typename F>
-__global__ void contiguous_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
+__device__ void contiguous_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads())
     out[i] = f(load_input<kInputs>(a, i), load_input<kInputs - 1>(b, i));
 }
 
 // Every pointer used is 16-byte aligned: whole float4s, then the last n % 4 elements by the first threads.
 template <int kInputs, typename F>
-__global__ void contiguous_vec4_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
+__device__ void contiguous_vec4_kernel(int64_t n, float* out, const float* a, const float* b, F f) {
   const int64_t n4 = n / 4;
   for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
     float4 va{}, vb{};
@@ -126,7 +118,7 @@ __global__ void contiguous_vec4_kernel(int64_t n, float* out, const float* a, co
 
 // out is [n / cols, cols] contiguous; each input is either the same or one row repeated over dim 0 (a bias).
 template <int kInputs, typename F>
-__global__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, const float* a, bool a_is_row,
+__device__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, const float* a, bool a_is_row,
                                      const float* b, bool b_is_row, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const int64_t col = i % cols;
@@ -135,7 +127,7 @@ __global__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, const 
 }
 
 template <int kInputs, typename F>
-__global__ void strided_kernel(int64_t n, Strided s, float* out, const float* a, const float* b, F f) {
+__device__ void strided_kernel(int64_t n, Strided s, float* out, const float* a, const float* b, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<kInputs + 1>(i, s, offset);
@@ -150,11 +142,10 @@ void launch_contiguous(int64_t n, float* out, const float* a, const float* b, F 
   if (n == 0) return;
   const bool vec4 = n >= 4 && aligned16(out) && (kInputs < 1 || aligned16(a)) && (kInputs < 2 || aligned16(b));
   if (vec4) {
-    contiguous_vec4_kernel<kInputs><<<blocks_for(n / 4), kThreads, 0, stream>>>(n, out, a, b, f);
+    launch<contiguous_vec4_kernel<kInputs, F>>(blocks_for(n / 4), kThreads, stream, n, out, a, b, f);
   } else {
-    contiguous_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, out, a, b, f);
+    launch<contiguous_kernel<kInputs, F>>(blocks_for(n), kThreads, stream, n, out, a, b, f);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 bool is_contiguous(const Strided& s, int operands) {
@@ -185,12 +176,11 @@ void launch_elementwise(const Strided& s, float* out, const float* a, const floa
     return;
   }
   if (is_row_broadcast(s, kInputs + 1)) {
-    row_broadcast_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, s.sizes[1], out, a, is_row_2d(s, 1),
-                                                                          b, is_row_2d(s, 2), f);
+    launch<row_broadcast_kernel<kInputs, F>>(blocks_for(n), kThreads, stream, n, s.sizes[1], out, a,
+                                             is_row_2d(s, 1), b, is_row_2d(s, 2), f);
   } else {
-    strided_kernel<kInputs><<<blocks_for(n), kThreads, 0, stream>>>(n, s, out, a, b, f);
+    launch<strided_kernel<kInputs, F>>(blocks_for(n), kThreads, stream, n, s, out, a, b, f);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 // ---- reductions ---------------------------------------------------------------------------------------------
@@ -272,7 +262,7 @@ struct Root {
 
 // dst[blockIdx.x] = finish(load(i) combined over the indices this block visits)
 template <typename Load, typename Combine, typename Finish>
-__global__ void block_reduce_kernel(int64_t n, Load load, Combine combine, Finish finish, float* dst) {
+__device__ void block_reduce_kernel(int64_t n, Load load, Combine combine, Finish finish, float* dst) {
   float v = 0.0f;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) v = combine(v, load(i));
   v = block_reduce(v, combine);
@@ -293,16 +283,14 @@ void launch_reduce(int64_t n, Load load, Combine combine, Finish finish, float* 
                    cudaStream_t stream) {
   const int blocks = reduce_blocks(n);
   if (blocks == 0) {
-    block_reduce_kernel<<<1, kSinglePassThreads, 0, stream>>>(n, load, combine, finish, out);
-    TANDEM_CUDA_CHECK_LAUNCH();
+    launch<block_reduce_kernel<Load, Combine, Finish>>(1, kSinglePassThreads, stream, n, load, combine, finish, out);
     return;
   }
   TANDEM_INTERNAL_ASSERT(scratch != nullptr, "cuda kernels: a reduction over ", n,
                          " elements needs a scratch buffer of reduce_scratch_floats(n) floats");
-  block_reduce_kernel<<<blocks, kThreads, 0, stream>>>(n, load, combine, Keep{}, scratch);
-  TANDEM_CUDA_CHECK_LAUNCH();
-  block_reduce_kernel<<<1, kThreads, 0, stream>>>(blocks, LoadValue{scratch}, combine, finish, out);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  launch<block_reduce_kernel<Load, Combine, Keep>>(blocks, kThreads, stream, n, load, combine, Keep{}, scratch);
+  launch<block_reduce_kernel<LoadValue, Combine, Finish>>(1, kThreads, stream, int64_t{blocks}, LoadValue{scratch},
+                                                          combine, finish, out);
 }
 
 template <typename Load>
@@ -311,7 +299,7 @@ void launch_sum(int64_t n, Load load, float scale, float* out, float* scratch, c
 }
 
 // inner == 1, short rows: one warp per row.
-__global__ void sum_rows_warp_kernel(const float* x, float* out, int64_t rows, int64_t len) {
+__device__ void sum_rows_warp_kernel(const float* x, float* out, int64_t rows, int64_t len) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = grid_threads() / 32;
   for (int64_t row = global_thread() / 32; row < rows; row += warps) {  // uniform within a warp
@@ -323,7 +311,7 @@ __global__ void sum_rows_warp_kernel(const float* x, float* out, int64_t rows, i
 }
 
 // inner == 1, long rows: one block per row.
-__global__ void sum_rows_block_kernel(const float* x, float* out, int64_t rows, int64_t len) {
+__device__ void sum_rows_block_kernel(const float* x, float* out, int64_t rows, int64_t len) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // uniform within the block
     float v = 0.0f;
     for (int64_t j = threadIdx.x; j < len; j += blockDim.x) v += x[row * len + j];
@@ -334,7 +322,7 @@ __global__ void sum_rows_block_kernel(const float* x, float* out, int64_t rows, 
 
 // inner > 1: the threads along x of a block read neighbouring columns (coalesced); the blockDim.y threads of one
 // column each sum a strided share of the reduced dim, and the first of them adds the shares in a fixed order.
-__global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner) {
+__device__ void sum_columns_kernel(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner) {
   __shared__ float shares[kThreads];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {  // uniform within the block
@@ -354,14 +342,14 @@ __global__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
   }
 }
 
-// ---- tiny products (Note [Tiny products] in kernels.h) ---------------------------------------------------------
+// ---- small products (Note [Tiny products], Note [Short products] in kernels.h) --------------------------------
 
 __device__ float widen(float x) { return x; }
 __device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // Blocks 0 .. m * n - 1: out[i][j] for i = block / n, j = block % n; blocks m * n .. m * n + m - 1: the row sums.
 template <typename T>
-__global__ void tiny_product_kernel(TinyProduct p) {
+__device__ void tiny_product_kernel(SmallProduct p) {
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
   const int64_t block = blockIdx.x;
@@ -384,6 +372,28 @@ __global__ void tiny_product_kernel(TinyProduct p) {
     p.a_row_sums[i] = v;
   } else {
     p.out[block] = p.accumulate ? p.out[block] + v : v;
+  }
+}
+
+// Element e of out is row e / n, column e % n; gemm.cpp keeps m * n and k within 32-bit indices.
+template <typename T>
+__device__ void short_product_kernel(SmallProduct p) {
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  const int n = static_cast<int>(p.n);
+  const int k = static_cast<int>(p.k);
+  const int elements = static_cast<int>(p.m) * n;
+  for (int e = static_cast<int>(global_thread()); e < elements; e += static_cast<int>(grid_threads())) {
+    const int i = e / n;
+    const int j = e - i * n;
+    const T* a_row = a + i * p.a_row_stride;
+    const T* b_column = b + j * p.b_col_stride;
+    float v = 0.0f;
+    for (int q = 0; q < k; ++q) v = fmaf(widen(a_row[q * p.a_col_stride]), widen(b_column[q * p.b_row_stride]), v);
+    if (p.bias != nullptr) v += p.bias[j];
+    if (p.accumulate) v += p.out[e];
+    if (p.relu && v < 0.0f) v = 0.0f;  // NaN stays NaN
+    p.out[e] = v;
   }
 }
 
@@ -410,7 +420,7 @@ __device__ void sgd_elements(int64_t n, float* param, const float* grad, float* 
   }
 }
 
-__global__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u,
+__device__ void sgd_kernel(int64_t n, float* param, const float* grad, float* momentum_buffer, SgdUpdate u,
                            const float* lr_on_device) {
   sgd_elements(n, param, grad, momentum_buffer, u, lr_on_device);
 }
@@ -447,7 +457,7 @@ __device__ void adam_elements(int64_t n, float* param, const float* grad, float*
   }
 }
 
-__global__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+__device__ void adam_kernel(int64_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                             float* max_exp_avg_sq, AdamUpdate u, const float* step_factors) {
   adam_elements(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, u, step_factors);
 }
@@ -467,14 +477,14 @@ struct EntryBlock {
 static_assert(sizeof(EntryBlock<SgdEntry>) <= 4096 && EntryBlock<SgdEntry>::kCapacity >= 16);
 static_assert(sizeof(EntryBlock<AdamEntry>) <= 4096 && EntryBlock<AdamEntry>::kCapacity >= 16);
 
-__global__ void multi_sgd_kernel(EntryBlock<SgdEntry> block) {
+__device__ void multi_sgd_kernel(EntryBlock<SgdEntry> block) {
   for (int t = 0; t < block.count; ++t) {
     const SgdEntry& e = block.entries[t];
     sgd_elements(e.n, e.param, e.grad, e.momentum_buffer, e.update, e.lr);
   }
 }
 
-__global__ void multi_adam_kernel(EntryBlock<AdamEntry> block) {
+__device__ void multi_adam_kernel(EntryBlock<AdamEntry> block) {
   for (int t = 0; t < block.count; ++t) {
     const AdamEntry& e = block.entries[t];
     adam_elements(e.n, e.param, e.grad, e.exp_avg, e.exp_avg_sq, e.max_exp_avg_sq, e.update, e.step_factors);
@@ -483,14 +493,13 @@ __global__ void multi_adam_kernel(EntryBlock<AdamEntry> block) {
 
 // Launches `kernel` over the entries with elements, kCapacity entries per launch, each launch's grid sized for its
 // largest entry.
-template <typename Entry>
-void launch_blocks(const std::vector<Entry>& entries, void (*kernel)(EntryBlock<Entry>), cudaStream_t stream) {
+template <auto kKernel, typename Entry>
+void launch_blocks(const std::vector<Entry>& entries, cudaStream_t stream) {
   EntryBlock<Entry> block{};
   int64_t largest = 0;
   const auto flush = [&] {
     if (block.count == 0) return;
-    kernel<<<blocks_for(largest), kThreads, 0, stream>>>(block);
-    TANDEM_CUDA_CHECK_LAUNCH();
+    launch<kKernel>(blocks_for(largest), kThreads, stream, block);
     block.count = 0;
     largest = 0;
   };
@@ -571,51 +580,64 @@ void mse_backward(const float* grad, const float* input, const float* target, fl
 void sgd_update(float* param, const float* grad, float* momentum_buffer, int64_t n, const SgdUpdate& update,
                 const float* lr_on_device, cudaStream_t stream) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, momentum_buffer, update, lr_on_device);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  launch<sgd_kernel>(blocks_for(n), kThreads, stream, n, param, grad, momentum_buffer, update, lr_on_device);
 }
 
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
                  const AdamUpdate& update, const float* step_factors, cudaStream_t stream) {
   if (n == 0) return;
-  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, param, grad, exp_avg, exp_avg_sq,
-                                                      update.amsgrad ? max_exp_avg_sq : nullptr, update, step_factors);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  launch<adam_kernel>(blocks_for(n), kThreads, stream, n, param, grad, exp_avg, exp_avg_sq,
+                      update.amsgrad ? max_exp_avg_sq : nullptr, update, step_factors);
 }
 
 void sgd_update(const std::vector<SgdEntry>& entries, cudaStream_t stream) {
-  launch_blocks(entries, multi_sgd_kernel, stream);
+  launch_blocks<multi_sgd_kernel>(entries, stream);
 }
 
 void adam_update(const std::vector<AdamEntry>& entries, cudaStream_t stream) {
-  launch_blocks(entries, multi_adam_kernel, stream);
+  launch_blocks<multi_adam_kernel>(entries, stream);
 }
 
 void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaStream_t stream) {
   launch_contiguous<1>(n, x, x, nullptr, ClipByNormOp{norm, max_norm}, stream);
 }
 
-void tiny_product(const TinyProduct& product, cudaStream_t stream) {
+void tiny_product(const SmallProduct& product, cudaStream_t stream) {
   const int64_t blocks = product.m * product.n + (product.a_row_sums != nullptr ? product.m : 0);
-  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && blocks <= INT_MAX,
+  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && blocks <= INT_MAX &&
+                             product.bias == nullptr && !product.relu,
                          "cuda tiny_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
-                         " but expected positive sizes and at most INT_MAX blocks");
+                         " but expected positive sizes, at most INT_MAX blocks, and no bias or ReLU");
   if (product.bfloat16) {
-    tiny_product_kernel<__nv_bfloat16><<<static_cast<int>(blocks), kThreads, 0, stream>>>(product);
+    launch<tiny_product_kernel<__nv_bfloat16>>(static_cast<unsigned>(blocks), kThreads, stream, product);
   } else {
-    tiny_product_kernel<float><<<static_cast<int>(blocks), kThreads, 0, stream>>>(product);
+    launch<tiny_product_kernel<float>>(static_cast<unsigned>(blocks), kThreads, stream, product);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void short_product(const SmallProduct& product, cudaStream_t stream) {
+  const int64_t elements = product.m * product.n;
+  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && elements <= INT_MAX &&
+                             product.k <= INT_MAX && product.a_row_sums == nullptr &&
+                             !(product.accumulate && (product.bias != nullptr || product.relu)),
+                         "cuda short_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
+                         " but expected positive sizes within 32-bit indices, no row sums, and no bias or ReLU with ",
+                         "accumulate");
+  if (product.bfloat16) {
+    launch<short_product_kernel<__nv_bfloat16>>(blocks_for(elements), kThreads, stream, product);
+  } else {
+    launch<short_product_kernel<float>>(blocks_for(elements), kThreads, stream, product);
+  }
 }
 
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {
   if (outer == 0 || inner == 0) return;
   if (inner == 1) {
     if (reduce <= kThreads) {
-      sum_rows_warp_kernel<<<blocks_for(outer * 32), kThreads, 0, stream>>>(x, out, outer, reduce);
+      launch<sum_rows_warp_kernel>(blocks_for(outer * 32), kThreads, stream, x, out, outer, reduce);
     } else {
       const int blocks = static_cast<int>(std::min(outer, kMaxBlocks));
-      sum_rows_block_kernel<<<blocks, kThreads, 0, stream>>>(x, out, outer, reduce);
+      launch<sum_rows_block_kernel>(blocks, kThreads, stream, x, out, outer, reduce);
     }
   } else {
     int64_t columns_per_block = 2;
@@ -623,9 +645,8 @@ void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t 
     const dim3 block(static_cast<unsigned>(columns_per_block), static_cast<unsigned>(kThreads / columns_per_block));
     const dim3 grid(static_cast<unsigned>((inner + columns_per_block - 1) / columns_per_block),
                     static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
-    sum_columns_kernel<<<grid, block, 0, stream>>>(x, out, outer, reduce, inner);
+    launch<sum_columns_kernel>(grid, block, stream, x, out, outer, reduce, inner);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 int64_t reduce_scratch_floats(int64_t n) { return reduce_blocks(n); }

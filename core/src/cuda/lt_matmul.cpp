@@ -58,7 +58,8 @@ constexpr size_t kMaxPlans = 256;
 // (CUBLASLT_REDUCTION_SCHEME_INPLACE) serialize the blocks, each waiting for the one before (measured on an H200: the
 // seed net's [20, 10] weight gradient over k = 4096 went from about 5 us to a few hundred); so those keep the
 // heuristic's first choice, split and reduction kernel included, as do all larger products (a wide MLP's 4096-wide
-// layers; a tiny output over a long k never gets here: Note [Tiny products] in kernels.h). A short-k product with row
+// layers; a tiny output over a long k never gets here: Note [Tiny products] in kernels.h, nor a product with k <= 32,
+// at most 2^20 output elements and no row sums: Note [Short products]). A short-k product with row
 // sums (BGRADB) and no unsplit algorithm leaves its plan unusable: gemm.cpp sums the rows in a kernel of its own and
 // the product takes one.
 constexpr double kSmallProductMacs = double{1 << 20};

@@ -1,12 +1,19 @@
 #pragma once
-// Device-side indexing of a kernels::Strided iteration space, shared by the elementwise kernels (kernels.cu) and the
-// conversion kernels (convert.cu).
+// Indexing of a kernels::Strided iteration space, shared by the elementwise kernels (kernels.cu, elementwise.cu) and
+// the conversion kernels (convert.cu).
 
 #include <cstdint>
 
 #include "cuda/kernels.h"
 
 namespace tandem::cuda::kernels {
+
+// The number of elements in s's iteration space.
+inline int64_t elements_of(const Strided& s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
+  return n;
+}
 
 // The element offsets of the operands 0..kOperands-1 at flat row-major index i of s's sizes.
 template <int kOperands>
