@@ -168,8 +168,7 @@ bool is_row_broadcast(const Strided& s, int operands) {
 
 template <int kInputs, typename F>
 void launch_elementwise(const Strided& s, float* out, const float* a, const float* b, F f, cudaStream_t stream) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
+  const int64_t n = elements_of(s);
   if (n == 0) return;
   if (is_contiguous(s, kInputs + 1)) {
     launch_contiguous<kInputs>(n, out, a, b, f, stream);
