@@ -20,8 +20,9 @@
 // ("captured-resident"), synchronized, and writes one JSON line per width and mode to --jsonl
 // (benchmarks/width_sweep.sh draws them beside PyTorch's DDP).
 // --dot PREFIX writes each captured seed-net graph as Graphviz text (PREFIX-1gpu.dot, PREFIX-<N>gpu.dot).
+// --workload seed|wide measures that workload only (default: both).
 //
-//   train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX]
+//   train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX] [--workload seed|wide]
 //                    [--widths W1,W2,... --jsonl PATH [--batch B] [--precision fp32|tf32|bf16]]
 
 #include <tandem/tandem.h>
@@ -79,6 +80,7 @@ struct Options {
   int gpus = 2;
   std::string markdown;
   std::string dot;
+  std::string workload;  // a Workload::key, or empty for every workload
   std::string widths;
   std::string jsonl;
   int batch = 8192;  // the sweep's global batch; torch_ddp_bench.py --widths uses the same by default
@@ -89,15 +91,19 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options options;
   const char* usage =
-      "usage: train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX] [--widths W1,W2,... --jsonl PATH "
+      "usage: train_step_bench [--gpus N] [--markdown PATH] [--dot PREFIX] [--workload seed|wide] [--widths "
+      "W1,W2,... --jsonl PATH "
       "[--batch B] [--precision fp32|tf32|bf16]]";
   bench::parse_flags(
       argc, argv, "train_step_bench", usage,
       {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown),
-       bench::text_flag("--dot", options.dot), bench::text_flag("--widths", options.widths),
+       bench::text_flag("--dot", options.dot), bench::text_flag("--workload", options.workload),
+       bench::text_flag("--widths", options.widths),
        bench::text_flag("--jsonl", options.jsonl), bench::int_flag("--batch", options.batch, 1, 1 << 20),
        bench::text_flag("--precision", options.precision)});
   (void)tandem::parse_precision(options.precision);  // refuses an unknown name now
+  TANDEM_CHECK(options.workload.empty() || options.workload == "seed" || options.workload == "wide",
+               "--workload names ", tandem::excerpt(options.workload), " but expected seed or wide; ", usage);
   if (options.widths.empty()) {
     TANDEM_CHECK(options.jsonl.empty(), "--jsonl goes with --widths; ", usage);
     return options;
@@ -217,6 +223,7 @@ int run(const Options& options) {
         << " GPUs | captured " << gpus << " GPUs, batch on its GPUs |\n|---|---|---|---|---|---|---|\n";
   std::ostringstream kernels;
   for (const Workload& workload : workloads()) {
+    if (!options.workload.empty() && options.workload != workload.key) continue;
     std::vector<std::vector<tandem::Device>> layouts = {{tandem::Device::cuda(0)}};
     if (gpus > 1) {
       layouts.emplace_back();

@@ -21,14 +21,16 @@ TEST(CopyOnSourceStream, CopiesBetweenCpuDevicesAndChecksItsArguments) {
 }
 
 // The source comes out of a slow chain of work on cuda:1 and the destination is read on cuda:0 at once: the read
-// must see the copied values, so cuda:0 waited for the copy, which waited for its producer.
+// must see the copied values, so cuda:0 waited for the copy, which waited for its producer. The destination is
+// private as the function requires: made without a kernel (a fill on cuda:0 would be unordered with the copy and
+// could land after it).
 TEST(CopyOnSourceStream, OrdersTheDestinationAfterASlowProducerMultiCUDA) {
   TANDEM_REQUIRE_GPUS(2);
   const Tensor a = Tensor::full({1024, 1024}, 1.0f / 1024.0f, Device::cuda(1));
   Tensor x = Tensor::ones({1024, 1024}, Device::cuda(1));
   for (int i = 0; i < 20; ++i) x = matmul(x, a);  // stays all ones, after a while
   const Tensor src = sum(x, 0).narrow(0, 0, 8);   // eight values of 1024
-  const Tensor dst = Tensor::zeros({8}, Device::cuda(0));
+  const Tensor dst = Tensor::empty({8}, Device::cuda(0));
   copy_on_source_stream(src, dst);
   const Tensor doubled = dst * 2.0f;  // on cuda:0, after the copy
   for (const float value : doubled.to_vector()) EXPECT_FLOAT_EQ(value, 2048.0f);
