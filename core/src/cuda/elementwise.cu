@@ -5,6 +5,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/launch.cuh"
 #include "cuda/strided_index.cuh"
+#include "cuda/warp_reduce.cuh"
 
 namespace tandem::cuda::kernels {
 namespace {
@@ -41,17 +42,9 @@ __device__ void strided_kernel(int64_t n, Strided s, float* out, Inputs in, F f)
   }
 }
 
-bool all_contiguous(const Strided& s, int operands) {
-  if (s.ndim != 1) return false;
-  for (int k = 0; k < operands; ++k)
-    if (s.strides[k][0] != 1) return false;
-  return true;
-}
-
 template <int kArity, typename F>
 void launch_pointwise(F f, const float* const* inputs, float* out, const Strided& s, cudaStream_t stream) {
-  int64_t n = 1;
-  for (int d = 0; d < s.ndim; ++d) n *= s.sizes[d];
+  const int64_t n = elements_of(s);
   if (n == 0) return;
   Inputs in{};
   for (int k = 0; k < kArity; ++k) in.p[k] = inputs[k];
@@ -83,11 +76,6 @@ __device__ void warp_best(float& best, int64_t& best_i) {
       best_i = i;
     }
   }
-}
-
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
 }
 
 // One warp per row of `reduce` contiguous elements (inner == 1).

@@ -5,6 +5,7 @@
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/strided_index.cuh"
+#include "cuda/warp_reduce.cuh"
 
 #include <cuda_bf16.h>
 
@@ -148,13 +149,6 @@ void launch_contiguous(int64_t n, float* out, const float* a, const float* b, F 
   }
 }
 
-bool is_contiguous(const Strided& s, int operands) {
-  if (s.ndim != 1) return false;
-  for (int k = 0; k < operands; ++k)
-    if (s.strides[k][0] != 1) return false;
-  return true;
-}
-
 bool is_full_2d(const Strided& s, int k) { return s.strides[k][0] == s.sizes[1] && s.strides[k][1] == 1; }
 bool is_row_2d(const Strided& s, int k) { return s.strides[k][0] == 0 && s.strides[k][1] == 1; }
 
@@ -170,7 +164,7 @@ template <int kInputs, typename F>
 void launch_elementwise(const Strided& s, float* out, const float* a, const float* b, F f, cudaStream_t stream) {
   const int64_t n = elements_of(s);
   if (n == 0) return;
-  if (is_contiguous(s, kInputs + 1)) {
+  if (all_contiguous(s, kInputs + 1)) {
     launch_contiguous<kInputs>(n, out, a, b, f, stream);
     return;
   }
@@ -184,21 +178,11 @@ void launch_elementwise(const Strided& s, float* out, const float* a, const floa
 
 // ---- reductions ---------------------------------------------------------------------------------------------
 
-// How partial results combine; 0 is the identity of both (maxima are taken over magnitudes only).
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
+// How partial results combine: Add (warp_reduce.cuh), or this; 0 is the identity of both (maxima are taken over
+// magnitudes only).
 struct MaxKeepingNan {
   __device__ float operator()(float a, float b) const { return a > b || isnan(a) ? a : b; }
 };
-
-template <typename Combine>
-__device__ float warp_reduce(float v, Combine combine) {
-  for (int offset = 16; offset > 0; offset /= 2) v = combine(v, __shfl_down_sync(0xffffffffu, v, offset));
-  return v;  // in lane 0
-}
-
-__device__ float warp_sum(float v) { return warp_reduce(v, Add{}); }
 
 // v combined over the block (blockDim.x a multiple of 32); the result is valid in thread 0. Every thread of the
 // block must call it.
@@ -601,17 +585,24 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
   launch_contiguous<1>(n, x, x, nullptr, ClipByNormOp{norm, max_norm}, stream);
 }
 
+// Launches the body for the product's operand type: float32, or bfloat16 (Note [Short products]).
+template <auto float_body, auto bfloat16_body>
+void launch_small_product(const SmallProduct& product, dim3 grid, cudaStream_t stream) {
+  if (product.bfloat16) {
+    launch<bfloat16_body>(grid, kThreads, stream, product);
+  } else {
+    launch<float_body>(grid, kThreads, stream, product);
+  }
+}
+
 void tiny_product(const SmallProduct& product, cudaStream_t stream) {
   const int64_t blocks = product.m * product.n + (product.a_row_sums != nullptr ? product.m : 0);
   TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && blocks <= INT_MAX &&
                              product.bias == nullptr && !product.relu,
                          "cuda tiny_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
                          " but expected positive sizes, at most INT_MAX blocks, and no bias or ReLU");
-  if (product.bfloat16) {
-    launch<tiny_product_kernel<__nv_bfloat16>>(static_cast<unsigned>(blocks), kThreads, stream, product);
-  } else {
-    launch<tiny_product_kernel<float>>(static_cast<unsigned>(blocks), kThreads, stream, product);
-  }
+  launch_small_product<tiny_product_kernel<float>, tiny_product_kernel<__nv_bfloat16>>(
+      product, static_cast<unsigned>(blocks), stream);
 }
 
 void short_product(const SmallProduct& product, cudaStream_t stream) {
@@ -622,11 +613,8 @@ void short_product(const SmallProduct& product, cudaStream_t stream) {
                          "cuda short_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
                          " but expected positive sizes within 32-bit indices, no row sums, and no bias or ReLU with ",
                          "accumulate");
-  if (product.bfloat16) {
-    launch<short_product_kernel<__nv_bfloat16>>(blocks_for(elements), kThreads, stream, product);
-  } else {
-    launch<short_product_kernel<float>>(blocks_for(elements), kThreads, stream, product);
-  }
+  launch_small_product<short_product_kernel<float>, short_product_kernel<__nv_bfloat16>>(product,
+                                                                                       blocks_for(elements), stream);
 }
 
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {

@@ -15,6 +15,14 @@ inline int64_t elements_of(const Strided& s) {
   return n;
 }
 
+// Whether s is one dimension in which the first `operands` operands all have stride 1.
+inline bool all_contiguous(const Strided& s, int operands) {
+  if (s.ndim != 1) return false;
+  for (int k = 0; k < operands; ++k)
+    if (s.strides[k][0] != 1) return false;
+  return true;
+}
+
 // The element offsets of the operands 0..kOperands-1 at flat row-major index i of s's sizes.
 template <int kOperands>
 __device__ inline void strided_offsets(int64_t i, const Strided& s, int64_t (&offset)[kMaxOperands]) {
