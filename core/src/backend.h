@@ -40,6 +40,13 @@ struct GemmOptions {
   Precision precision = Precision::Float32;
 };
 
+// One product as Backend::gemm takes it, for gemm_pair.
+struct GemmCall {
+  Tensor a, b;
+  GemmOptions options;
+  Tensor out;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -67,6 +74,12 @@ class Backend {
   // with options.a_row_sums, a is contiguous or the transpose of a contiguous tensor. out is contiguous. m, n or k
   // may be 0 (k = 0: the product is zero; the row sums are too).
   virtual void gemm(const Tensor& a, const Tensor& b, const GemmOptions& options, const Tensor& out) = 0;
+  // Two products, each as gemm computes it, where neither reads or writes memory that the other writes (its out and
+  // row sums); a backend may run them together (Note [Paired small products] in cuda/kernels.h).
+  virtual void gemm_pair(const GemmCall& first, const GemmCall& second) {
+    gemm(first.a, first.b, first.options, first.out);
+    gemm(second.a, second.b, second.options, second.out);
+  }
   // out = sum of x over `dim`; x contiguous; out contiguous with x's shape minus `dim`
   virtual void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) = 0;
   // out (shape {}) = scale * sum(x); x contiguous

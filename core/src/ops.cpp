@@ -158,13 +158,25 @@ class Linear final : public Function {
     const Tensor& w = saved_tensors()[1];
     const Tensor masked = relu_ ? raw::unary_backward(UnaryOp::Relu, grads[0], saved_tensors()[2]) : grads[0];
     const Tensor g = raw::gemm_input(masked, precision_);
-    const Tensor grad_input = needs_input_grad(0) ? raw::gemm(g, w, {.precision = precision_}) : Tensor();
     const bool bias_grad = has_bias_ && needs_input_grad(2);
     if (!fused_linear() || !needs_input_grad(1)) {
-      return {grad_input, needs_input_grad(1) ? raw::gemm(g.t(), x, {.precision = precision_}) : Tensor(),
+      return {needs_input_grad(0) ? raw::gemm(g, w, {.precision = precision_}) : Tensor(),
+              needs_input_grad(1) ? raw::gemm(g.t(), x, {.precision = precision_}) : Tensor(),
               bias_grad ? raw::sum_dim(g.dtype() == DType::Float32 ? g : raw::convert(g, DType::Float32), 0, false)
                         : Tensor()};
     }
+    // The input-gradient product goes with the weight-gradient product (Note [Paired small products] in
+    // cuda/kernels.h): neither reads what the other writes.
+    const Tensor grad_input = needs_input_grad(0) ? Tensor::empty({g.size(0), w.size(1)}, g.device()) : Tensor();
+    const auto with_input_product = [&](const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
+                                        const Tensor& out) {
+      if (grad_input.defined()) {
+        raw::gemm_pair_into({.a = g, .b = w, .options = {.precision = precision_}, .out = grad_input},
+                            {.a = a, .b = b, .options = options, .out = out});
+      } else {
+        raw::gemm_into(a, b, options, out);
+      }
+    };
     const auto shares_an_operand = [&](const Tensor& grad) {
       return grad.shares_storage_with(g) || grad.shares_storage_with(x);
     };
@@ -176,12 +188,13 @@ class Linear final : public Function {
           bias_grad && write_leaf_gradient(2, [&](const Tensor& grad, bool overwrite) {
             // The epilogue writes the sums: it cannot add them to what .grad holds.
             if (!overwrite || shares_an_operand(grad)) return false;
-            raw::gemm_into(g.t(), x, {.a_row_sums = grad, .accumulate = accumulate, .precision = precision_}, out);
+            with_input_product(g.t(), x, {.a_row_sums = grad, .accumulate = accumulate, .precision = precision_},
+                               out);
             return true;
           });
       if (bias_written) return;
       if (bias_grad) grad_bias = Tensor::empty({g.size(1)}, g.device());
-      raw::gemm_into(g.t(), x, {.a_row_sums = grad_bias, .accumulate = accumulate, .precision = precision_}, out);
+      with_input_product(g.t(), x, {.a_row_sums = grad_bias, .accumulate = accumulate, .precision = precision_}, out);
     };
     const bool written = write_leaf_gradient(1, [&](const Tensor& grad, bool overwrite) {
       if (shares_an_operand(grad)) return false;

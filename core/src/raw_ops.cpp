@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "scalar_cast.h"
 #include "tandem/core/error.h"
@@ -202,7 +203,11 @@ Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& option
   return out;
 }
 
-void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) {
+namespace {
+
+// gemm_into's product as the backend takes it, after its checks; nothing when it has nothing to compute.
+std::optional<backend::GemmCall> backend_call(const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
+                                              const Tensor& out) {
   const bool bf16 = options.precision == Precision::BFloat16;
   TANDEM_INTERNAL_ASSERT(!bf16 || (a.dtype() == DType::BFloat16 && b.dtype() == DType::BFloat16),
                          "raw::gemm_into: a BFloat16 product of ", a.dtype(), " and ", b.dtype(), " operands");
@@ -222,11 +227,33 @@ void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& opt
                                                  row_sums.is_contiguous() && row_sums.device() == a.device()),
                          "raw::gemm_into: row sums of shape ", to_string(row_sums.shape()), " for a of shape ",
                          to_string(a.shape()));
-  if (out.numel() == 0 && (!row_sums.defined() || row_sums.numel() == 0)) return;
+  if (out.numel() == 0 && (!row_sums.defined() || row_sums.numel() == 0)) return std::nullopt;
   backend::GemmOptions fused = options;
   if (bias.defined()) fused.bias = contiguous(bias);
   const Tensor left = row_sums.defined() ? row_summed_operand(a) : a;
-  backend::for_device(a.device()).gemm(gemm_operand(left), gemm_operand(b), fused, out);
+  return backend::GemmCall{.a = gemm_operand(left), .b = gemm_operand(b), .options = fused, .out = out};
+}
+
+void run(const backend::GemmCall& call) {
+  backend::for_device(call.a.device()).gemm(call.a, call.b, call.options, call.out);
+}
+
+}  // namespace
+
+void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) {
+  if (const auto call = backend_call(a, b, options, out)) run(*call);
+}
+
+void gemm_pair_into(const backend::GemmCall& first, const backend::GemmCall& second) {
+  TANDEM_INTERNAL_ASSERT(first.a.device() == second.a.device(), "raw::gemm_pair_into: products on ",
+                         first.a.device(), " and ", second.a.device());
+  const auto one = backend_call(first.a, first.b, first.options, first.out);
+  const auto other = backend_call(second.a, second.b, second.options, second.out);
+  if (one && other) {
+    backend::for_device(one->a.device()).gemm_pair(*one, *other);
+  } else if (one || other) {
+    run(one ? *one : *other);
+  }
 }
 
 Tensor gemm_input(const Tensor& t, Precision precision) {

@@ -50,6 +50,9 @@ Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& option
 // tensor on a's device, sharing no memory with a, b or the options' tensors. a and b: bfloat16 for a BFloat16
 // product (gemm_input), float32 otherwise.
 void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out);
+// gemm_into(first.a, first.b, first.options, first.out), then the same for second, where neither product reads or
+// writes what the other writes (its out and row sums); the backend may run them together (Backend::gemm_pair).
+void gemm_pair_into(const backend::GemmCall& first, const backend::GemmCall& second);
 // t as an operand of a product in `precision`: for BFloat16 a contiguous bfloat16 copy (rounded to nearest even;
 // t itself when it is bfloat16 already), otherwise t. Note [Precision modes] in tandem/core/precision.h.
 Tensor gemm_input(const Tensor& t, Precision precision);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace tandem {
 namespace {
 
 using testing::expect_close;
+using FusedLinear = testing::ScopedSwitch<fused_linear, set_fused_linear>;
 
 const Device kCpu = Device::cpu();
 const Device kGpu = Device::cuda(0);
@@ -175,8 +177,8 @@ ReferenceProduct reference_product(const Tensor& a, const Tensor& b) {
   return product;
 }
 
-void expect_matches(const Tensor& gpu, const ReferenceProduct& expected, double factor = 1.0) {
-  const std::vector<float> actual = gpu.to(kCpu).to_vector();
+void expect_matches(const Tensor& result, const ReferenceProduct& expected, double factor = 1.0) {
+  const std::vector<float> actual = result.to(kCpu).to_vector();
   ASSERT_EQ(actual.size(), expected.value.size());
   for (size_t e = 0; e < actual.size(); ++e) {
     EXPECT_NEAR(actual[e], factor * expected.value[e], 1e-5 * factor * expected.magnitude[e]) << "element " << e;
@@ -282,6 +284,58 @@ TEST(CudaKernelsCUDA, ShortProductsEqualFloat64) {
         matmul(input, w_out.gpu.t()).backward(g.gpu);
         expect_matches(input.grad(), input_grad, pass);
       }
+    }
+  }
+}
+
+// A linear layer's backward runs its input-gradient product (short) and its weight-gradient product (tiny) in one
+// kernel (Note [Paired small products]): the input, weight and bias gradients, over stale gradients and then added
+// to them, against float64, in float32 and BFloat16; and each element bitwise what the two products give in kernels
+// of their own (the plain form of linear, which does not pair them).
+TEST(CudaKernelsCUDA, PairedInputAndWeightGradientProductsEqualFloat64) {
+  TANDEM_REQUIRE_GPUS(1);
+  // Linear(in, out) over a batch: out is the short product's k, the batch the tiny product's.
+  for (const auto& [batch, in, out] : {std::tuple<int64_t, int64_t, int64_t>{4096, 20, 1}, {2048, 10, 20},
+                                       {1000, 32, 32}, {300, 1, 7}}) {
+    SCOPED_TRACE("batch = " + std::to_string(batch) + ", in = " + std::to_string(in) + ", out = " +
+                 std::to_string(out));
+    const Pair x = randn_pair({batch, in});
+    const Pair w = randn_pair({out, in});
+    const Pair b = randn_pair({out});
+    const Pair g = randn_pair({batch, out});
+    const auto gradients = [&](bool fused, Precision precision, bool stale) {
+      FusedLinear form(fused);
+      std::vector<Tensor> leaves = {x.gpu.clone().set_requires_grad(), w.gpu.clone().set_requires_grad(),
+                                    b.gpu.clone().set_requires_grad()};
+      for (Tensor& leaf : leaves) {
+        if (!stale) continue;
+        leaf.set_grad(Tensor::full(leaf.shape(), 7.0f, kGpu));
+        leaf.mark_grad_stale();
+      }
+      for (int pass = 0; pass < 2; ++pass) linear(leaves[0], leaves[1], leaves[2], precision).backward(g.gpu);
+      std::vector<std::vector<float>> values;
+      for (const Tensor& leaf : leaves) values.push_back(leaf.grad().to(kCpu).to_vector());
+      return values;
+    };
+    const auto rounded = [](const Tensor& t) { return t.to(DType::BFloat16).to(DType::Float32); };
+    for (const Precision precision : {Precision::Float32, Precision::BFloat16}) {
+      SCOPED_TRACE(precision == Precision::BFloat16 ? "bfloat16" : "float32");
+      const bool bf16 = precision == Precision::BFloat16;
+      const Tensor g_in = bf16 ? rounded(g.cpu) : g.cpu;
+      const ReferenceProduct input_grad = reference_product(g_in, bf16 ? rounded(w.cpu) : w.cpu);
+      const ReferenceProduct weight_grad = reference_product(g_in.t(), bf16 ? rounded(x.cpu) : x.cpu);
+      const ReferenceProduct bias_grad = reference_product(g_in.t(), Tensor::ones({batch, 1}, kCpu));
+      const auto paired = gradients(true, precision, true);
+      const auto as_tensor = [](const std::vector<float>& v, const Shape& shape) {
+        return Tensor::from_vector(v, shape, kCpu);
+      };
+      // Two backward passes over stale gradients: the first writes over them, the second adds to it.
+      expect_matches(as_tensor(paired[0], {batch, in}), input_grad, 2.0);
+      expect_matches(as_tensor(paired[1], {out, in}), weight_grad, 2.0);
+      expect_matches(as_tensor(paired[2], {out, 1}), bias_grad, 2.0);
+      const auto separate = gradients(false, precision, false);
+      EXPECT_EQ(paired[0], separate[0]);
+      EXPECT_EQ(paired[1], separate[1]);
     }
   }
 }

@@ -120,6 +120,11 @@ class CudaBackend final : public backend::Backend {
     cuda::gemm(a, b, options, out, on.device);
   }
 
+  void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second) override {
+    OnDevice on(first.out);
+    cuda::gemm_pair(first, second, on.device);
+  }
+
   void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {
     if (out.numel() == 0) return;
     OnDevice on(out);

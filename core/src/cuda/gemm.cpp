@@ -5,6 +5,7 @@
 #include "cuda/gemm.h"
 
 #include <climits>
+#include <utility>
 
 #include "cuda/convert.h"
 #include "cuda/gemm_operand.h"
@@ -157,12 +158,42 @@ bool own_kernel_product(const Tensor& a, const Tensor& b, const backend::GemmOpt
   return false;
 }
 
+bool takes_short_product(const backend::GemmCall& call) {
+  const int64_t k = call.a.size(1);
+  return call.out.numel() > 0 && k > 0 && takes_short_product(call.out.size(0), call.out.size(1), k, call.options);
+}
+
+bool takes_tiny_product(const backend::GemmCall& call) {
+  const int64_t k = call.a.size(1);
+  return call.out.numel() > 0 && k > 0 && takes_tiny_product(call.out.size(0), call.out.size(1), k, call.options);
+}
+
+// Runs a short and a tiny product of one operand type in one kernel (Note [Paired small products]); false when the
+// pair is not one.
+bool paired_small_products(const backend::GemmCall& first, const backend::GemmCall& second, int device) {
+  if (first.a.dtype() != second.a.dtype()) return false;
+  const backend::GemmCall* short_one = &first;
+  const backend::GemmCall* tiny_one = &second;
+  if (!takes_short_product(*short_one)) std::swap(short_one, tiny_one);
+  if (!takes_short_product(*short_one) || !takes_tiny_product(*tiny_one)) return false;
+  kernels::short_and_tiny_product(small_product(short_one->a, short_one->b, short_one->options, short_one->out),
+                                  small_product(tiny_one->a, tiny_one->b, tiny_one->options, tiny_one->out),
+                                  compute_stream(device));
+  return true;
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
   if (own_kernel_product(a, b, options, out, device)) return;
   if (lt_matmul(a, b, options, out, device)) return;
   gemm_in_passes(a, b, options, out, device);
+}
+
+void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device) {
+  if (paired_small_products(first, second, device)) return;
+  gemm(first.a, first.b, first.options, first.out, device);
+  gemm(second.a, second.b, second.options, second.out, device);
 }
 
 }  // namespace tandem::cuda

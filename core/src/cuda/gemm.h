@@ -10,5 +10,8 @@ namespace tandem::cuda {
 
 // Backend::gemm(a, b, epilogue, out) on the compute stream of `device`, which the caller has made current.
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& epilogue, const Tensor& out, int device);
+// Backend::gemm_pair(first, second) on the compute stream of `device`, which the caller has made current: one
+// kernel when one is a short product and the other a tiny one (Note [Paired small products] in kernels.h).
+void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device);
 
 }  // namespace tandem::cuda

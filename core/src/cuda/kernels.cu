@@ -330,12 +330,15 @@ __device__ void sum_columns_kernel(const float* x, float* out, int64_t outer, in
 __device__ float widen(float x) { return x; }
 __device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Blocks 0 .. m * n - 1: out[i][j] for i = block / n, j = block % n; blocks m * n .. m * n + m - 1: the row sums.
+// The blocks of a tiny product: one per output element and one per row sum.
+int64_t tiny_product_blocks(const SmallProduct& p) { return p.m * p.n + (p.a_row_sums != nullptr ? p.m : 0); }
+
+// Block 0 .. m * n - 1 of a tiny product: out[i][j] for i = block / n, j = block % n; blocks m * n .. m * n + m - 1:
+// the row sums. Every thread of the block calls it.
 template <typename T>
-__device__ void tiny_product_kernel(SmallProduct p) {
+__device__ void tiny_product_block(const SmallProduct& p, int64_t block) {
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
-  const int64_t block = blockIdx.x;
   const int64_t products = p.m * p.n;
   const bool row_sum = block >= products;  // uniform within the block
   const int64_t i = row_sum ? block - products : block / p.n;
@@ -358,15 +361,21 @@ __device__ void tiny_product_kernel(SmallProduct p) {
   }
 }
 
-// Element e of out is row e / n, column e % n; gemm.cpp keeps m * n and k within 32-bit indices.
 template <typename T>
-__device__ void short_product_kernel(SmallProduct p) {
+__device__ void tiny_product_kernel(SmallProduct p) {
+  tiny_product_block<T>(p, blockIdx.x);
+}
+
+// The elements first, first + threads, ... of a short product's out, element e being row e / n, column e % n;
+// gemm.cpp keeps m * n and k within 32-bit indices.
+template <typename T>
+__device__ void short_product_elements(const SmallProduct& p, int first, int threads) {
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
   const int n = static_cast<int>(p.n);
   const int k = static_cast<int>(p.k);
   const int elements = static_cast<int>(p.m) * n;
-  for (int e = static_cast<int>(global_thread()); e < elements; e += static_cast<int>(grid_threads())) {
+  for (int e = first; e < elements; e += threads) {
     const int i = e / n;
     const int j = e - i * n;
     const T* a_row = a + i * p.a_row_stride;
@@ -377,6 +386,24 @@ __device__ void short_product_kernel(SmallProduct p) {
     if (p.accumulate) v += p.out[e];
     if (p.relu && v < 0.0f) v = 0.0f;  // NaN stays NaN
     p.out[e] = v;
+  }
+}
+
+template <typename T>
+__device__ void short_product_kernel(SmallProduct p) {
+  short_product_elements<T>(p, static_cast<int>(global_thread()), static_cast<int>(grid_threads()));
+}
+
+// Note [Paired small products]: blocks 0 .. tiny_blocks - 1 are the tiny product's, the rest the short product's.
+// The branch is uniform within a block, as the tiny product's block sum needs.
+template <typename T>
+__device__ void short_and_tiny_product_kernel(SmallProduct short_one, SmallProduct tiny_one, int tiny_blocks) {
+  const int block = static_cast<int>(blockIdx.x);
+  if (block < tiny_blocks) {
+    tiny_product_block<T>(tiny_one, block);
+  } else {
+    const int threads = static_cast<int>((gridDim.x - tiny_blocks) * blockDim.x);
+    short_product_elements<T>(short_one, (block - tiny_blocks) * static_cast<int>(blockDim.x) + threadIdx.x, threads);
   }
 }
 
@@ -585,36 +612,54 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
   launch_contiguous<1>(n, x, x, nullptr, ClipByNormOp{norm, max_norm}, stream);
 }
 
-// Launches the body for the product's operand type: float32, or bfloat16 (Note [Short products]).
-template <auto float_body, auto bfloat16_body>
-void launch_small_product(const SmallProduct& product, dim3 grid, cudaStream_t stream) {
-  if (product.bfloat16) {
-    launch<bfloat16_body>(grid, kThreads, stream, product);
+// Launches the body for the products' operand type: float32, or bfloat16 (Note [Short products]).
+template <auto float_body, auto bfloat16_body, typename... Args>
+void launch_small_product(bool bfloat16, dim3 grid, cudaStream_t stream, const Args&... args) {
+  if (bfloat16) {
+    launch<bfloat16_body>(grid, kThreads, stream, args...);
   } else {
-    launch<float_body>(grid, kThreads, stream, product);
+    launch<float_body>(grid, kThreads, stream, args...);
   }
 }
 
-void tiny_product(const SmallProduct& product, cudaStream_t stream) {
-  const int64_t blocks = product.m * product.n + (product.a_row_sums != nullptr ? product.m : 0);
-  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && blocks <= INT_MAX &&
+void check_tiny_product(const SmallProduct& product) {
+  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && tiny_product_blocks(product) <= INT_MAX &&
                              product.bias == nullptr && !product.relu,
                          "cuda tiny_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
                          " but expected positive sizes, at most INT_MAX blocks, and no bias or ReLU");
-  launch_small_product<tiny_product_kernel<float>, tiny_product_kernel<__nv_bfloat16>>(
-      product, static_cast<unsigned>(blocks), stream);
 }
 
-void short_product(const SmallProduct& product, cudaStream_t stream) {
-  const int64_t elements = product.m * product.n;
-  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && elements <= INT_MAX &&
+void check_short_product(const SmallProduct& product) {
+  TANDEM_INTERNAL_ASSERT(product.m > 0 && product.n > 0 && product.k > 0 && product.m * product.n <= INT_MAX &&
                              product.k <= INT_MAX && product.a_row_sums == nullptr &&
                              !(product.accumulate && (product.bias != nullptr || product.relu)),
                          "cuda short_product: got m = ", product.m, ", n = ", product.n, ", k = ", product.k,
                          " but expected positive sizes within 32-bit indices, no row sums, and no bias or ReLU with ",
                          "accumulate");
-  launch_small_product<short_product_kernel<float>, short_product_kernel<__nv_bfloat16>>(product,
-                                                                                       blocks_for(elements), stream);
+}
+
+void tiny_product(const SmallProduct& product, cudaStream_t stream) {
+  check_tiny_product(product);
+  launch_small_product<tiny_product_kernel<float>, tiny_product_kernel<__nv_bfloat16>>(
+      product.bfloat16, static_cast<unsigned>(tiny_product_blocks(product)), stream, product);
+}
+
+void short_product(const SmallProduct& product, cudaStream_t stream) {
+  check_short_product(product);
+  launch_small_product<short_product_kernel<float>, short_product_kernel<__nv_bfloat16>>(
+      product.bfloat16, blocks_for(product.m * product.n), stream, product);
+}
+
+void short_and_tiny_product(const SmallProduct& short_one, const SmallProduct& tiny_one, cudaStream_t stream) {
+  check_short_product(short_one);
+  check_tiny_product(tiny_one);
+  const int64_t tiny_blocks = tiny_product_blocks(tiny_one);
+  const int64_t blocks = tiny_blocks + blocks_for(short_one.m * short_one.n);
+  TANDEM_INTERNAL_ASSERT(short_one.bfloat16 == tiny_one.bfloat16 && blocks <= INT_MAX,
+                         "cuda short_and_tiny_product: operands of one type and at most INT_MAX blocks, got ",
+                         blocks, " blocks");
+  launch_small_product<short_and_tiny_product_kernel<float>, short_and_tiny_product_kernel<__nv_bfloat16>>(
+      short_one.bfloat16, static_cast<unsigned>(blocks), stream, short_one, tiny_one, static_cast<int>(tiny_blocks));
 }
 
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream) {

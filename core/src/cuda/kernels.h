@@ -110,6 +110,14 @@ void tiny_product(const SmallProduct& product, cudaStream_t stream);
 // order, with fused multiply-adds, then the bias, the accumulation or ReLU; equal inputs give bitwise equal results.
 void short_product(const SmallProduct& product, cudaStream_t stream);
 
+// Note [Paired small products]: a linear layer's backward takes two products of the same g: the input gradient g W
+// (a short product: k = the layer's outputs) and the weight gradient g^T x (a tiny one: k = the batch). Neither reads
+// what the other writes, yet on one stream the second waits for the first. short_and_tiny_product runs both in one
+// launch: the tiny product's blocks first (they are the longer ones), then the short product's, each block running
+// exactly what it would run in its own kernel, so every element is bitwise what short_product and tiny_product give.
+// The step then waits for the longer of the two instead of their sum. Both have the same operand type (bfloat16).
+void short_and_tiny_product(const SmallProduct& short_one, const SmallProduct& tiny_one, cudaStream_t stream);
+
 // Reductions. x is contiguous [outer, reduce, inner]; out is contiguous [outer, inner].
 void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t inner, cudaStream_t stream);
 
