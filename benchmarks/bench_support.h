@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if TANDEM_WITH_CUDA
@@ -148,19 +149,41 @@ struct Sampling {
   int iterations = 1;  // back-to-back calls in each sample
 };
 
+// One sample: `iterations` calls of body() timed with synchronized_ms on `devices`, in milliseconds per call.
+template <typename Body>
+double sample_ms_per_call(const std::vector<Device>& devices, int iterations, Body& body) {
+  const double ms = synchronized_ms(devices, [&] {
+    for (int i = 0; i < iterations; ++i) body();
+  });
+  return ms / iterations;
+}
+
 // Milliseconds per call of body(), the median over the samples: after the warm-up calls, each sample times
 // `iterations` calls with synchronized_ms on `devices` and divides by `iterations`.
 template <typename Body>
 double median_ms_per_call(const std::vector<Device>& devices, const Sampling& sampling, Body&& body) {
   for (int i = 0; i < sampling.warmup; ++i) body();
   std::vector<double> per_call;
-  for (int s = 0; s < sampling.samples; ++s) {
-    const double ms = synchronized_ms(devices, [&] {
-      for (int i = 0; i < sampling.iterations; ++i) body();
-    });
-    per_call.push_back(ms / sampling.iterations);
-  }
+  for (int s = 0; s < sampling.samples; ++s) per_call.push_back(sample_ms_per_call(devices, sampling.iterations, body));
   return median(per_call);
+}
+
+// median_ms_per_call of two bodies, their warm-ups and samples taken in turn (one of `first`, one of `second`, ...),
+// so that the machine's speed drifting during the run weighs on both alike: for a call and its raw alternative.
+template <typename First, typename Second>
+std::pair<double, double> alternating_median_ms_per_call(const std::vector<Device>& devices, const Sampling& sampling,
+                                                         First&& first, Second&& second) {
+  for (int i = 0; i < sampling.warmup; ++i) {
+    first();
+    second();
+  }
+  std::vector<double> first_ms;
+  std::vector<double> second_ms;
+  for (int s = 0; s < sampling.samples; ++s) {
+    first_ms.push_back(sample_ms_per_call(devices, sampling.iterations, first));
+    second_ms.push_back(sample_ms_per_call(devices, sampling.iterations, second));
+  }
+  return {median(first_ms), median(second_ms)};
 }
 
 // ---- tables

@@ -5,7 +5,8 @@
 // Method: host wall clock. Every GPU is synchronized (cudaDeviceSynchronize), `iterations` calls are issued back
 // to back, every GPU is synchronized again; the time per call is the elapsed time divided by `iterations`. This
 // is repeated `samples` times after a warm-up and the median is reported. The same method times tandem and the
-// raw baseline, so per-call host overhead (argument checks, allocation of the outputs from the caching allocator,
+// raw baseline, their samples taken in turn (one tandem sample, one raw, ...) so that the machine's speed drifting
+// during the run weighs on both alike, and per-call host overhead (argument checks, allocation of the outputs from the caching allocator,
 // event waits) counts against tandem exactly as it would in a program. Each row shows tandem - raw and tandem/raw,
 // and, where tandem sets itself a goal for that op and size (goal_for), whether this run met it.
 //
@@ -178,9 +179,6 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
   // Median microseconds per call (see the method at the top of the file).
   const bench::Sampling sampling{
       .warmup = options.warmup, .samples = options.samples, .iterations = options.iterations};
-  const auto timed = [&](const std::function<void()>& call) {
-    return 1e3 * bench::median_ms_per_call(devices, sampling, call);
-  };
 
   // tandem inputs: one tensor per device, four quarter-size tensors per device for the coalesced variants, and
   // one part per device for gather.
@@ -235,22 +233,26 @@ void bench_size(size_t bytes, int gpus, Raw& raw, const Options& options, std::v
     }
   };
 
-  const auto add = [&](const std::string& op, const std::string& raw_op, double tandem_us, double raw_us) {
+  // Times the tandem call and the raw one with their samples in turn, and appends the row.
+  const auto add = [&](const std::string& op, const std::string& raw_op, const std::function<void()>& tandem_call,
+                       const std::function<void()>& raw_call) {
+    const auto [tandem_ms, raw_ms] = bench::alternating_median_ms_per_call(devices, sampling, tandem_call, raw_call);
+    const double tandem_us = 1e3 * tandem_ms;
+    const double raw_us = 1e3 * raw_ms;
     rows.push_back({op, raw_op, bytes, tandem_us, raw_us});
     std::fprintf(stderr, "  %-22s %7s  tandem %10.1f us  raw %10.1f us  %+8.1f us  %6.3fx  %s\n", op.c_str(),
                  bench::size_label(bytes).c_str(), tandem_us, raw_us, tandem_us - raw_us, tandem_us / raw_us,
                  judged(rows.back()).second.c_str());
   };
-  add("broadcast", "ncclBroadcast", timed([&] { tandem::comm::broadcast(full[0], devices); }), timed(raw_broadcast));
-  add("reduce_add", "ncclReduce", timed([&] { tandem::comm::reduce_add(full, devices[0]); }), timed(raw_reduce));
-  add("all_reduce", "ncclAllReduce", timed([&] { tandem::comm::all_reduce(full); }), timed(raw_all_reduce));
-  add("broadcast_coalesced", "ncclBroadcast", timed([&] { tandem::comm::broadcast_coalesced(quarters[0], devices); }),
-      timed(raw_broadcast));
-  add("reduce_add_coalesced", "ncclReduce", timed([&] { tandem::comm::reduce_add_coalesced(quarters, devices[0]); }),
-      timed(raw_reduce));
-  add("scatter", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::scatter(full[0], devices, part_sizes); }),
-      timed(raw_scatter));
-  add("gather", "cudaMemcpyPeerAsync", timed([&] { tandem::comm::gather(parts, 0, devices[0]); }), timed(raw_gather));
+  add("broadcast", "ncclBroadcast", [&] { tandem::comm::broadcast(full[0], devices); }, raw_broadcast);
+  add("reduce_add", "ncclReduce", [&] { tandem::comm::reduce_add(full, devices[0]); }, raw_reduce);
+  add("all_reduce", "ncclAllReduce", [&] { tandem::comm::all_reduce(full); }, raw_all_reduce);
+  add("broadcast_coalesced", "ncclBroadcast", [&] { tandem::comm::broadcast_coalesced(quarters[0], devices); },
+      raw_broadcast);
+  add("reduce_add_coalesced", "ncclReduce", [&] { tandem::comm::reduce_add_coalesced(quarters, devices[0]); },
+      raw_reduce);
+  add("scatter", "cudaMemcpyPeerAsync", [&] { tandem::comm::scatter(full[0], devices, part_sizes); }, raw_scatter);
+  add("gather", "cudaMemcpyPeerAsync", [&] { tandem::comm::gather(parts, 0, devices[0]); }, raw_gather);
 }
 
 std::string markdown_table(const std::vector<Row>& rows, int gpus, const Options& options) {
@@ -258,7 +260,7 @@ std::string markdown_table(const std::vector<Row>& rows, int gpus, const Options
   os << "tandem::comm vs raw NCCL / cudaMemcpyPeerAsync on " << gpus << " x " << bench::gpu_name(0) << ", NCCL "
      << bench::nccl_version() << ". Time per call: host wall clock over " << options.iterations
      << " back-to-back calls between cudaDeviceSynchronize on every GPU, median of " << options.samples
-     << " samples. GB/s = size / tandem time. Coalesced variants move 4 tensors of size/4 (default 10 MiB "
+     << " samples, tandem's and raw's taken in turn. GB/s = size / tandem time. Coalesced variants move 4 tensors of size/4 (default 10 MiB "
         "buckets); scatter/gather split size over the GPUs, to/from cuda:0.\n\n";
   os << "| op | size | tandem us | raw us | raw op | tandem - raw us | tandem/raw | GB/s | goal | |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n";
