@@ -474,8 +474,10 @@ __device__ void adam_kernel(int64_t n, float* param, const float* grad, float* e
 
 // Note [Multi-tensor kernel arguments]: a multi-tensor kernel takes its entries by value, in one kernel argument of
 // at most kArgumentBytes (under CUDA's 4 KiB limit on a launch's arguments), so a captured graph keeps them in the
-// node and a replay reads nothing from the host. Every thread walks every entry with the grid-stride loop of the
-// single-tensor kernel; a longer list is launched in several blocks of entries.
+// node and a replay reads nothing from the host. Entry y is updated by the blocks of row y of the grid, with the
+// grid-stride loop of the single-tensor kernel along x, so the entries are updated side by side (one after another
+// in each thread, a small model's update would wait for one round trip to memory per tensor); a longer list is
+// launched in several blocks of entries.
 constexpr size_t kArgumentBytes = 3584;
 
 template <typename Entry>
@@ -488,28 +490,25 @@ static_assert(sizeof(EntryBlock<SgdEntry>) <= 4096 && EntryBlock<SgdEntry>::kCap
 static_assert(sizeof(EntryBlock<AdamEntry>) <= 4096 && EntryBlock<AdamEntry>::kCapacity >= 16);
 
 __device__ void multi_sgd_kernel(EntryBlock<SgdEntry> block) {
-  for (int t = 0; t < block.count; ++t) {
-    const SgdEntry& e = block.entries[t];
-    sgd_elements(e.n, e.param, e.grad, e.momentum_buffer, e.update, e.lr);
-  }
+  const SgdEntry& e = block.entries[blockIdx.y];
+  sgd_elements(e.n, e.param, e.grad, e.momentum_buffer, e.update, e.lr);
 }
 
 __device__ void multi_adam_kernel(EntryBlock<AdamEntry> block) {
-  for (int t = 0; t < block.count; ++t) {
-    const AdamEntry& e = block.entries[t];
-    adam_elements(e.n, e.param, e.grad, e.exp_avg, e.exp_avg_sq, e.max_exp_avg_sq, e.update, e.step_factors);
-  }
+  const AdamEntry& e = block.entries[blockIdx.y];
+  adam_elements(e.n, e.param, e.grad, e.exp_avg, e.exp_avg_sq, e.max_exp_avg_sq, e.update, e.step_factors);
 }
 
-// Launches `kernel` over the entries with elements, kCapacity entries per launch, each launch's grid sized for its
-// largest entry.
+// Launches `kernel` over the entries with elements, kCapacity entries per launch, each launch's grid a row of blocks
+// per entry (Note [Multi-tensor kernel arguments]), the rows as long as its largest entry needs.
 template <auto kKernel, typename Entry>
 void launch_blocks(const std::vector<Entry>& entries, cudaStream_t stream) {
   EntryBlock<Entry> block{};
   int64_t largest = 0;
   const auto flush = [&] {
     if (block.count == 0) return;
-    launch<kKernel>(blocks_for(largest), kThreads, stream, block);
+    launch<kKernel>(dim3(static_cast<unsigned>(blocks_for(largest)), static_cast<unsigned>(block.count)), kThreads,
+                    stream, block);
     block.count = 0;
     largest = 0;
   };
