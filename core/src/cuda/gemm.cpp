@@ -5,7 +5,6 @@
 #include "cuda/gemm.h"
 
 #include <climits>
-#include <utility>
 
 #include "cuda/convert.h"
 #include "cuda/gemm_operand.h"
@@ -140,46 +139,56 @@ bool takes_short_product(int64_t m, int64_t n, int64_t k, const backend::GemmOpt
   return !options.a_row_sums.defined() && k <= kShortMaxK && m * n <= kShortMaxOutput;
 }
 
-// Computes the product in one of tandem's own kernels, if one takes it; false otherwise.
-bool own_kernel_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
-                        int device) {
+// Which of tandem's own kernels takes a product, if one does.
+enum class OwnKernel { None, Tiny, Short };
+
+OwnKernel own_kernel_for(const Tensor& a, const backend::GemmOptions& options, const Tensor& out) {
   const int64_t m = out.size(0);
   const int64_t n = out.size(1);
   const int64_t k = a.size(1);
-  if (m == 0 || n == 0 || k == 0) return false;
-  if (takes_tiny_product(m, n, k, options)) {
-    kernels::tiny_product(small_product(a, b, options, out), compute_stream(device));
-    return true;
-  }
-  if (takes_short_product(m, n, k, options)) {
-    kernels::short_product(small_product(a, b, options, out), compute_stream(device));
-    return true;
+  if (m == 0 || n == 0 || k == 0) return OwnKernel::None;
+  if (takes_tiny_product(m, n, k, options)) return OwnKernel::Tiny;
+  if (takes_short_product(m, n, k, options)) return OwnKernel::Short;
+  return OwnKernel::None;
+}
+
+OwnKernel own_kernel_for(const backend::GemmCall& call) { return own_kernel_for(call.a, call.options, call.out); }
+
+kernels::SmallProduct small_product(const backend::GemmCall& call) {
+  return small_product(call.a, call.b, call.options, call.out);
+}
+
+// Computes the product in one of tandem's own kernels, if one takes it; false otherwise.
+bool own_kernel_product(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
+                        int device) {
+  switch (own_kernel_for(a, options, out)) {
+    case OwnKernel::Tiny:
+      kernels::tiny_product(small_product(a, b, options, out), compute_stream(device));
+      return true;
+    case OwnKernel::Short:
+      kernels::short_product(small_product(a, b, options, out), compute_stream(device));
+      return true;
+    case OwnKernel::None:
+      return false;
   }
   return false;
-}
-
-bool takes_short_product(const backend::GemmCall& call) {
-  const int64_t k = call.a.size(1);
-  return call.out.numel() > 0 && k > 0 && takes_short_product(call.out.size(0), call.out.size(1), k, call.options);
-}
-
-bool takes_tiny_product(const backend::GemmCall& call) {
-  const int64_t k = call.a.size(1);
-  return call.out.numel() > 0 && k > 0 && takes_tiny_product(call.out.size(0), call.out.size(1), k, call.options);
 }
 
 // Runs a short and a tiny product of one operand type in one kernel (Note [Paired small products]); false when the
 // pair is not one.
 bool paired_small_products(const backend::GemmCall& first, const backend::GemmCall& second, int device) {
   if (first.a.dtype() != second.a.dtype()) return false;
-  const backend::GemmCall* short_one = &first;
-  const backend::GemmCall* tiny_one = &second;
-  if (!takes_short_product(*short_one)) std::swap(short_one, tiny_one);
-  if (!takes_short_product(*short_one) || !takes_tiny_product(*tiny_one)) return false;
-  kernels::short_and_tiny_product(small_product(short_one->a, short_one->b, short_one->options, short_one->out),
-                                  small_product(tiny_one->a, tiny_one->b, tiny_one->options, tiny_one->out),
-                                  compute_stream(device));
-  return true;
+  const OwnKernel first_kernel = own_kernel_for(first);
+  const OwnKernel second_kernel = own_kernel_for(second);
+  if (first_kernel == OwnKernel::Short && second_kernel == OwnKernel::Tiny) {
+    kernels::short_and_tiny_product(small_product(first), small_product(second), compute_stream(device));
+    return true;
+  }
+  if (first_kernel == OwnKernel::Tiny && second_kernel == OwnKernel::Short) {
+    kernels::short_and_tiny_product(small_product(second), small_product(first), compute_stream(device));
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
