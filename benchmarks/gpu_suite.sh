@@ -65,29 +65,28 @@ run_stage() {
       TANDEM_BUILD_DIR="$build" benchmarks/ddp_suite.sh "$out/ddp" ;;
     sanitize)  # compute-sanitizer's memcheck and synccheck on every suite's GPU tests, racecheck on the one-GPU ones
       # --report-api-errors no: NCCL's start-up probes fail cudaFuncGetAttributes on purpose. racecheck serializes
-      # kernels, and a collective's kernels on two GPUs must run together, so it takes the one-GPU cases only. The
-      # runs go side by side (each suite and tool in its own process); every log is kept.
-      local gpu='*CUDA*:*Cuda*:*Gpu*:*GPU*' suites=(core comm nn parallel trainers distributed) pids=()
+      # kernels, and a collective's kernels on two GPUs must run together, so it takes the one-GPU cases only, each
+      # suite in three shards (it is the slowest tool). Every suite, tool and shard runs in its own process, side by
+      # side: first memcheck and synccheck, then racecheck. Every log is kept.
+      local gpu='*CUDA*:*Cuda*:*Gpu*:*GPU*:*Captured*' suites=(core comm nn parallel trainers distributed) shards=3
+      sanitize_suite() {  # tool suite filter [shard]: one process in the background, its log named after its part
+        local log="$out/sanitize_$1_$2${4:+_$4}.log" sharding=()
+        [ -n "${4:-}" ] && sharding=(GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$4")
+        env "${sharding[@]}" timeout 380 compute-sanitizer --tool "$1" --report-api-errors no --error-exitcode 3 \
+          "$build/bin/tandem_$2_tests" --gtest_filter="$3" >"$log" 2>&1 &
+      }
       for suite in "${suites[@]}"; do
-        for tool in memcheck synccheck racecheck; do
-          local filter="$gpu"
-          if [ "$tool" = racecheck ]; then
-            [ "$suite" = distributed ] && continue  # its collectives span processes
-            filter="$gpu-*Multi*"
-          fi
-          timeout 380 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 3 \
-            "$build/bin/tandem_${suite}_tests" --gtest_filter="$filter" >"$out/sanitize_${tool}_$suite.log" 2>&1 &
-          pids+=($!)
-        done
+        for tool in memcheck synccheck; do sanitize_suite "$tool" "$suite" "$gpu"; done
       done
-      for pid in "${pids[@]}"; do wait "$pid"; done
+      wait
       for suite in "${suites[@]}"; do
-        for tool in memcheck synccheck racecheck; do
-          local log="$out/sanitize_${tool}_$suite.log"
-          [ -f "$log" ] || continue
-          echo "$tool $suite: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1);" \
-            "$(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED' "$log" | head -3 | tr '\n' ' ')"
-        done
+        [ "$suite" = distributed ] && continue  # its collectives span processes
+        for ((shard = 0; shard < shards; ++shard)); do sanitize_suite racecheck "$suite" "$gpu-*Multi*" "$shard"; done
+      done
+      wait
+      for log in "$out"/sanitize_*.log; do
+        echo "$(basename "$log" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1);" \
+          "$(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED' "$log" | head -3 | tr '\n' ' ')"
       done ;;
     width)  # step time against model width: tandem eager and captured beside PyTorch's DDP, with an SVG plot
       TANDEM_BUILD_DIR="$build" benchmarks/width_sweep.sh "$out/width" ;;

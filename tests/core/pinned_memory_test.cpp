@@ -2,6 +2,7 @@
 // (Tensor::to(device, true)), the pinned caching allocator's reuse rule, StreamMarker::query / synchronize and
 // warm_up. Each test that needs a GPU checks the error a machine without one gives instead.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -110,14 +111,8 @@ TEST(PinnedMemoryCUDA, NonBlockingRoundTripKeepsTheValues) {
   EXPECT_EQ(leaf.grad().device(), Device::cpu());
 }
 
-// Keeps the GPU's compute stream busy for a while (tens of milliseconds of queued products), so that a copy enqueued
-// after it has certainly not run when the host checks a moment later.
-Tensor busy_work(Device gpu) {
-  Tensor a = Tensor::full({4096, 4096}, 1e-4f, gpu);
-  Tensor product = a;
-  for (int i = 0; i < 40; ++i) product = matmul(product, a);
-  return product;
-}
+// Long enough that a copy queued behind it has certainly not run when the host checks a moment later.
+constexpr std::chrono::milliseconds kHold{200};
 
 TEST(PinnedMemoryCUDA, AFreedBlockIsReusedOnlyAfterItsCopyFinished) {
   TANDEM_REQUIRE_GPUS(1);
@@ -131,8 +126,8 @@ TEST(PinnedMemoryCUDA, AFreedBlockIsReusedOnlyAfterItsCopyFinished) {
     Tensor source = Tensor::empty_pinned({kCount});
     std::copy(values.begin(), values.end(), source.mutable_data());
     first_block = source.data_ptr();
-    const Tensor busy = busy_work(gpu);
-    copied = source.to(gpu, /*non_blocking=*/true);  // queued behind the products
+    testing::hold_compute_stream(gpu, kHold);
+    copied = source.to(gpu, /*non_blocking=*/true);  // queued behind the hold
   }
   const MemoryStats before = pinned_memory_stats();
   Tensor overwrite = Tensor::empty_pinned({kCount});
@@ -167,9 +162,9 @@ TEST(StreamMarker, QueryAndSynchronizeOnTheHostAreImmediate) {
 TEST(StreamMarkerCUDA, QueryTurnsTrueOnceTheMarkedWorkHasRun) {
   TANDEM_REQUIRE_GPUS(1);
   const Device gpu = Device::cuda(0);
-  const Tensor busy = busy_work(gpu);
+  testing::hold_compute_stream(gpu, kHold);
   const StreamMarker marker = StreamMarker::record(gpu);
-  EXPECT_FALSE(marker.query()) << "tens of milliseconds of products finished before the host asked";
+  EXPECT_FALSE(marker.query()) << "a hold of " << kHold.count() << " ms ended before the host asked";
   marker.synchronize();
   EXPECT_TRUE(marker.query());
 }

@@ -110,6 +110,12 @@ Tensor JitteredDropout::forward(const Tensor& input) {
   return input * Tensor::from_vector(mask, input.shape(), input.device());
 }
 
+void hold_compute_stream(Device gpu, std::chrono::milliseconds duration) {
+  TANDEM_CHECK(gpu.is_cuda(), "hold_compute_stream: device ", gpu, " but expected a CUDA device");
+  TANDEM_CHECK(duration.count() > 0, "hold_compute_stream: duration ", duration.count(), " ms but expected > 0");
+  hold_compute_stream_of(gpu.index(), std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count());
+}
+
 void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                double eps, double rtol, double atol) {
   try {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -88,6 +90,14 @@ class JitteredDropout : public nn::Cloneable<JitteredDropout> {
  public:
   Tensor forward(const Tensor& input) override;
 };
+
+// Keeps `gpu`'s compute stream busy for `duration` of wall-clock time (one GPU thread waiting on the GPU's clock), so
+// that work queued after it has certainly not run when the host looks a moment later. A chain of large products did
+// this before; under compute-sanitizer, which slows every instrumented instruction, such a chain ran for many
+// minutes, while a wait on the clock lasts as long as it says.
+void hold_compute_stream(Device gpu, std::chrono::milliseconds duration);
+// Its backend (tests/support/cuda or tests/support/nocuda): the hold on cuda:`device`, unchecked.
+void hold_compute_stream_of(int device, int64_t nanoseconds);
 
 // Host-side float64 references.
 std::vector<double> to_double(const Tensor& tensor);

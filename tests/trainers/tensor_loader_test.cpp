@@ -2,6 +2,7 @@
 // sharding hook's and the sampler's picks, exact int64 and bfloat16 rows, and device chunks equal to the host rows.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -298,13 +299,6 @@ TEST(TensorDataLoader, BadOptionsAreErrors) {
   EXPECT_ERROR(loader.batch(-1), "TensorDataLoader::batch: index -1 but the epoch has 3 batches");
 }
 
-// Keeps the GPU's compute stream busy for a while, so that the host runs ahead of the loader's copies.
-void busy_work(Device gpu) {
-  const Tensor a = Tensor::full({4096, 4096}, 1e-4f, gpu);
-  Tensor product = a;
-  for (int i = 0; i < 20; ++i) product = matmul(product, a);
-}
-
 TEST(TensorDataLoaderCUDA, DeviceChunksEqualTheHostRows) {
   TANDEM_REQUIRE_GPUS(1);
   std::vector<Device> gpus;
@@ -316,7 +310,8 @@ TEST(TensorDataLoaderCUDA, DeviceChunksEqualTheHostRows) {
     for (int epoch = 0; epoch < 2; ++epoch) {
       host.begin_epoch();
       loader.begin_epoch();
-      busy_work(gpus.front());  // the ring of staging buffers comes round while earlier copies still wait
+      // The ring of staging buffers comes round while earlier copies still wait behind the hold.
+      tandem::testing::hold_compute_stream(gpus.front(), std::chrono::milliseconds(100));
       std::vector<TensorBatch> batches;
       for (int64_t b = 0; b < loader.num_batches(); ++b) batches.push_back(loader.batch(b));
       ASSERT_EQ(batches.size(), 9u);  // 200 rows in batches of 24: 8 full ones and one of 8
