@@ -1,8 +1,10 @@
 // The list forms of sgd_update and adam_update (Note [Multi-tensor updates] in fused.h) against one single-tensor
 // update per entry, bit for bit, on every device: mixed sizes (empty ones too), options that differ per entry,
-// learning rates and step factors in device memory, and more entries than one launch takes.
+// learning rates and step factors in device memory, and more entries than one launch takes; and tensors updated four
+// elements at a time against the same values updated one at a time.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "support/test_support.h"
@@ -137,6 +139,57 @@ TEST_P(MultiTensorUpdate, ListsNameTheirBadEntry) {
       {Tensor::zeros({2}, device()), Tensor::zeros({5}, device()), Tensor(), SgdUpdate{}, Tensor()}};
   EXPECT_ERROR(sgd_update(second_bad), "grad has shape [5]");
   EXPECT_EQ(param.to_vector(), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+}
+
+// `t`'s values one element into a storage of their own: the view starts 4 bytes past a 16-byte boundary, so a GPU
+// updates it one element at a time where a fresh tensor is updated four at a time (Note [Updates four elements at a
+// time] in kernels.cu).
+Tensor misaligned_copy(const Tensor& t) {
+  if (!t.defined()) return Tensor();
+  Tensor view = Tensor::zeros({t.numel() + 1}, t.device()).narrow(0, 1, t.numel());
+  view.copy_(t);
+  return view;
+}
+
+// Groups of four and single elements (a size that leaves three over) give the same bits, for every rule's branches.
+TEST_P(MultiTensorUpdate, FourAtATimeEqualsOneAtATime) {
+  manual_seed(5);
+  constexpr int64_t kSize = 4 * 1025 + 3;
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE("rule " + std::to_string(i));
+    const SgdUpdate sgd = sgd_rule(i);
+    SgdParameter aligned{.param = random_like_size(kSize, device()),
+                         .grad = random_like_size(kSize, device()),
+                         .momentum_buffer = random_like_size(kSize, device()),
+                         .update = sgd,
+                         .lr = Tensor()};
+    SgdParameter single{misaligned_copy(aligned.param), misaligned_copy(aligned.grad),
+                        misaligned_copy(aligned.momentum_buffer), sgd, Tensor()};
+    sgd_update(std::vector<SgdParameter>{aligned});
+    sgd_update(std::vector<SgdParameter>{single});
+    expect_bitwise_equal(single.param, aligned.param, i, "sgd param");
+    expect_bitwise_equal(single.momentum_buffer, aligned.momentum_buffer, i, "sgd momentum_buffer");
+
+    const AdamUpdate adam = adam_rule(i);
+    AdamParameter moments{.param = random_like_size(kSize, device()),
+                          .grad = random_like_size(kSize, device()),
+                          .exp_avg = random_like_size(kSize, device()),
+                          .exp_avg_sq = Tensor::rand({kSize}, device()),
+                          .max_exp_avg_sq = adam.amsgrad ? Tensor::rand({kSize}, device()) : Tensor(),
+                          .update = adam,
+                          .step_factors = Tensor()};
+    AdamParameter moments_single{misaligned_copy(moments.param),      misaligned_copy(moments.grad),
+                                 misaligned_copy(moments.exp_avg),    misaligned_copy(moments.exp_avg_sq),
+                                 misaligned_copy(moments.max_exp_avg_sq), adam, Tensor()};
+    const std::vector<float> before = moments.param.to_vector();
+    adam_update(std::vector<AdamParameter>{moments});
+    adam_update(std::vector<AdamParameter>{moments_single});
+    expect_bitwise_equal(moments_single.param, moments.param, i, "adam param");
+    expect_bitwise_equal(moments_single.exp_avg, moments.exp_avg, i, "adam exp_avg");
+    expect_bitwise_equal(moments_single.exp_avg_sq, moments.exp_avg_sq, i, "adam exp_avg_sq");
+    expect_bitwise_equal(moments_single.max_exp_avg_sq, moments.max_exp_avg_sq, i, "adam max_exp_avg_sq");
+    EXPECT_NE(moments.param.to_vector(), before);  // the update moved something
+  }
 }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE(MultiTensorUpdate);
