@@ -249,6 +249,33 @@ TEST_P(BackendKernels, SgdVariantsMatchTheReferenceRule) {
   }
 }
 
+// contiguous() of transposed views (Note [Transposing copies] in kernels.cu on a GPU): sizes that leave partial
+// tiles, a single row or column, a column stride beyond the row count (a narrowed source), and more tiles than one
+// grid of blocks covers at once.
+TEST_P(BackendKernels, ContiguousCopiesOfTransposesEqualTheIndexedElements) {
+  struct Source {
+    int64_t rows, cols, padding;  // the source is [rows, cols + padding] row-major, narrowed to `cols` columns
+  };
+  for (const Source source : {Source{33, 65, 0}, Source{64, 32, 0}, Source{1, 70, 0}, Source{70, 1, 0},
+                              Source{37, 41, 7}, Source{2080, 2080, 0}}) {
+    const int64_t stride = source.cols + source.padding;
+    std::vector<float> values(static_cast<size_t>(source.rows * stride));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 65521) - 0.5f;
+    const Tensor full = Tensor::from_vector(values, {source.rows, stride}, device());
+    const Tensor transposed = full.narrow(1, 0, source.cols).t();  // [cols, rows], strides [1, stride]
+    const Tensor copy = transposed.contiguous();
+    ASSERT_EQ(to_string(copy.shape()), to_string(Shape{source.cols, source.rows}));
+    const std::vector<float> copied = copy.to_vector();
+    for (int64_t r = 0; r < source.cols; ++r) {
+      for (int64_t c = 0; c < source.rows; ++c) {
+        ASSERT_EQ(copied[static_cast<size_t>(r * source.rows + c)], values[static_cast<size_t>(c * stride + r)])
+            << "element (" << r << ", " << c << ") of the transpose of a [" << source.rows << ", " << source.cols
+            << "] matrix with row stride " << stride;
+      }
+    }
+  }
+}
+
 TEST_P(BackendKernels, HostRoundTripKeepsValues) {
   std::vector<float> values{1.5f, -2.25f, 3.0f, 0.0f, 7.0f, -8.5f};
   Tensor x = Tensor::from_vector(values, {2, 3}, device());

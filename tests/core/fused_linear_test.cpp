@@ -205,6 +205,9 @@ TEST_P(FusedLinearTest, Tf32StaysWithinItsTolerance) {  // the CPU emulates TF32
       if (!c.frozen_weight) run_case(c, device(), kTf32, Tensor::zeros({c.out, c.in}, device()));
     }
     run_case({"wide", 256, 512, 384}, device(), kTf32, Tensor::zeros({384, 512}, device()));
+    // Wide enough that on a GPU the weight gradient reads a row-major copy of the output gradient's transpose (Note
+    // [TF32 operands along k] in gemm.cpp).
+    run_case({"wider", 96, 1040, 40}, device(), kTf32, Tensor::zeros({40, 1040}, device()));
   }
 }
 

@@ -191,12 +191,37 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
   return false;
 }
 
+// Note [TF32 operands along k]: a linear layer's weight gradient g^T x reads both operands across their rows: k is
+// the batch, and a = g^T is the transpose of the row-major output gradient (strided along k), as b = x is (k its row
+// index). Hopper's TF32 tensor-core instructions read operands from shared memory only laid out along k (CUTLASS
+// lists its Hopper TF32 kernels for that layout alone; 16-bit types take either), and on an H200 cuBLAS's TF32
+// kernel for this pair of layouts ran 533 us for a [4096, 4096] x [4096, 4096] product where the input gradient's
+// product of the same size, whose a is row-major, ran 338 us. So for a TF32 product whose a is a transposed view and whose output is wide enough to pay for it, a is
+// first copied row-major (a tiled transpose, Note [Transposing copies] in kernels.cu: 64 MiB read and written, about
+// 35 us at that size) and the product reads the copy. The copy's cost grows with m * k and the saving with m * n * k,
+// so the output's width n decides. float32 and bfloat16 products read either layout at full speed and are left alone.
+constexpr int64_t kTf32CopyMinColumns = 1024;
+
+bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, const Tensor& out) {
+  return options.precision == Precision::TF32 && a.dtype() == DType::Float32 && a.size(0) > 1 && a.size(1) > 1 &&
+         a.strides()[1] != 1 && out.size(1) >= kTf32CopyMinColumns;
+}
+
+// a copied into a new row-major tensor on the compute stream of `device`.
+Tensor row_major_copy(const Tensor& a, int device) {
+  Tensor rows = Tensor::empty(a.shape(), DType::Float32, a.device());
+  kernels::copy(a.data(), rows.mutable_data(), collapse_dims(a.shape(), {&rows.strides(), &a.strides()}),
+                compute_stream(device));
+  return rows;
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
   if (own_kernel_product(a, b, options, out, device)) return;
-  if (lt_matmul(a, b, options, out, device)) return;
-  gemm_in_passes(a, b, options, out, device);
+  const Tensor a_read = takes_k_major_copy(a, options, out) ? row_major_copy(a, device) : a;
+  if (lt_matmul(a_read, b, options, out, device)) return;
+  gemm_in_passes(a_read, b, options, out, device);
 }
 
 void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device) {
