@@ -41,19 +41,44 @@ SgdUpdate sgd_rule(int i) {
   return rule;
 }
 
+// Entries of n random elements (the second moments and their maxima non-negative).
+SgdParameter random_sgd_parameter(int64_t n, const SgdUpdate& rule, const Tensor& lr, Device device) {
+  return {.param = random_like_size(n, device),
+          .grad = random_like_size(n, device),
+          .momentum_buffer = random_like_size(n, device),
+          .update = rule,
+          .lr = lr};
+}
+
+AdamParameter random_adam_parameter(int64_t n, const AdamUpdate& rule, const Tensor& step_factors, Device device) {
+  return {.param = random_like_size(n, device),
+          .grad = random_like_size(n, device),
+          .exp_avg = random_like_size(n, device),
+          .exp_avg_sq = Tensor::rand({n}, device),
+          .max_exp_avg_sq = rule.amsgrad ? Tensor::rand({n}, device) : Tensor(),
+          .update = rule,
+          .step_factors = step_factors};
+}
+
+// The same entry with each of its tensors replaced by copy(tensor).
+SgdParameter with_copies(const SgdParameter& p, Tensor (*copy)(const Tensor&)) {
+  return {copy(p.param), copy(p.grad), copy(p.momentum_buffer), p.update, p.lr};
+}
+
+AdamParameter with_copies(const AdamParameter& p, Tensor (*copy)(const Tensor&)) {
+  return {copy(p.param),      copy(p.grad),           copy(p.exp_avg), copy(p.exp_avg_sq),
+          copy(p.max_exp_avg_sq), p.update, p.step_factors};
+}
+
 TEST_P(MultiTensorUpdate, SgdListEqualsOneUpdatePerParameter) {
   manual_seed(3);
   std::vector<SgdParameter> list;
   std::vector<SgdParameter> single;
   for (int i = 0; i < kEntries; ++i) {
-    const int64_t n = size_of_entry(i);
-    SgdParameter p{.param = random_like_size(n, device()),
-                   .grad = random_like_size(n, device()),
-                   .momentum_buffer = random_like_size(n, device()),
-                   .update = sgd_rule(i),
-                   .lr = i % 2 == 1 ? Tensor::full({1}, 0.003f * static_cast<float>(i), device()) : Tensor()};
+    const Tensor lr = i % 2 == 1 ? Tensor::full({1}, 0.003f * static_cast<float>(i), device()) : Tensor();
+    const SgdParameter p = random_sgd_parameter(size_of_entry(i), sgd_rule(i), lr, device());
     list.push_back(p);
-    single.push_back({copy_of(p.param), copy_of(p.grad), copy_of(p.momentum_buffer), p.update, p.lr});
+    single.push_back(with_copies(p, copy_of));
   }
   sgd_update(list);
   for (const SgdParameter& p : single) {
@@ -87,18 +112,10 @@ TEST_P(MultiTensorUpdate, AdamListEqualsOneUpdatePerParameter) {
   std::vector<AdamParameter> list;
   std::vector<AdamParameter> single;
   for (int i = 0; i < kEntries; ++i) {
-    const int64_t n = size_of_entry(i);
-    const AdamUpdate rule = adam_rule(i);
-    AdamParameter p{.param = random_like_size(n, device()),
-                    .grad = random_like_size(n, device()),
-                    .exp_avg = random_like_size(n, device()),
-                    .exp_avg_sq = Tensor::rand({n}, device()),
-                    .max_exp_avg_sq = rule.amsgrad ? Tensor::rand({n}, device()) : Tensor(),
-                    .update = rule,
-                    .step_factors = i % 4 == 1 ? Tensor::from_vector({0.99f, 2e-3f, 0.3f}, {3}, device()) : Tensor()};
+    const Tensor factors = i % 4 == 1 ? Tensor::from_vector({0.99f, 2e-3f, 0.3f}, {3}, device()) : Tensor();
+    const AdamParameter p = random_adam_parameter(size_of_entry(i), adam_rule(i), factors, device());
     list.push_back(p);
-    single.push_back({copy_of(p.param), copy_of(p.grad), copy_of(p.exp_avg), copy_of(p.exp_avg_sq),
-                      copy_of(p.max_exp_avg_sq), p.update, p.step_factors});
+    single.push_back(with_copies(p, copy_of));
   }
   adam_update(list);
   for (const AdamParameter& p : single) {
@@ -157,30 +174,15 @@ TEST_P(MultiTensorUpdate, FourAtATimeEqualsOneAtATime) {
   constexpr int64_t kSize = 4 * 1025 + 3;
   for (int i = 0; i < 8; ++i) {
     SCOPED_TRACE("rule " + std::to_string(i));
-    const SgdUpdate sgd = sgd_rule(i);
-    SgdParameter aligned{.param = random_like_size(kSize, device()),
-                         .grad = random_like_size(kSize, device()),
-                         .momentum_buffer = random_like_size(kSize, device()),
-                         .update = sgd,
-                         .lr = Tensor()};
-    SgdParameter single{misaligned_copy(aligned.param), misaligned_copy(aligned.grad),
-                        misaligned_copy(aligned.momentum_buffer), sgd, Tensor()};
+    const SgdParameter aligned = random_sgd_parameter(kSize, sgd_rule(i), Tensor(), device());
+    const SgdParameter single = with_copies(aligned, misaligned_copy);
     sgd_update(std::vector<SgdParameter>{aligned});
     sgd_update(std::vector<SgdParameter>{single});
     expect_bitwise_equal(single.param, aligned.param, i, "sgd param");
     expect_bitwise_equal(single.momentum_buffer, aligned.momentum_buffer, i, "sgd momentum_buffer");
 
-    const AdamUpdate adam = adam_rule(i);
-    AdamParameter moments{.param = random_like_size(kSize, device()),
-                          .grad = random_like_size(kSize, device()),
-                          .exp_avg = random_like_size(kSize, device()),
-                          .exp_avg_sq = Tensor::rand({kSize}, device()),
-                          .max_exp_avg_sq = adam.amsgrad ? Tensor::rand({kSize}, device()) : Tensor(),
-                          .update = adam,
-                          .step_factors = Tensor()};
-    AdamParameter moments_single{misaligned_copy(moments.param),      misaligned_copy(moments.grad),
-                                 misaligned_copy(moments.exp_avg),    misaligned_copy(moments.exp_avg_sq),
-                                 misaligned_copy(moments.max_exp_avg_sq), adam, Tensor()};
+    const AdamParameter moments = random_adam_parameter(kSize, adam_rule(i), Tensor(), device());
+    const AdamParameter moments_single = with_copies(moments, misaligned_copy);
     const std::vector<float> before = moments.param.to_vector();
     adam_update(std::vector<AdamParameter>{moments});
     adam_update(std::vector<AdamParameter>{moments_single});
