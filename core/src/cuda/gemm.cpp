@@ -196,10 +196,13 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // index). Hopper's TF32 tensor-core instructions read operands from shared memory only laid out along k (CUTLASS
 // lists its Hopper TF32 kernels for that layout alone; 16-bit types take either), and on an H200 cuBLAS's TF32
 // kernel for this pair of layouts ran 533 us for a [4096, 4096] x [4096, 4096] product where the input gradient's
-// product of the same size, whose a is row-major, ran 338 us. So for a TF32 product whose a is a transposed view and whose output is wide enough to pay for it, a is
-// first copied row-major (a tiled transpose, Note [Transposing copies] in kernels.cu: 64 MiB read and written, about
-// 35 us at that size) and the product reads the copy. The copy's cost grows with m * k and the saving with m * n * k,
-// so the output's width n decides. float32 and bfloat16 products read either layout at full speed and are left alone.
+// product of the same size, whose a is row-major, ran 338 us. So for a TF32 product whose a is a transposed view and
+// whose output is wide enough to pay for it, a is first copied row-major (a tiled transpose, Note [Transposing
+// copies] in kernels.cu: 45 us for 64 MiB) and the product reads the copy (335 us). cuBLASLt has no bias-gradient
+// epilogue for a row-major a, so the row sums then take a kernel of their own (37 us, against 25 for the epilogue's):
+// 417 us per weight gradient of that size instead of 558. The copy's cost grows with m * k and the saving with
+// m * n * k, so the output's width n decides. float32 and bfloat16 products read either layout at full speed and are
+// left alone.
 constexpr int64_t kTf32CopyMinColumns = 1024;
 
 bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, const Tensor& out) {

@@ -453,9 +453,9 @@ __device__ void short_and_tiny_product_kernel(SmallProduct short_one, SmallProdu
 // the 67 M parameters of a 4 x Linear(4096) MLP), where the elementwise kernels' 16-byte ones move 4.2 TB/s. So where
 // every array of a tensor's update starts on a 16-byte boundary, a thread takes groups of four elements (one float4
 // load or store per array), then the last n % 4 elements one at a time; otherwise one at a time throughout. The rule
-// runs per element either way, so the results are bitwise the same. The bodies capture by value: a reference into the
-// kernel's parameters (a multi-tensor kernel's entries) held by a closure makes every thread copy them all to local
-// memory first (measured: 8.4 ms instead of 0.45 for the update above).
+// runs per element either way, so the results are bitwise the same; that update takes 320 us. The bodies capture by
+// value: a reference into the kernel's parameters (a multi-tensor kernel's entries) held by a closure made every
+// thread copy them all to local memory first (a 3.5 KiB stack frame; 8.4 ms for the same update).
 template <int kWidth>
 struct Lanes {
   float v[kWidth];
