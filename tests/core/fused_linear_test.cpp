@@ -205,9 +205,10 @@ TEST_P(FusedLinearTest, Tf32StaysWithinItsTolerance) {  // the CPU emulates TF32
       if (!c.frozen_weight) run_case(c, device(), kTf32, Tensor::zeros({c.out, c.in}, device()));
     }
     run_case({"wide", 256, 512, 384}, device(), kTf32, Tensor::zeros({384, 512}, device()));
-    // Wide enough that on a GPU the weight gradient reads a row-major copy of the output gradient's transpose (Note
-    // [TF32 operands along k] in gemm.cpp).
-    run_case({"wider", 96, 1040, 40}, device(), kTf32, Tensor::zeros({40, 1040}, device()));
+    // Wide enough that on a GPU the weight gradient reads a row-major copy of the output gradient's transpose, whose
+    // pass also sums the bias gradient (Note [TF32 operands along k] in gemm.cpp); a batch that leaves a partial tile.
+    run_case({"wider", 100, 1040, 40}, device(), kTf32, Tensor::zeros({40, 1040}, device()));
+    run_case({"wider, no bias", 100, 1040, 40, false}, device(), kTf32);
   }
 }
 

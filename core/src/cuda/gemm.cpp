@@ -199,10 +199,9 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // product of the same size, whose a is row-major, ran 338 us. So for a TF32 product whose a is a transposed view and
 // whose output is wide enough to pay for it, a is first copied row-major (a tiled transpose, Note [Transposing
 // copies] in kernels.cu: 45 us for 64 MiB) and the product reads the copy (335 us). cuBLASLt has no bias-gradient
-// epilogue for a row-major a, so the row sums then take a kernel of their own (37 us, against 25 for the epilogue's):
-// 417 us per weight gradient of that size instead of 558. The copy's cost grows with m * k and the saving with
-// m * n * k, so the output's width n decides. float32 and bfloat16 products read either layout at full speed and are
-// left alone.
+// epilogue for a row-major a (a row-sum kernel of its own took 37 us, the epilogue's 25), so the copy's pass sums the
+// rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's width n decides.
+// float32 and bfloat16 products read either layout at full speed and are left alone.
 constexpr int64_t kTf32CopyMinColumns = 1024;
 
 bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, const Tensor& out) {
@@ -210,21 +209,39 @@ bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, co
          a.strides()[1] != 1 && out.size(1) >= kTf32CopyMinColumns;
 }
 
-// a copied into a new row-major tensor on the compute stream of `device`.
-Tensor row_major_copy(const Tensor& a, int device) {
-  Tensor rows = Tensor::empty(a.shape(), DType::Float32, a.device());
-  kernels::copy(a.data(), rows.mutable_data(), collapse_dims(a.shape(), {&rows.strides(), &a.strides()}),
-                compute_stream(device));
-  return rows;
+// The product through a row-major copy of a (Note [TF32 operands along k]); the row sums, when asked for, come out
+// of the copy's pass as sums per tile of columns (Note [Transposing copies] in kernels.cu), then one small reduction.
+void product_of_row_major_copy(const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
+                               const Tensor& out, int device) {
+  const int64_t m = a.size(0);
+  const int64_t k = a.size(1);
+  const cudaStream_t stream = compute_stream(device);
+  const Tensor rows = Tensor::empty(a.shape(), DType::Float32, a.device());
+  backend::GemmOptions product = options;
+  Tensor tile_sums;
+  if (options.a_row_sums.defined()) {
+    tile_sums = Tensor::empty({kernels::transpose_tiles(k), m}, DType::Float32, a.device());
+    product.a_row_sums = Tensor();
+  }
+  kernels::transpose(a.data(), m, k, a.strides()[1], rows.mutable_data(),
+                     tile_sums.defined() ? tile_sums.mutable_data() : nullptr, stream);
+  if (tile_sums.defined()) {
+    kernels::sum_dim(tile_sums.data(), options.a_row_sums.mutable_data(), 1, tile_sums.size(0), m, stream);
+  }
+  if (lt_matmul(rows, b, product, out, device)) return;
+  gemm_in_passes(rows, b, product, out, device);
 }
 
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out, int device) {
   if (own_kernel_product(a, b, options, out, device)) return;
-  const Tensor a_read = takes_k_major_copy(a, options, out) ? row_major_copy(a, device) : a;
-  if (lt_matmul(a_read, b, options, out, device)) return;
-  gemm_in_passes(a_read, b, options, out, device);
+  if (takes_k_major_copy(a, options, out)) {
+    product_of_row_major_copy(a, b, options, out, device);
+    return;
+  }
+  if (lt_matmul(a, b, options, out, device)) return;
+  gemm_in_passes(a, b, options, out, device);
 }
 
 void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device) {

@@ -181,8 +181,10 @@ void launch_elementwise(const Strided& s, float* out, const float* a, const floa
 // the operand copy of Note [TF32 operands along k] in gemm.cpp), one thread per output element, reads the source a
 // column at a time: the 32 loads of a warp fall in 32 different sectors. Through a shared-memory tile instead, a warp
 // reads 32 consecutive source elements and writes 32 consecutive output elements; the tile's extra column keeps the
-// column reads of the second phase on 32 different banks.
-constexpr int kTile = 32;
+// column reads of the second phase on 32 different banks. The row sums that a weight gradient's bias gradient needs
+// come out of the same pass: each thread adds the values it loads, and one row of threads adds those partial sums
+// per tile row, in a fixed order.
+constexpr int kTile = kTransposeTile;
 constexpr int kTileRows = 8;  // blockDim = (kTile, kTileRows): each thread moves kTile / kTileRows elements per tile
 
 // Two dims, the output row-major and the source its transpose's layout (unit row stride, column stride at least the
@@ -191,27 +193,39 @@ bool is_transposing_copy(const Strided& s) {
   return s.ndim == 2 && is_full_2d(s, 0) && s.strides[1][0] == 1 && s.strides[1][1] >= s.sizes[0];
 }
 
-// out is row-major [rows, cols]; in holds element (r, c) at r + c * in_col_stride. Blocks walk the tiles, column of
-// tiles by column of tiles.
-__device__ void transpose_kernel(int64_t rows, int64_t cols, int64_t in_col_stride, const float* in, float* out) {
+// See transpose() in kernels.h. Blocks walk the tiles, column of tiles by column of tiles.
+__device__ void transpose_kernel(int64_t rows, int64_t cols, int64_t in_col_stride, const float* in, float* out,
+                                 float* tile_row_sums) {
   __shared__ float tile[kTile][kTile + 1];
+  __shared__ float partial_sums[kTileRows][kTile];
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t tiles = row_tiles * ((cols + kTile - 1) / kTile);
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row0 = (t % row_tiles) * kTile;
     const int64_t col0 = (t / row_tiles) * kTile;
     const int64_t r = row0 + threadIdx.x;
+    float partial = 0.0f;
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       const int64_t c = col0 + j;
-      if (r < rows && c < cols) tile[j][threadIdx.x] = in[r + c * in_col_stride];
+      if (r < rows && c < cols) {
+        const float value = in[r + c * in_col_stride];
+        tile[j][threadIdx.x] = value;
+        partial += value;
+      }
     }
+    if (tile_row_sums != nullptr) partial_sums[threadIdx.y][threadIdx.x] = partial;
     __syncthreads();
+    if (tile_row_sums != nullptr && threadIdx.y == 0 && r < rows) {
+      float sum = 0.0f;
+      for (int k = 0; k < kTileRows; ++k) sum += partial_sums[k][threadIdx.x];
+      tile_row_sums[(t / row_tiles) * rows + r] = sum;
+    }
     const int64_t c = col0 + threadIdx.x;
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       const int64_t row = row0 + j;
       if (row < rows && c < cols) out[row * cols + c] = tile[threadIdx.x][j];
     }
-    __syncthreads();  // the tile is read before the next one is written
+    __syncthreads();  // the tile and the partial sums are read before the next tile's are written
   }
 }
 
@@ -655,11 +669,17 @@ void fill(float* out, const Strided& layout, float value, cudaStream_t stream) {
   launch_elementwise<0>(layout, out, nullptr, nullptr, FillOp{value}, stream);
 }
 
+void transpose(const float* in, int64_t rows, int64_t cols, int64_t in_col_stride, float* out, float* tile_row_sums,
+               cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t tiles = ((rows + kTile - 1) / kTile) * transpose_tiles(cols);
+  launch<transpose_kernel>(static_cast<unsigned>(std::min(tiles, kMaxBlocks)), dim3(kTile, kTileRows), stream, rows,
+                           cols, in_col_stride, in, out, tile_row_sums);
+}
+
 void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stream) {
   if (is_transposing_copy(layout)) {
-    const int64_t tiles = ((layout.sizes[0] + kTile - 1) / kTile) * ((layout.sizes[1] + kTile - 1) / kTile);
-    launch<transpose_kernel>(static_cast<unsigned>(std::min(tiles, kMaxBlocks)), dim3(kTile, kTileRows), stream,
-                             layout.sizes[0], layout.sizes[1], layout.strides[1][1], src, dst);
+    transpose(src, layout.sizes[0], layout.sizes[1], layout.strides[1][1], dst, nullptr, stream);
     return;
   }
   launch_elementwise<1>(layout, dst, src, nullptr, CopyOp{}, stream);

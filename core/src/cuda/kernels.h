@@ -30,6 +30,16 @@ void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stre
 void binary(backend::BinaryOp op, const float* a, const float* b, float* out, const Strided& layout,
             cudaStream_t stream);
 
+// out = the row-major copy of the [rows, cols] matrix that `in` holds at (r, c) -> r + c * in_col_stride (a
+// transposed view), through shared-memory tiles (Note [Transposing copies] in kernels.cu); copy() takes it for such
+// layouts. With tile_row_sums not null, also each row's sum over each tile of kTransposeTile columns:
+// tile_row_sums[t * rows + r] = the sum of in(r, c) over the tile's c, for t < transpose_tiles(cols), in a fixed
+// order; sum_dim over t then gives the row sums.
+constexpr int kTransposeTile = 32;
+inline int64_t transpose_tiles(int64_t cols) { return (cols + kTransposeTile - 1) / kTransposeTile; }
+void transpose(const float* in, int64_t rows, int64_t cols, int64_t in_col_stride, float* out, float* tile_row_sums,
+               cudaStream_t stream);
+
 // Elementwise, contiguous, n elements.
 void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
 void scale(const float* x, float s, float* out, int64_t n, cudaStream_t stream);
