@@ -204,9 +204,10 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // float32 and bfloat16 products read either layout at full speed and are left alone.
 constexpr int64_t kTf32CopyMinColumns = 1024;
 
+// a is a transposed view (Backend::gemm's other operand layout, row-major, reads along k already).
 bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, const Tensor& out) {
   return options.precision == Precision::TF32 && a.dtype() == DType::Float32 && a.size(0) > 1 && a.size(1) > 1 &&
-         a.strides()[1] != 1 && out.size(1) >= kTf32CopyMinColumns;
+         a.strides()[0] == 1 && a.strides()[1] != 1 && out.size(1) >= kTf32CopyMinColumns;
 }
 
 // The product through a row-major copy of a (Note [TF32 operands along k]); the row sums, when asked for, come out
