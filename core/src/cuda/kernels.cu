@@ -672,7 +672,7 @@ void fill(float* out, const Strided& layout, float value, cudaStream_t stream) {
 void transpose(const float* in, int64_t rows, int64_t cols, int64_t in_col_stride, float* out, float* tile_row_sums,
                cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  const int64_t tiles = ((rows + kTile - 1) / kTile) * transpose_tiles(cols);
+  const int64_t tiles = transpose_tiles(rows) * transpose_tiles(cols);
   launch<transpose_kernel>(static_cast<unsigned>(std::min(tiles, kMaxBlocks)), dim3(kTile, kTileRows), stream, rows,
                            cols, in_col_stride, in, out, tile_row_sums);
 }

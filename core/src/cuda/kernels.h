@@ -36,7 +36,7 @@ void binary(backend::BinaryOp op, const float* a, const float* b, float* out, co
 // tile_row_sums[t * rows + r] = the sum of in(r, c) over the tile's c, for t < transpose_tiles(cols), in a fixed
 // order; sum_dim over t then gives the row sums.
 constexpr int kTransposeTile = 32;
-inline int64_t transpose_tiles(int64_t cols) { return (cols + kTransposeTile - 1) / kTransposeTile; }
+inline int64_t transpose_tiles(int64_t n) { return (n + kTransposeTile - 1) / kTransposeTile; }  // along n
 void transpose(const float* in, int64_t rows, int64_t cols, int64_t in_col_stride, float* out, float* tile_row_sums,
                cudaStream_t stream);
 
