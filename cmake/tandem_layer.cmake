@@ -10,7 +10,9 @@ function(tandem_layer layer)
   set(target tandem_${layer})
   add_library(${target} SHARED)
   add_library(tandem::${layer} ALIAS ${target})
-  set_target_properties(${target} PROPERTIES EXPORT_NAME ${layer} INSTALL_RPATH "$ORIGIN")
+  # Installed, each library finds the others beside it and the CUDA, NCCL and MPI libraries where it was linked
+  # against them.
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${layer} INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>

@@ -11,15 +11,12 @@
 
 namespace tandem {
 
+using autograd::apply_one;
 using autograd::Function;
 using backend::BinaryOp;
 using backend::UnaryOp;
 
 namespace {
-
-Tensor apply_one(std::shared_ptr<Function> function, const std::vector<Tensor>& inputs) {
-  return autograd::apply(function, inputs)[0];
-}
 
 // a op b with broadcasting; backward reduces each gradient back to its input's shape.
 class Binary final : public Function {

@@ -8,13 +8,10 @@
 
 namespace tandem {
 
+using autograd::apply_one;
 using autograd::Function;
 
 namespace {
-
-Tensor apply_one(std::shared_ptr<Function> function, const Tensor& input) {
-  return autograd::apply(function, {input})[0];
-}
 
 // A view with new geometry over the input's storage; backward maps the gradient back through `inverse`.
 template <typename Forward, typename Backward>
@@ -41,7 +38,7 @@ class ViewFunction final : public Function {
 template <typename Forward, typename Backward>
 Tensor apply_view(const char* name, const Tensor& input, Forward forward, Backward backward) {
   return apply_one(std::make_shared<ViewFunction<Forward, Backward>>(name, std::move(forward), std::move(backward)),
-                   input);
+                   {input});
 }
 
 Shape infer_shape(const Shape& requested, int64_t numel, const char* caller) {

@@ -11,7 +11,7 @@
 namespace tandem::optim {
 namespace {
 
-constexpr const char* kMetadataKey = "tandem.optimizer";
+constexpr const char* kOptimizerStateKey = "tandem.optimizer";
 constexpr const char* kFormat = "tandem-optimizer-state";
 constexpr std::string_view kTensorPrefix = "optimizer.";
 // Bounds of the metadata: far above any real optimizer, low enough that a hostile file cannot make us allocate much.
@@ -76,8 +76,9 @@ bool split_name(std::string_view rest, size_t count, size_t& index, std::string&
 }  // namespace
 
 void write_optimizer_state(const OptimizerState& state, TensorFile& file) {
-  TANDEM_CHECK(!file.metadata.contains(kMetadataKey), "write_optimizer_state: the file already holds an optimizer ",
-               "state (metadata \"", kMetadataKey, "\")");
+  TANDEM_CHECK(!file.metadata.contains(kOptimizerStateKey),
+               "write_optimizer_state: the file already holds an optimizer ", "state (metadata \"", kOptimizerStateKey,
+               "\")");
   Json steps = Json::array();
   for (size_t i = 0; i < state.parameters.size(); ++i) {
     const ParameterState& parameter = state.parameters[i];
@@ -93,13 +94,14 @@ void write_optimizer_state(const OptimizerState& state, TensorFile& file) {
     }
   }
   const Json meta = {{"format", kFormat}, {"kind", state.kind}, {"version", state.version}, {"steps", steps}};
-  file.metadata[kMetadataKey] = meta.dump();
+  file.metadata[kOptimizerStateKey] = meta.dump();
 }
 
 OptimizerState read_optimizer_state(TensorFile& file, const std::string& source) {
-  const auto entry = file.metadata.find(kMetadataKey);
-  TANDEM_CHECK(entry != file.metadata.end(), source, ": holds no optimizer state (no \"", kMetadataKey, "\" metadata)");
-  OptimizerState state = parse_metadata(entry->second, source + ": metadata " + kMetadataKey + ": ");
+  const auto entry = file.metadata.find(kOptimizerStateKey);
+  TANDEM_CHECK(entry != file.metadata.end(), source, ": holds no optimizer state (no \"", kOptimizerStateKey,
+               "\" metadata)");
+  OptimizerState state = parse_metadata(entry->second, source + ": metadata " + kOptimizerStateKey + ": ");
   std::vector<std::pair<std::string, Tensor>> others;
   for (auto& [name, tensor] : file.tensors) {
     if (!name.starts_with(kTensorPrefix)) {

@@ -13,7 +13,6 @@
 namespace tandem::safetensors {
 namespace {
 
-constexpr std::string_view kMetadataKey = "__metadata__";
 // The dtypes tandem reads and writes, by their names in the format.
 constexpr std::array<std::pair<std::string_view, DType>, 3> kSupportedDtypes = {
     {{"F32", DType::Float32}, {"I64", DType::Int64}, {"BF16", DType::BFloat16}}};

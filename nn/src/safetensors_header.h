@@ -16,6 +16,7 @@
 namespace tandem::safetensors {
 
 constexpr size_t kHeaderLengthBytes = 8;  // the little-endian uint64 before the header
+constexpr const char* kMetadataKey = "__metadata__";  // the header's entry of string metadata
 
 // Limits on hostile headers. The first two are the reference loader's; the others bound what a header may make this
 // reader allocate (each tensor costs a Tensor) and are far above what real checkpoints use.

@@ -20,8 +20,8 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
-constexpr const char* kMetadataKey = "__metadata__";
-constexpr size_t kHeaderLengthBytes = 8;
+using safetensors::kHeaderLengthBytes;
+using safetensors::kMetadataKey;
 
 // ---- writing --------------------------------------------------------------------------------------------------
 

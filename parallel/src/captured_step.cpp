@@ -13,7 +13,7 @@
 namespace tandem::parallel {
 namespace {
 
-constexpr const char* kName = "parallel::CapturedStep";
+constexpr const char* kCapturedStep = "parallel::CapturedStep";
 
 // The shape of the whole batch that `chunks` were cut from: chunk 0's with the rows of all; every chunk on its device
 // (devices[i]) with chunk 0's dtype and trailing dimensions.
@@ -23,13 +23,13 @@ Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& 
   shape[0] = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Tensor& chunk = chunks[i];
-    TANDEM_CHECK(chunk.device() == devices[i], kName, "::", caller, ": ", what, " chunk ", i, " is on ", chunk.device(),
-                 " but expected the model's device ", devices[i]);
+    TANDEM_CHECK(chunk.device() == devices[i], kCapturedStep, "::", caller, ": ", what, " chunk ", i, " is on ",
+                 chunk.device(), " but expected the model's device ", devices[i]);
     Shape rest = chunk.shape();
     rest[0] = 0;
-    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kName, "::", caller, ": ", what, " chunk ",
-                 i, " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(), " but chunk 0 has ",
-                 to_string(chunks.front().shape()), " and ", chunks.front().dtype(),
+    TANDEM_CHECK(chunk.dtype() == chunks.front().dtype() && rest == shape, kCapturedStep, "::", caller, ": ", what,
+                 " chunk ", i, " has shape ", to_string(chunk.shape()), " and dtype ", chunk.dtype(),
+                 " but chunk 0 has ", to_string(chunks.front().shape()), " and ", chunks.front().dtype(),
                  "; expected the same beyond the rows");
   }
   for (const Tensor& chunk : chunks) shape[0] += chunk.size(0);
@@ -39,14 +39,14 @@ Shape whole_shape(const std::vector<Tensor>& chunks, const std::vector<Device>& 
 // Throws unless the chunks' rows are torch.chunk's cut of their sum over `devices` devices (as the static buffers of
 // a graph captured from a whole batch of that many rows are).
 void check_chunk_rows(const std::vector<Tensor>& chunks, int64_t rows, size_t devices) {
-  TANDEM_CHECK(rows >= 1, kName, "::step_chunks: the batch has no rows; expected at least one");
+  TANDEM_CHECK(rows >= 1, kCapturedStep, "::step_chunks: the batch has no rows; expected at least one");
   const int64_t size = (rows + static_cast<int64_t>(devices) - 1) / static_cast<int64_t>(devices);
   const int64_t count = size == 0 ? 1 : (rows + size - 1) / size;
-  TANDEM_CHECK(static_cast<int64_t>(chunks.size()) == count, kName, "::step_chunks: got ", chunks.size(), " chunks of ",
-               rows, " rows but torch.chunk cuts them into ", count, " for ", devices, " devices");
+  TANDEM_CHECK(static_cast<int64_t>(chunks.size()) == count, kCapturedStep, "::step_chunks: got ", chunks.size(),
+               " chunks of ", rows, " rows but torch.chunk cuts them into ", count, " for ", devices, " devices");
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int64_t expected = std::min(size, rows - static_cast<int64_t>(i) * size);
-    TANDEM_CHECK(chunks[i].size(0) == expected, kName, "::step_chunks: chunk ", i, " has ", chunks[i].size(0),
+    TANDEM_CHECK(chunks[i].size(0) == expected, kCapturedStep, "::step_chunks: chunk ", i, " has ", chunks[i].size(0),
                  " rows but torch.chunk's cut of ", rows, " rows over ", devices, " devices gives it ", expected);
   }
 }
@@ -83,8 +83,9 @@ class Digest {
 CapturedStep::CapturedStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            CaptureOptions options)
     : model_(model), optimizer_(optimizer), loss_(std::move(loss)), options_(options) {
-  TANDEM_CHECK(loss_ != nullptr, kName, ": the loss function is empty");
-  TANDEM_CHECK(options_.warmup_steps >= 0, kName, ": warmup_steps is ", options_.warmup_steps, " but expected >= 0");
+  TANDEM_CHECK(loss_ != nullptr, kCapturedStep, ": the loss function is empty");
+  TANDEM_CHECK(options_.warmup_steps >= 0, kCapturedStep, ": warmup_steps is ", options_.warmup_steps,
+               " but expected >= 0");
   if (model_.spans_processes() && model_.group() != nullptr && model_.group()->size() > 1) group_ = model_.group();
 }
 
@@ -166,7 +167,7 @@ CapturedStep::Batch CapturedStep::whole_batch(const Tensor& features, const Tens
 
 CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& inputs,
                                                 const std::vector<Tensor>& labels) const {
-  TANDEM_CHECK(!inputs.empty() && inputs.size() == labels.size() && inputs.size() <= model_.size(), kName,
+  TANDEM_CHECK(!inputs.empty() && inputs.size() == labels.size() && inputs.size() <= model_.size(), kCapturedStep,
                "::step_chunks: got ", inputs.size(), " chunks of features and ", labels.size(),
                " of targets but expected as many, from 1 to the model's ", model_.size(), " devices");
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -182,22 +183,24 @@ CapturedStep::Batch CapturedStep::chunked_batch(const std::vector<Tensor>& input
 
 CapturedStep::Batch CapturedStep::shard_batch(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels,
                                               int64_t global_rows) const {
-  TANDEM_CHECK(inputs.size() == labels.size() && inputs.size() <= model_.size(), kName, "::step_shard: got ",
+  TANDEM_CHECK(inputs.size() == labels.size() && inputs.size() <= model_.size(), kCapturedStep, "::step_shard: got ",
                inputs.size(), " chunks of features and ", labels.size(), " of targets but expected as many, up to the ",
                "model's ", model_.size(), " devices");
-  TANDEM_CHECK(!inputs.empty() || model_.spans_processes(), kName,
+  TANDEM_CHECK(!inputs.empty() || model_.spans_processes(), kCapturedStep,
                "::step_shard: got no chunks, but a model that is not reduced across processes needs at least one");
   Batch batch;
   batch.inputs = &inputs;
   batch.labels = &labels;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_batch_rows(inputs[i], labels[i], "parallel::CapturedStep::step_shard");
-    TANDEM_CHECK(inputs[i].size(0) >= 1, kName, "::step_shard: chunk ", i, " has no rows; expected at least one");
+    TANDEM_CHECK(inputs[i].size(0) >= 1, kCapturedStep, "::step_shard: chunk ", i,
+                 " has no rows; expected at least one");
     batch.key.chunk_rows.push_back(inputs[i].size(0));
     batch.rows += inputs[i].size(0);
   }
-  TANDEM_CHECK(global_rows >= std::max<int64_t>(batch.rows, 1), kName, "::step_shard: global_rows is ", global_rows,
-               " but this process alone has ", batch.rows, " rows (expected at least those, and at least 1)");
+  TANDEM_CHECK(global_rows >= std::max<int64_t>(batch.rows, 1), kCapturedStep, "::step_shard: global_rows is ",
+               global_rows, " but this process alone has ", batch.rows,
+               " rows (expected at least those, and at least 1)");
   batch.key.global_rows = global_rows;
   if (!inputs.empty()) {
     batch.key.features = whole_shape(inputs, model_.devices(), "features", "step_shard");
@@ -212,7 +215,7 @@ void CapturedStep::check_loss_out(const Tensor& loss_out, const char* caller) co
   const Device device = model_.devices().front();
   TANDEM_CHECK(
       loss_out.defined() && loss_out.numel() == 1 && loss_out.dtype() == DType::Float32 && loss_out.device() == device,
-      kName, "::", caller, ": loss_out is ",
+      kCapturedStep, "::", caller, ": loss_out is ",
       loss_out.defined() ? detail::concat("of shape ", to_string(loss_out.shape()), " and dtype ", loss_out.dtype(),
                                           " on ", loss_out.device())
                          : std::string("undefined"),

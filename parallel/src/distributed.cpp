@@ -8,7 +8,7 @@ namespace tandem::parallel {
 
 namespace {
 
-constexpr const char* kName = "parallel::DistributedDataParallel";
+constexpr const char* kDistributedDataParallel = "parallel::DistributedDataParallel";
 
 // Each bucket reduced by the group, over every replica of every process (Note [Fixed bucket order] in
 // gradient_reducer.h, Note [Accumulating onto sums] in gradient_reducer.cpp).
@@ -31,9 +31,9 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  std::shared_ptr<comm::ProcessGroup> group, DistributedOptions options)
     : group_(std::move(group)), options_(options) {
-  TANDEM_CHECK(module != nullptr, kName, ": module is null");
-  TANDEM_CHECK(group_ != nullptr, kName, ": group is null");
-  detail::check_same_structure(*module, *group_, kName);
+  TANDEM_CHECK(module != nullptr, kDistributedDataParallel, ": module is null");
+  TANDEM_CHECK(group_ != nullptr, kDistributedDataParallel, ": group is null");
+  detail::check_same_structure(*module, *group_, kDistributedDataParallel);
   replicated_ = std::make_unique<ReplicatedModule>(
       std::move(module), group_->devices(),
       ReplicatedOptions{.bucket_size = options_.bucket_size, .collective = collective_of(group_, options_.reduction)});
@@ -43,7 +43,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 std::vector<Tensor> DistributedDataParallel::forward(const std::vector<Tensor>& inputs) {
-  TANDEM_CHECK(!replicated_->step_open(), kName,
+  TANDEM_CHECK(!replicated_->step_open(), kDistributedDataParallel,
                "::forward: the step opened by the previous forward is still open; call reduce_gradients() after each "
                "backward");
   std::vector<Tensor> outputs;

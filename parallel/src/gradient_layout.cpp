@@ -8,14 +8,14 @@
 namespace tandem::parallel {
 
 namespace {
-constexpr const char* kName = "parallel::GradientLayout";
+constexpr const char* kGradientLayout = "parallel::GradientLayout";
 constexpr size_t kNoBucket = std::numeric_limits<size_t>::max();
 }  // namespace
 
 GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size) {
-  TANDEM_CHECK(bucket_size > 0, kName, ": bucket_size is 0 but expected > 0");
+  TANDEM_CHECK(bucket_size > 0, kGradientLayout, ": bucket_size is 0 but expected > 0");
   for (const auto& [name, parameter] : parameters) {
-    TANDEM_CHECK(parameter.defined(), kName, ": parameter '", name, "' is undefined");
+    TANDEM_CHECK(parameter.defined(), kGradientLayout, ": parameter '", name, "' is undefined");
     const bool placed = parameter.requires_grad();
     places_.push_back({name, parameter.shape(), placed ? numel_ : -1, kNoBucket});
     if (placed) numel_ += parameter.numel();
@@ -42,23 +42,24 @@ GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>
 }
 
 void GradientLayout::check_buffer(const Tensor& buffer, const char* caller) const {
-  TANDEM_CHECK(buffer.defined() && buffer.dim() == 1 && buffer.numel() == numel_, kName, "::", caller,
+  TANDEM_CHECK(buffer.defined() && buffer.dim() == 1 && buffer.numel() == numel_, kGradientLayout, "::", caller,
                ": the buffer has shape ", buffer.defined() ? to_string(buffer.shape()) : "(undefined)",
                " but expected [", numel_, "]");
 }
 
 Tensor GradientLayout::gradient_view(const Tensor& buffer, size_t parameter) const {
-  TANDEM_CHECK(parameter < places_.size(), kName, "::gradient_view: parameter ", parameter, " but there are ",
+  TANDEM_CHECK(parameter < places_.size(), kGradientLayout, "::gradient_view: parameter ", parameter, " but there are ",
                places_.size());
   const Place& place = places_[parameter];
-  TANDEM_CHECK(place.offset >= 0, kName, "::gradient_view: parameter '", place.name,
+  TANDEM_CHECK(place.offset >= 0, kGradientLayout, "::gradient_view: parameter '", place.name,
                "' has no place (it does not require grad)");
   check_buffer(buffer, "gradient_view");
   return buffer.narrow(0, place.offset, numel_of(place.shape)).view(place.shape);
 }
 
 Tensor GradientLayout::bucket_view(const Tensor& buffer, size_t bucket) const {
-  TANDEM_CHECK(bucket < buckets_.size(), kName, "::bucket_view: bucket ", bucket, " but there are ", buckets_.size());
+  TANDEM_CHECK(bucket < buckets_.size(), kGradientLayout, "::bucket_view: bucket ", bucket, " but there are ",
+               buckets_.size());
   check_buffer(buffer, "bucket_view");
   return buffer.narrow(0, buckets_[bucket].start, buckets_[bucket].length);
 }

@@ -10,7 +10,7 @@
 namespace tandem::parallel {
 
 namespace {
-constexpr const char* kName = "parallel::GradientReducer";
+constexpr const char* kGradientReducer = "parallel::GradientReducer";
 }  // namespace
 
 // What an overlapped step tracks while the replicas run (Note [Overlapped gradient reduction] in
@@ -45,19 +45,19 @@ struct GradientReducer::Step {
 
 GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buffers, GradientCollective collective)
     : layout_(std::move(layout)), buffers_(std::move(buffers)), collective_(std::move(collective)) {
-  TANDEM_CHECK(!buffers_.empty(), kName, ": got no buffers");
-  TANDEM_CHECK(collective_.start && collective_.run, kName, ": the collective's ", collective_.start ? "run" : "start",
-               " function is empty");
+  TANDEM_CHECK(!buffers_.empty(), kGradientReducer, ": got no buffers");
+  TANDEM_CHECK(collective_.start && collective_.run, kGradientReducer, ": the collective's ",
+               collective_.start ? "run" : "start", " function is empty");
   std::vector<Device> devices;
   for (size_t r = 0; r < buffers_.size(); ++r) {
     const Tensor& buffer = buffers_[r];
-    TANDEM_CHECK(buffer.defined(), kName, ": buffer ", r, " is undefined");
-    TANDEM_CHECK(buffer.dim() == 1 && buffer.numel() == layout_.numel() && buffer.is_contiguous(), kName, ": buffer ",
-                 r, " has shape ", to_string(buffer.shape()), " and strides ", to_string(buffer.strides()),
+    TANDEM_CHECK(buffer.defined(), kGradientReducer, ": buffer ", r, " is undefined");
+    TANDEM_CHECK(buffer.dim() == 1 && buffer.numel() == layout_.numel() && buffer.is_contiguous(), kGradientReducer,
+                 ": buffer ", r, " has shape ", to_string(buffer.shape()), " and strides ", to_string(buffer.strides()),
                  " but expected a contiguous [", layout_.numel(), "]");
     devices.push_back(buffer.device());
   }
-  check_distinct(devices, kName);
+  check_distinct(devices, kGradientReducer);
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     bucket_slices_.emplace_back();
     for (const Tensor& buffer : buffers_) bucket_slices_.back().push_back(layout_.bucket_view(buffer, b));
@@ -72,15 +72,17 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& parameters) {
-  TANDEM_CHECK(replica < size(), kName, "::install_hooks: replica ", replica, " but there are ", size());
-  TANDEM_CHECK(hooks_[replica].empty(), kName, "::install_hooks: replica ", replica, " has its hooks already");
-  TANDEM_CHECK(parameters.size() == layout_.parameter_count(), kName, "::install_hooks: got ", parameters.size(),
-               " parameters for replica ", replica, " but the layout has ", layout_.parameter_count());
+  TANDEM_CHECK(replica < size(), kGradientReducer, "::install_hooks: replica ", replica, " but there are ", size());
+  TANDEM_CHECK(hooks_[replica].empty(), kGradientReducer, "::install_hooks: replica ", replica,
+               " has its hooks already");
+  TANDEM_CHECK(parameters.size() == layout_.parameter_count(), kGradientReducer, "::install_hooks: got ",
+               parameters.size(), " parameters for replica ", replica, " but the layout has ",
+               layout_.parameter_count());
   const Device device = buffers_[replica].device();
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!layout_.has_place(i)) continue;
-    TANDEM_CHECK(parameters[i].defined() && parameters[i].device() == device, kName, "::install_hooks: parameter '",
-                 layout_.name(i), "' of replica ", replica, " is ",
+    TANDEM_CHECK(parameters[i].defined() && parameters[i].device() == device, kGradientReducer,
+                 "::install_hooks: parameter '", layout_.name(i), "' of replica ", replica, " is ",
                  parameters[i].defined() ? "on " + parameters[i].device().str() : std::string("undefined"),
                  " but the replica's buffer is on ", device);
   }
@@ -104,7 +106,7 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
 //     so the result is (P * S + the sum of the new gradients) / P = S + their average.
 // GradientCollective::keeps_sum_on_replica0 says whether this process's replica 0 keeps S (true in one process).
 void GradientReducer::prepare_to_accumulate() {
-  TANDEM_CHECK(!open_, kName, "::prepare_to_accumulate: a step is open; finish() or abandon() it first");
+  TANDEM_CHECK(!open_, kGradientReducer, "::prepare_to_accumulate: a step is open; finish() or abandon() it first");
   if (summed_) {
     NoGradGuard no_grad;
     for (size_t r = collective_.keeps_sum_on_replica0 ? 1 : 0; r < buffers_.size(); ++r) buffers_[r].zero_();
@@ -113,8 +115,8 @@ void GradientReducer::prepare_to_accumulate() {
 }
 
 void GradientReducer::begin(size_t active, BucketStarted started) {
-  TANDEM_CHECK(!open_, kName, "::begin: the previous step is still open; finish() or abandon() it first");
-  TANDEM_CHECK(active <= size(), kName, "::begin: got ", active, " active replicas but there are ", size());
+  TANDEM_CHECK(!open_, kGradientReducer, "::begin: the previous step is still open; finish() or abandon() it first");
+  TANDEM_CHECK(active <= size(), kGradientReducer, "::begin: got ", active, " active replicas but there are ", size());
   prepare_to_accumulate();
   open_ = true;
   // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
@@ -138,18 +140,19 @@ void GradientReducer::begin(size_t active, BucketStarted started) {
 }
 
 void GradientReducer::mark_ready(size_t replica, size_t parameter) {
-  TANDEM_CHECK(replica < size() && parameter < layout_.parameter_count(), kName, "::mark_ready: replica ", replica,
-               ", parameter ", parameter, " but there are ", size(), " replicas and ", layout_.parameter_count(),
-               " parameters");
-  TANDEM_CHECK(layout_.has_place(parameter), kName, "::mark_ready: parameter '", layout_.name(parameter),
+  TANDEM_CHECK(replica < size() && parameter < layout_.parameter_count(), kGradientReducer, "::mark_ready: replica ",
+               replica, ", parameter ", parameter, " but there are ", size(), " replicas and ",
+               layout_.parameter_count(), " parameters");
+  TANDEM_CHECK(layout_.has_place(parameter), kGradientReducer, "::mark_ready: parameter '", layout_.name(parameter),
                "' has no place in the buffers (it does not require grad)");
   Step* step = step_.get();
   if (step == nullptr) {  // outside an overlapped step: the buffers hold new local gradients
     summed_ = false;
     return;
   }
-  TANDEM_CHECK(!step->arrived[replica][parameter], kName, "::mark_ready: parameter '", layout_.name(parameter),
-               "' of replica ", replica, " received a second gradient in one step, but its bucket is summed once; ",
+  TANDEM_CHECK(!step->arrived[replica][parameter], kGradientReducer, "::mark_ready: parameter '",
+               layout_.name(parameter), "' of replica ", replica,
+               " received a second gradient in one step, but its bucket is summed once; ",
                "run one backward per replica");
   step->arrived[replica][parameter] = 1;
   const size_t bucket = layout_.bucket_of(parameter);
@@ -180,7 +183,7 @@ void GradientReducer::launch_bucket(Step& step, size_t bucket) {
 }
 
 void GradientReducer::finish() {
-  TANDEM_CHECK(open_, kName, "::finish: no step is open; call begin() first");
+  TANDEM_CHECK(open_, kGradientReducer, "::finish: no step is open; call begin() first");
   open_ = false;
   if (step_ == nullptr) {
     reduce();
@@ -217,7 +220,7 @@ void GradientReducer::abandon() {
 }
 
 void GradientReducer::reduce() {
-  TANDEM_CHECK(!open_, kName, "::reduce: a step is open; finish() sums its gradients");
+  TANDEM_CHECK(!open_, kGradientReducer, "::reduce: a step is open; finish() sums its gradients");
   if (summed_ || nothing_to_reduce()) return;
   for (const std::vector<Tensor>& bucket : bucket_slices_) {
     std::vector<Tensor> slices = bucket;

@@ -8,19 +8,19 @@
 namespace tandem::parallel {
 
 namespace {
-constexpr const char* kName = "parallel::ReplicatedModule";
+constexpr const char* kReplicatedModule = "parallel::ReplicatedModule";
 }  // namespace
 
 ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices,
                                    ReplicatedOptions options)
     : devices_(std::move(devices)) {
-  TANDEM_CHECK(module != nullptr, kName, ": module is null");
-  TANDEM_CHECK(!devices_.empty(), kName, ": got no devices");
-  check_distinct(devices_, kName);
-  for (const Device& device : devices_) check_device_available(device, kName);
+  TANDEM_CHECK(module != nullptr, kReplicatedModule, ": module is null");
+  TANDEM_CHECK(!devices_.empty(), kReplicatedModule, ": got no devices");
+  check_distinct(devices_, kReplicatedModule);
+  for (const Device& device : devices_) check_device_available(device, kReplicatedModule);
   const auto named = module->named_parameters();
-  TANDEM_CHECK(!named.empty(), kName, ": ", module->name(), " has no parameters");
-  detail::check_parameters_on(named, devices_.front(), kName, "devices[0]");
+  TANDEM_CHECK(!named.empty(), kReplicatedModule, ": ", module->name(), " has no parameters");
+  detail::check_parameters_on(named, devices_.front(), kReplicatedModule, "devices[0]");
   GradientLayout layout(named, options.bucket_size);
 
   replicas_.push_back(std::move(module));
@@ -48,12 +48,12 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
 }
 
 void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const char* caller) const {
-  TANDEM_CHECK(!inputs.empty() && inputs.size() <= replicas_.size(), kName, "::", caller, ": got ", inputs.size(),
-               " inputs for ", replicas_.size(), " replicas");
+  TANDEM_CHECK(!inputs.empty() && inputs.size() <= replicas_.size(), kReplicatedModule, "::", caller, ": got ",
+               inputs.size(), " inputs for ", replicas_.size(), " replicas");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    TANDEM_CHECK(inputs[i].defined(), kName, "::", caller, ": input ", i, " is undefined");
-    TANDEM_CHECK(inputs[i].device() == devices_[i], kName, "::", caller, ": input ", i, " is on ", inputs[i].device(),
-                 " but replica ", i, " is on ", devices_[i]);
+    TANDEM_CHECK(inputs[i].defined(), kReplicatedModule, "::", caller, ": input ", i, " is undefined");
+    TANDEM_CHECK(inputs[i].device() == devices_[i], kReplicatedModule, "::", caller, ": input ", i, " is on ",
+                 inputs[i].device(), " but replica ", i, " is on ", devices_[i]);
   }
 }
 
@@ -76,7 +76,7 @@ void ReplicatedModule::follow_master_modes() {
 }
 
 void ReplicatedModule::check_no_step_open(const char* caller) const {
-  TANDEM_CHECK(!reducer_->step_open(), kName, "::", caller,
+  TANDEM_CHECK(!reducer_->step_open(), kReplicatedModule, "::", caller,
                ": the step opened by prepare_for_backward() is still open; call reduce_gradients() after the backward");
 }
 
@@ -95,7 +95,7 @@ void ReplicatedModule::prepare_buffers(size_t active, bool reduce,
 
 void ReplicatedModule::prepare_for_backward(size_t active, bool reduce) {
   check_no_step_open("prepare_for_backward");
-  TANDEM_CHECK(active <= replicas_.size(), kName, "::prepare_for_backward: got ", active,
+  TANDEM_CHECK(active <= replicas_.size(), kReplicatedModule, "::prepare_for_backward: got ", active,
                " active replicas but there are ", replicas_.size());
   prepare_buffers(active, reduce);
 }
@@ -106,9 +106,9 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
     const GradientReducer::BucketStarted& bucket_started) {
   check_inputs(inputs, "forward_backward");
   check_no_step_open("forward_backward");
-  TANDEM_CHECK(seeds.empty() || seeds.size() == inputs.size(), kName, "::forward_backward: got ", seeds.size(),
-               " seeds for ", inputs.size(), " inputs but expected one per input (or none)");
-  TANDEM_CHECK(reduce || !bucket_started, kName,
+  TANDEM_CHECK(seeds.empty() || seeds.size() == inputs.size(), kReplicatedModule, "::forward_backward: got ",
+               seeds.size(), " seeds for ", inputs.size(), " inputs but expected one per input (or none)");
+  TANDEM_CHECK(reduce || !bucket_started, kReplicatedModule,
                "::forward_backward: got a bucket callback with reduce false, but buckets are summed only when ",
                "reducing");
   follow_master_modes();
@@ -223,7 +223,7 @@ bool ReplicatedModule::sums_on_comm_streams() const {
 }
 
 const Tensor& ReplicatedModule::gradient_buffer(size_t replica) const {
-  TANDEM_CHECK(replica < replicas_.size(), kName, "::gradient_buffer: replica ", replica, " but there are ",
+  TANDEM_CHECK(replica < replicas_.size(), kReplicatedModule, "::gradient_buffer: replica ", replica, " but there are ",
                replicas_.size());
   zero_stale_gradients(replica);
   return reducer_->buffers()[replica];

@@ -5,11 +5,11 @@
 namespace tandem::parallel {
 
 namespace {
-constexpr const char* kName = "parallel::StepsInBackward";
+constexpr const char* kStepsInBackward = "parallel::StepsInBackward";
 }  // namespace
 
 StepsInBackward::StepsInBackward(ReplicatedOptimizer& optimizer, StepForm form) : optimizer_(optimizer), layout_(optimizer.model().gradient_layout()), form_(form) {
-  TANDEM_CHECK(optimizer_.steps_in_backward(), kName,
+  TANDEM_CHECK(optimizer_.steps_in_backward(), kStepsInBackward,
                ": the optimizer does not step in backward (ReplicatedOptimizer::steps_in_backward() is false)");
   stepped_.assign(layout_.parameter_count(), 0);
   bucket_seen_.assign(layout_.buckets().size(), 0);
@@ -17,10 +17,10 @@ StepsInBackward::StepsInBackward(ReplicatedOptimizer& optimizer, StepForm form) 
 
 void StepsInBackward::bucket_started(size_t bucket) {
   std::lock_guard<std::mutex> lock(mutex_);
-  TANDEM_CHECK(!finished_, kName, "::bucket_started: bucket ", bucket, " after finish()");
-  TANDEM_CHECK(bucket < bucket_seen_.size(), kName, "::bucket_started: bucket ", bucket, " but the layout has ",
-               bucket_seen_.size());
-  TANDEM_CHECK(!bucket_seen_[bucket], kName, "::bucket_started: bucket ", bucket,
+  TANDEM_CHECK(!finished_, kStepsInBackward, "::bucket_started: bucket ", bucket, " after finish()");
+  TANDEM_CHECK(bucket < bucket_seen_.size(), kStepsInBackward, "::bucket_started: bucket ", bucket,
+               " but the layout has ", bucket_seen_.size());
+  TANDEM_CHECK(!bucket_seen_[bucket], kStepsInBackward, "::bucket_started: bucket ", bucket,
                " came twice but expected each bucket once per step");
   bucket_seen_[bucket] = 1;
   const std::vector<size_t>& parameters = layout_.bucket_parameters(bucket);
@@ -32,7 +32,7 @@ void StepsInBackward::bucket_started(size_t bucket) {
 
 void StepsInBackward::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
-  TANDEM_CHECK(!finished_, kName, "::finish: the step is finished already");
+  TANDEM_CHECK(!finished_, kStepsInBackward, "::finish: the step is finished already");
   finished_ = true;
   std::vector<size_t> rest;
   for (size_t i = 0; i < stepped_.size(); ++i) {

@@ -60,8 +60,7 @@ struct Outcome {
 class FileChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = ::testing::TempDir() + "tandem_file_channel_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    base_ = testing::scratch_path(::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(base_);
     fs::create_directories(base_);
     rendezvous_ = base_ + "/rendezvous";

@@ -21,8 +21,7 @@ class AtomicFileTest : public ::testing::Test {
  protected:
   // A fresh directory per test and process, so that listing it shows exactly what the test made.
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "tandem_atomic_" + std::to_string(getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::scratch_path(::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

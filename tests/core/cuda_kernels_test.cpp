@@ -20,7 +20,7 @@ using testing::expect_close;
 using FusedLinear = testing::ScopedSwitch<fused_linear, set_fused_linear>;
 
 const Device kCpu = Device::cpu();
-const Device kGpu = Device::cuda(0);
+using testing::kGpu;
 
 // The same values on the CPU and on the first GPU.
 struct Pair {

@@ -11,7 +11,7 @@
 namespace tandem {
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using testing::kGpu;
 
 using DependentLaunches = testing::ScopedSwitch<dependent_launches, set_dependent_launches>;
 

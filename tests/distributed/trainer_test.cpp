@@ -20,10 +20,7 @@ constexpr int64_t kEpochs = 6;
 // the last rank trains on none of them.
 constexpr int64_t kBatch = 50;
 
-const Split& diabetes() {
-  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
-  return split;
-}
+using testing::diabetes;
 
 std::vector<Device> cpu_devices(int64_t count) {
   std::vector<Device> devices;
@@ -146,8 +143,7 @@ TEST_P(DistributedTrainer, ResumingFromRankZerosCheckpointContinuesExactly) {
 
 TEST_P(DistributedTrainer, OnlyRankZeroWritesFiles) {
   // Each rank names its own files: only rank 0's may exist afterwards.
-  const std::string mine = ::testing::TempDir() + "tandem_distributed_trainer_" + std::to_string(getpid()) + "_" +
-                           testing::name_of(GetParam());
+  const std::string mine = testing::scratch_path(testing::name_of(GetParam()));
   Trainer trainer = seed_net_trainer({}, group_, 1);
   trainer.add_callback(std::make_shared<MetricsLogger>(mine + ".metrics"));
   trainer.add_callback(std::make_shared<CheckpointSaver>(mine + ".callback.safetensors"));

@@ -1,5 +1,4 @@
 // Module buffers: registration, names and order, state_dict, save/load, to(), clone(), set_buffers, errors.
-#include <unistd.h>
 
 #include "support/test_support.h"
 
@@ -28,10 +27,6 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tenso
   return names;
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/tandem_buffer_test_" + std::to_string(getpid()) + "_" + name;
-}
-
 TEST(ModuleBuffers, NamesOrderAndStateDict) {
   Stats stats;
   EXPECT_EQ(names_of(stats.named_buffers()),
@@ -55,7 +50,7 @@ TEST(ModuleBuffers, SaveAndLoadIncludeBuffers) {
   for (int i = 0; i < 3; ++i) trained(Tensor::randn({6, 2}) + 1.0f);
   trained.count.fill_(7);
   trained.total.fill_(2.5);
-  const std::string path = temp_path("stats.safetensors");
+  const std::string path = testing::scratch_path("stats.safetensors");
   save(trained, path);
   EXPECT_EQ(names_of(load_tensors(path).tensors).size(), 8u);
 

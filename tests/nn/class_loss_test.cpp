@@ -17,7 +17,7 @@ using testing::to_double;
 
 class ClassLoss : public testing::EveryDevice {};
 
-constexpr Reduction kReductions[] = {Reduction::None, Reduction::Mean, Reduction::Sum};
+using testing::kReductions;
 
 struct Case {
   std::string name;

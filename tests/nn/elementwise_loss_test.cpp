@@ -16,7 +16,7 @@ using testing::to_double;
 
 class ElementwiseLoss : public testing::EveryDevice {};
 
-constexpr Reduction kReductions[] = {Reduction::None, Reduction::Mean, Reduction::Sum};
+using testing::kReductions;
 
 // The per-element losses reduced as `reduction` says, in float64.
 std::vector<double> reduced(const std::vector<double>& losses, Reduction reduction) {

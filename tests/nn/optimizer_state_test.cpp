@@ -1,7 +1,6 @@
 // Optimizer state by name (state_dict / load_state_dict) and its safetensors form: a saved Adam state loaded into a
 // fresh optimizer continues bitwise like the original; SGD's and a plain Optimizer's state; wrong states and hostile
 // files are refused with nothing changed.
-#include <unistd.h>
 
 #include "adam_reference.h"
 #include "support/test_support.h"
@@ -12,10 +11,6 @@ namespace {
 
 using testing::Quadratic;
 using testing::to_double;
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tandem_optimizer_state_" + std::to_string(getpid()) + "_" + name;
-}
 
 std::vector<float> to_float(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
@@ -47,7 +42,7 @@ TEST_P(OptimizerStateTest, AdamStateSavedAndLoadedContinuesBitwiseLikeTheOrigina
     original.set_grads();
     adamw.step();
   }
-  const std::string path = temp_path("adamw.safetensors");
+  const std::string path = testing::scratch_path("adamw.safetensors");
   optim::save_optimizer_state(adamw.state_dict(), path);
 
   Problem resumed(device());
@@ -86,7 +81,7 @@ TEST_P(OptimizerStateTest, SgdStateDictHoldsItsMomentumBuffers) {
   EXPECT_EQ(state.parameters[0].tensors[0].first, "momentum_buffer");
   EXPECT_TRUE(state.parameters[1].tensors.empty());  // q never had a gradient
 
-  const std::string path = temp_path("sgd.safetensors");
+  const std::string path = testing::scratch_path("sgd.safetensors");
   optim::save_optimizer_state(state, path);
   optim::SGD fresh({p, q}, {.lr = 0.1, .momentum = 0.9});
   fresh.load_state_dict(optim::load_optimizer_state(path));
@@ -183,7 +178,7 @@ TEST(OptimizerStateFile, ReadingTakesOnlyTheOptimizerEntriesOfALargerFile) {
   optim::write_optimizer_state(adam.state_dict(), file);
   EXPECT_ERROR(optim::write_optimizer_state(adam.state_dict(), file),
                "write_optimizer_state: the file already holds an optimizer state");
-  const std::string path = temp_path("checkpoint.safetensors");
+  const std::string path = testing::scratch_path("checkpoint.safetensors");
   save_tensors(file.tensors, path, file.metadata);
 
   TensorFile loaded = load_tensors(path);
@@ -214,7 +209,7 @@ TEST(OptimizerStateFile, BadStatesAreNotWritten) {
 
 // Files written by hand: every field of the metadata and every tensor name is checked.
 TEST(OptimizerStateFile, HostileFilesAreRefused) {
-  const std::string path = temp_path("hostile.safetensors");
+  const std::string path = testing::scratch_path("hostile.safetensors");
   const auto refused = [&](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& metadata,
                            const std::string& fragment) {
     std::map<std::string, std::string> meta;

@@ -1,8 +1,6 @@
 #pragma once
 // Helpers shared by the safetensors tests: a scratch directory per test and files written byte by byte.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,7 +21,7 @@ class ScratchDir {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name = std::string(info->test_suite_name()) + "_" + info->name();
     std::replace(name.begin(), name.end(), '/', '_');
-    path_ = std::filesystem::path(::testing::TempDir()) / ("tandem_nn_" + std::to_string(::getpid()) + "_" + name);
+    path_ = std::filesystem::path(testing::scratch_path(name));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

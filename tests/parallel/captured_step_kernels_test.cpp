@@ -3,8 +3,6 @@
 // adds split-K parts in a kernel of its own, a gradient computed into a temporary and copied into the flat gradient
 // buffer, a two-pass loss. The captured step must still equal the eager one, and both the CPU's.
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -75,7 +73,7 @@ TEST(CapturedStepKernels, SeedNetStepOnOneGpuTakesFewKernelsAndEqualsTheEagerSte
     if (i == kSteps - 1) {
       ASSERT_NE(captured.last_graph(), nullptr);
       kernels = captured.last_graph()->kernel_nodes();
-      const std::string dot = ::testing::TempDir() + "seed_step_" + std::to_string(getpid()) + ".dot";
+      const std::string dot = testing::scratch_path("seed_step.dot");
       captured.last_graph()->debug_dump(dot);
       graph_text = file_text(dot);
       std::remove(dot.c_str());

@@ -12,7 +12,7 @@
 namespace tandem::testing {
 namespace {
 
-std::vector<std::vector<float>> gradients_of(const nn::Module& module) {
+std::vector<std::vector<float>> gradient_values_of(const nn::Module& module) {
   std::vector<std::vector<float>> grads;
   for (const Tensor& parameter : module.parameters()) grads.push_back(parameter.grad().to_vector());
   return grads;
@@ -34,7 +34,8 @@ TEST(WeightedStep, SeededBackwardEqualsBackwardOfTheWeightedLossBitForBit) {
     expected.backward();
     ASSERT_EQ(losses.size(), 1u);
     EXPECT_EQ(losses[0].to_vector(), expected.detach().to_vector()) << "global_rows " << global_rows;
-    EXPECT_EQ(gradients_of(*model.replicas()[0]), gradients_of(*reference)) << "global_rows " << global_rows;
+    EXPECT_EQ(gradient_values_of(*model.replicas()[0]), gradient_values_of(*reference))
+        << "global_rows " << global_rows;
   }
 }
 

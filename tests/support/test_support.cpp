@@ -30,6 +30,12 @@ std::string without_error_location(const std::string& message) {
   return digits ? message.substr(0, open) : message;
 }
 
+const trainers::Split& diabetes() {
+  static const trainers::Split split = trainers::train_test_split(
+      trainers::make_dataset(trainers::parse_csv(trainers::datasets::diabetes_csv()), "target"), 0.2);
+  return split;
+}
+
 std::string missing_gpus_reason(int needed) {
   std::ostringstream os;
   os << "needs " << needed << " CUDA device(s), " << cuda_device_count() << " visible"

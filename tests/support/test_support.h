@@ -2,6 +2,7 @@
 // Shared test helpers: the same test body on every device, references, finite-difference gradient checks.
 
 #include <gtest/gtest.h>
+#include <tandem/tandem.h>
 
 #include <chrono>
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <tandem/tandem.h>
+#include "support/scratch.h"
 
 namespace tandem::testing {
 
@@ -34,6 +35,9 @@ std::string device_type_name(const ::testing::TestParamInfo<DeviceType>& info);
   INSTANTIATE_TEST_SUITE_P(Devices, Suite, ::testing::Values(::tandem::DeviceType::CPU,                  \
                                                              ::tandem::DeviceType::CUDA),              \
                            ::tandem::testing::device_type_name)
+
+// The first GPU, for tests of the CUDA backend (which skip without one).
+inline const Device kGpu = Device::cuda(0);
 
 // Device lists for multi-device tests: "CPU2" = {cpu:0, cpu:1}, "CPU3", "MultiCUDA" = {cuda:0, cuda:1},
 // "Mixed" = {cpu:0, cuda:0} (needs 1 GPU). Instances skip when the GPUs are missing.
@@ -116,6 +120,13 @@ class ScopedSwitch {
  private:
   bool previous_;
 };
+
+// Every reduction of the losses, for tests that run each one.
+inline constexpr nn::Reduction kReductions[] = {nn::Reduction::None, nn::Reduction::Mean, nn::Reduction::Sum};
+
+// The diabetes data set built into tandem (trainers::datasets::diabetes_csv), split as tandem-train splits it: the
+// last 20% of the rows for testing. Read once per process.
+const trainers::Split& diabetes();
 
 }  // namespace tandem::testing
 

@@ -1,6 +1,5 @@
 // Checkpoints are files users share: their metadata is validated field by field, a resume loads all or nothing,
 // and a checkpoint of another setup is refused with the differences listed.
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,14 +11,7 @@
 namespace tandem::trainers {
 namespace {
 
-const Split& diabetes() {
-  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
-  return split;
-}
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tandem_checkpoint_validation_" + std::to_string(getpid()) + "_" + name;
-}
+using testing::diabetes;
 
 TrainerOptions seed_options(int64_t epochs = 2) {
   TrainerOptions options;
@@ -73,8 +65,8 @@ class CheckpointValidation : public ::testing::Test {
     return message;
   }
 
-  const std::string good_ = temp_path("good.safetensors");
-  const std::string edited_ = temp_path("edited.safetensors");
+  const std::string good_ = testing::scratch_path("good.safetensors");
+  const std::string edited_ = testing::scratch_path("edited.safetensors");
   TensorFile file_;
   nlohmann::json state_;
 };

@@ -42,11 +42,6 @@ ToolRun run_tool(const std::string& arguments, const std::string& setup = "") {
   return run;
 }
 
-// Unique per process, so that concurrent runs of the suite do not share files.
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tandem_cli_" + std::to_string(getpid()) + "_" + name;
-}
-
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);
   return nlohmann::json::parse(file);
@@ -60,7 +55,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 TEST(TandemTrain, DefaultsReachTheLeastSquaresFit) {
-  const std::string summary = temp_path("defaults.json");
+  const std::string summary = testing::scratch_path("defaults.json");
   ToolRun run = run_tool("--summary-json " + summary);
   ASSERT_EQ(run.status, 0) << run.output;
   nlohmann::json result = read_json(summary);
@@ -82,7 +77,7 @@ TEST(TandemTrain, DefaultsReachTheLeastSquaresFit) {
 TEST(TandemTrain, SameResultOnOneTwoAndThreeCpuDevices) {
   std::vector<double> r2;
   for (const char* devices : {"cpu:0", "cpu:0,cpu:1", "cpu:0,cpu:1,cpu:2"}) {
-    const std::string summary = temp_path("devices.json");
+    const std::string summary = testing::scratch_path("devices.json");
     ToolRun run = run_tool(std::string("--quiet --devices ") + devices + " --summary-json " + summary);
     ASSERT_EQ(run.status, 0) << run.output;
     r2.push_back(read_json(summary).at("test_r2").get<double>());
@@ -103,7 +98,7 @@ TEST(TandemTrain, QuietPrintsOnlyTheSummary) {
 // The steps' mode, in the output and the summary: eager on CPU devices (which never capture, so --no-capture changes
 // nothing but the reason), and the flags that turn capture off.
 TEST(TandemTrain, CaptureFlagsAndTheStepModeInTheSummary) {
-  const std::string summary = temp_path("capture.json");
+  const std::string summary = testing::scratch_path("capture.json");
   std::vector<double> test_mse;
   for (const char* flag : {"", "--capture on", "--capture off", "--no-capture"}) {
     SCOPED_TRACE(flag);
@@ -183,7 +178,7 @@ TEST(TandemTrain, HelpExitsWithStatusZero) {
 }
 
 TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
-  const std::string ragged = temp_path("ragged.csv");
+  const std::string ragged = testing::scratch_path("ragged.csv");
   std::ofstream(ragged) << "a,b,y\n1,2,3\n4,5\n";
   ToolRun bad_csv = run_tool("--data " + ragged);
   EXPECT_EQ(bad_csv.status, 1) << bad_csv.output;
@@ -191,7 +186,7 @@ TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
             std::string::npos)
       << bad_csv.output;
 
-  const std::string not_checkpoint = temp_path("not_a_checkpoint.safetensors");
+  const std::string not_checkpoint = testing::scratch_path("not_a_checkpoint.safetensors");
   std::ofstream(not_checkpoint) << "garbage";
   ToolRun bad_resume = run_tool("--resume " + not_checkpoint);
   EXPECT_EQ(bad_resume.status, 1) << bad_resume.output;
@@ -205,17 +200,17 @@ TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
 
 // An output that cannot be written is refused at once, with one line, rather than after the whole run.
 TEST(TandemTrain, SummaryJsonInAMissingDirectoryFailsBeforeTraining) {
-  const std::string summary = temp_path("missing_dir") + "/summary.json";
+  const std::string summary = testing::scratch_path("missing_dir") + "/summary.json";
   ToolRun run = run_tool("--summary-json " + summary);
   EXPECT_NE(run.status, 0) << run.output;
   ASSERT_EQ(lines_of(run.output).size(), 1u) << run.output;
   EXPECT_EQ(testing::without_error_location(lines_of(run.output)[0]),
-            "tandem-train: --summary-json: cannot write '" + summary + "': the directory '" + temp_path("missing_dir") +
-                "' does not exist");
+            "tandem-train: --summary-json: cannot write '" + summary + "': the directory '" +
+                testing::scratch_path("missing_dir") + "' does not exist");
 }
 
 TEST(TandemTrain, FailedSummaryWriteExitsNonZeroAndKeepsTheOldFile) {
-  const std::string summary = temp_path("unwritable.json");
+  const std::string summary = testing::scratch_path("unwritable.json");
   std::ofstream(summary) << "{\"old\": true}\n";
   // No file may grow past 0 bytes (and SIGXFSZ is ignored, so write() fails with EFBIG), as on a full disk.
   ToolRun run = run_tool("--quiet --epochs 2 --devices cpu:0 --summary-json " + summary, "trap '' XFSZ; ulimit -f 0;");
@@ -233,8 +228,8 @@ TEST(TandemTrain, FailedSummaryWriteExitsNonZeroAndKeepsTheOldFile) {
 }
 
 TEST(TandemTrain, SymlinkedSummaryJsonStaysALink) {
-  const std::string real = temp_path("summary_target.json");
-  const std::string link = temp_path("summary_link.json");
+  const std::string real = testing::scratch_path("summary_target.json");
+  const std::string link = testing::scratch_path("summary_link.json");
   std::ofstream(real) << "{}\n";
   fs::remove(link);
   fs::create_symlink(real, link);
@@ -246,20 +241,20 @@ TEST(TandemTrain, SymlinkedSummaryJsonStaysALink) {
 }
 
 TEST(TandemTrain, OwnCsvWithTargetByName) {
-  const std::string data = temp_path("line.csv");
+  const std::string data = testing::scratch_path("line.csv");
   {
     std::ofstream file(data);
     file << "y,x\n";
     for (int i = 0; i < 50; ++i) file << 3 * i + 1 << "," << i << "\n";  // y = 3x + 1 exactly
   }
-  const std::string summary = temp_path("line.json");
+  const std::string summary = testing::scratch_path("line.json");
   ToolRun run = run_tool("--quiet --data " + data + " --target y --epochs 200 --summary-json " + summary);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_GT(read_json(summary).at("test_r2").get<double>(), 0.999);
 }
 
 TEST(TandemTrain, MissingValuesAreAnErrorOrDroppedRows) {
-  const std::string data = temp_path("missing.csv");
+  const std::string data = testing::scratch_path("missing.csv");
   {
     std::ofstream file(data);
     file << "x,y\n";
@@ -275,7 +270,7 @@ TEST(TandemTrain, MissingValuesAreAnErrorOrDroppedRows) {
 }
 
 TEST(TandemTrain, ResumeRefusesAnotherSetupUnlessAllowed) {
-  const std::string checkpoint = temp_path("setup.safetensors");
+  const std::string checkpoint = testing::scratch_path("setup.safetensors");
   ASSERT_EQ(run_tool("--quiet --epochs 2 --checkpoint " + checkpoint).status, 0);
   ToolRun other = run_tool("--quiet --epochs 2 --resume " + checkpoint + " --lr 0.02 --batch-size 32");
   EXPECT_EQ(other.status, 1) << other.output;
@@ -309,7 +304,7 @@ pid_t spawn_tool(const std::vector<std::string>& arguments) {
 }
 
 TEST(TandemTrain, CheckpointsSurviveKillNine) {
-  const std::string directory = temp_path("kill9");
+  const std::string directory = testing::scratch_path("kill9");
   std::filesystem::remove_all(directory);
   std::filesystem::create_directory(directory);
   const std::string checkpoint = directory + "/run.safetensors";
@@ -361,13 +356,13 @@ TEST(TandemTrain, CheckpointsSurviveKillNine) {
 // Runs `common` for 10 epochs, and for 4 epochs with a checkpoint that a second run resumes up to 10: both must end
 // with the same metrics, bit for bit.
 void expect_resume_matches_an_uninterrupted_run(const std::string& common, const std::string& name) {
-  const std::string full = temp_path(name + "_full.json");
+  const std::string full = testing::scratch_path(name + "_full.json");
   ASSERT_EQ(run_tool(common + "--epochs 10 --summary-json " + full).status, 0);
-  const std::string checkpoint = temp_path(name + ".safetensors");
+  const std::string checkpoint = testing::scratch_path(name + ".safetensors");
   std::filesystem::remove(checkpoint);
   ToolRun first = run_tool(common + "--epochs 4 --checkpoint " + checkpoint);
   ASSERT_EQ(first.status, 0) << first.output;
-  const std::string resumed = temp_path(name + "_resumed.json");
+  const std::string resumed = testing::scratch_path(name + "_resumed.json");
   ToolRun second =
       run_tool(common + "--epochs 10 --resume " + checkpoint + " --allow-change epochs --summary-json " + resumed);
   ASSERT_EQ(second.status, 0) << second.output;
@@ -385,7 +380,7 @@ TEST(TandemTrain, AdamAndAdamWResumesMatchAnUninterruptedRun) {
         "--quiet --devices cpu:0,cpu:1 --activation tanh --optimizer " + std::string(optimizer) + " ", optimizer);
   }
   // Their lr and weight decay are facts of the setup, as SGD's are.
-  const std::string checkpoint = temp_path("adamw.safetensors");
+  const std::string checkpoint = testing::scratch_path("adamw.safetensors");
   ToolRun other = run_tool("--quiet --devices cpu:0 --activation tanh --optimizer adamw --epochs 4 --lr 0.002 "
                            "--weight-decay 0.1 "
                            "--resume " + checkpoint);
@@ -397,18 +392,18 @@ TEST(TandemTrain, AdamAndAdamWResumesMatchAnUninterruptedRun) {
 
 TEST(TandemTrain, ResumeMatchesAnUninterruptedRun) {
   const std::string common = "--quiet --devices cpu:0,cpu:1 --activation tanh ";
-  const std::string full = temp_path("full.json");
+  const std::string full = testing::scratch_path("full.json");
   ASSERT_EQ(run_tool(common + "--epochs 10 --summary-json " + full).status, 0);
 
-  const std::string checkpoint = temp_path("resume.safetensors");
-  const std::string metrics = temp_path("resume.jsonl");
+  const std::string checkpoint = testing::scratch_path("resume.safetensors");
+  const std::string metrics = testing::scratch_path("resume.jsonl");
   std::filesystem::remove(checkpoint);
   ToolRun first =
       run_tool(common + "--epochs 4 --checkpoint " + checkpoint + " --checkpoint-every 3 --metrics " + metrics);
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_EQ(load_checkpoint(checkpoint).epoch, 4);  // epochs 3 and 4 (the last) were written
 
-  const std::string resumed = temp_path("resumed.json");
+  const std::string resumed = testing::scratch_path("resumed.json");
   ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --allow-change epochs --metrics " + metrics +
                         " --summary-json " + resumed);
   ASSERT_EQ(second.status, 0) << second.output;
@@ -438,8 +433,8 @@ namespace {
 TEST(TandemTrainClassification, DigitsReachTheReferenceAccuracyOnTwoDevicesAndOneAgrees) {
   std::vector<nlohmann::json> results;
   for (const std::string devices : {"cpu:0,cpu:1", "cpu:0"}) {
-    const std::string summary = temp_path("digits_" + std::to_string(results.size()) + ".json");
-    const std::string plot = temp_path("digits.svg");
+    const std::string summary = testing::scratch_path("digits_" + std::to_string(results.size()) + ".json");
+    const std::string plot = testing::scratch_path("digits.svg");
     ToolRun run = run_tool("--data " TANDEM_SOURCE_DIR "/data/digits.csv --task classification --quiet --devices " +
                            devices + " --summary-json " + summary + " --plot " + plot);
     ASSERT_EQ(run.status, 0) << run.output;
@@ -459,7 +454,7 @@ TEST(TandemTrainClassification, DigitsReachTheReferenceAccuracyOnTwoDevicesAndOn
 
 // A data set the defaults never saw: three Gaussian blobs with labels 1, 5, 9 and a column that is not a feature.
 TEST(TandemTrainClassification, UnseenBlobsTrainWithDefaultsAndFeaturesByName) {
-  const std::string data = temp_path("blobs.csv");
+  const std::string data = testing::scratch_path("blobs.csv");
   {
     std::ofstream out(data);
     out << "id,x,label,y\n";
@@ -470,8 +465,8 @@ TEST(TandemTrainClassification, UnseenBlobsTrainWithDefaultsAndFeaturesByName) {
       out << r << "," << 4 * c + noise(random) << "," << 1 + 4 * c << "," << -3 * c + noise(random) << "\n";
     }
   }
-  const std::string summary = temp_path("blobs.json");
-  const std::string plot = temp_path("blobs.svg");
+  const std::string summary = testing::scratch_path("blobs.json");
+  const std::string plot = testing::scratch_path("blobs.svg");
   ToolRun run = run_tool("--data " + data + " --task classification --target label --features x,y --devices "
                          "cpu:0,cpu:1 --summary-json " + summary + " --plot " + plot);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -516,7 +511,7 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
     EXPECT_EQ(run.status, 2) << arguments << "\n" << run.output;
     EXPECT_NE(run.output.find(message), std::string::npos) << arguments << "\n" << run.output;
   }
-  const std::string data = temp_path("fractional_labels.csv");
+  const std::string data = testing::scratch_path("fractional_labels.csv");
   std::ofstream(data) << "a,label\n1,0\n2,1\n3,0.5\n";
   ToolRun labels = run_tool("--data " + data + " --task classification --epochs 1 --quiet");
   EXPECT_EQ(labels.status, 1) << labels.output;
@@ -527,7 +522,7 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
 
 // --dropout puts a Dropout layer after each hidden activation: digits still trains to a good accuracy with it.
 TEST(TandemTrainClassification, DigitsTrainWithDropout) {
-  const std::string summary = temp_path("digits_dropout.json");
+  const std::string summary = testing::scratch_path("digits_dropout.json");
   ToolRun run = run_tool("--data " TANDEM_SOURCE_DIR
                          "/data/digits.csv --task classification --dropout 0.2 --devices "
                          "cpu:0,cpu:1 --summary-json " +
@@ -544,7 +539,7 @@ TEST(TandemTrainClassification, DigitsTrainWithDropout) {
 // the same rate continues the masks where they stopped, as an uninterrupted run draws them.
 TEST(TandemTrain, DropoutIsPartOfTheSetupAndResumesExactly) {
   const std::string common = "--quiet --devices cpu:0,cpu:1 --activation relu --dropout 0.2 ";
-  const std::string checkpoint = temp_path("dropout.safetensors");
+  const std::string checkpoint = testing::scratch_path("dropout.safetensors");
   std::filesystem::remove(checkpoint);
   ASSERT_EQ(run_tool(common + "--epochs 2 --checkpoint " + checkpoint).status, 0);
 
@@ -556,13 +551,13 @@ TEST(TandemTrain, DropoutIsPartOfTheSetupAndResumesExactly) {
   EXPECT_EQ(none.status, 1) << none.output;
   EXPECT_NE(none.output.find("dropout: 0.2 in the checkpoint, (none) now"), std::string::npos) << none.output;
 
-  const std::string resumed = temp_path("dropout_resumed.json");
+  const std::string resumed = testing::scratch_path("dropout_resumed.json");
   ASSERT_EQ(run_tool(common + "--epochs 5 --resume " + checkpoint + " --allow-change epochs --summary-json " + resumed)
                 .status,
             0);
-  const std::string full = temp_path("dropout_full.json");
+  const std::string full = testing::scratch_path("dropout_full.json");
   ASSERT_EQ(run_tool(common + "--epochs 5 --summary-json " + full).status, 0);
-  const std::string plain = temp_path("dropout_plain.json");
+  const std::string plain = testing::scratch_path("dropout_plain.json");
   ASSERT_EQ(run_tool("--quiet --devices cpu:0,cpu:1 --activation relu --epochs 5 --summary-json " + plain).status, 0);
   for (const char* key : {"train_mse", "test_mse"}) {
     EXPECT_EQ(read_json(resumed).at(key).get<double>(), read_json(full).at(key).get<double>()) << key;
@@ -575,9 +570,9 @@ TEST(TandemTrain, DropoutIsPartOfTheSetupAndResumesExactly) {
 // in another precision is refused.
 TEST(TandemTrain, PrecisionTrainsAndIsPartOfTheSetup) {
   const std::string common = "--devices cpu:0,cpu:1 ";
-  const std::string checkpoint = temp_path("bf16.safetensors");
-  const std::string bf16 = temp_path("bf16.json");
-  const std::string fp32 = temp_path("fp32.json");
+  const std::string checkpoint = testing::scratch_path("bf16.safetensors");
+  const std::string bf16 = testing::scratch_path("bf16.json");
+  const std::string fp32 = testing::scratch_path("fp32.json");
   std::filesystem::remove(checkpoint);
   ToolRun run =
       run_tool(common + "--epochs 3 --precision bf16 --checkpoint " + checkpoint + " --summary-json " + bf16);

@@ -1,6 +1,5 @@
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -12,10 +11,6 @@
 
 namespace tandem::trainers {
 namespace {
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tandem_csv_" + std::to_string(getpid()) + "_" + name;
-}
 
 // The message of the Error that `parse` throws, or "" when it throws none.
 template <typename Parse>
@@ -202,7 +197,7 @@ TEST(Csv, MessagesQuoteAtMostAnExcerptOfHugeText) {
 }
 
 TEST(Csv, ReadCsvParsesARegularFileWithOptions) {
-  const std::string path = temp_path("missing.csv");
+  const std::string path = testing::scratch_path("missing.csv");
   std::ofstream(path, std::ios::binary) << "\xEF\xBB\xBF\"a\",b\r\n1,2\r\nNA,3\r\n";
   EXPECT_ERROR(read_csv(path), "read_csv: " + path + " line 3, column 1 (a): missing value \"NA\"");
   CsvTable table = read_csv(path, kDropRows);
@@ -215,7 +210,7 @@ TEST(Csv, ReadCsvParsesARegularFileWithOptions) {
 TEST(Csv, ReadCsvNamesTheFile) {
   EXPECT_ERROR(read_csv("/nonexistent/data.csv"),
                "read_csv: '/nonexistent/data.csv': cannot open the file: No such file or directory");
-  const std::string path = temp_path("ragged.csv");
+  const std::string path = testing::scratch_path("ragged.csv");
   std::ofstream(path) << "a,b\n1,2\n3\n";
   EXPECT_ERROR(read_csv(path), "read_csv: " + path + " line 3 has 1 cells but the header has 2 columns");
   std::ofstream(path, std::ios::trunc).flush();
@@ -226,9 +221,9 @@ TEST(Csv, ReadCsvNamesTheFile) {
 }
 
 TEST(Csv, ReadCsvRefusesDirectoriesFifosAndDevicesWithoutBlocking) {
-  const std::string fifo = temp_path("fifo.csv");
+  const std::string fifo = testing::scratch_path("fifo.csv");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  const std::string directory = temp_path("directory.csv");
+  const std::string directory = testing::scratch_path("directory.csv");
   ASSERT_EQ(mkdir(directory.c_str(), 0700), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {directory, "read_csv: '" + directory + "': it is a directory, but only regular files can be read"},

@@ -1,7 +1,5 @@
 // render_svg: a well-formed SVG document holding every series, ticks and labels; PlotWriter writes it atomically.
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +48,7 @@ TEST(SvgChart, WellFormedWithSeriesTicksLabelsAndEscapedText) {
 
 TEST(PlotWriter, RefusesAnUnwritablePathAndKeepsALinkALink) {
   EXPECT_ERROR(PlotWriter("/nonexistent-dir/plot.svg"), "PlotWriter");
-  const std::string target = ::testing::TempDir() + "tandem_plot_" + std::to_string(getpid()) + ".svg";
+  const std::string target = testing::scratch_path("plot.svg");
   const std::string link = target + ".link";
   std::ofstream(target) << "old";
   std::filesystem::remove(link);

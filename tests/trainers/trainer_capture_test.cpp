@@ -12,10 +12,7 @@
 namespace tandem::trainers {
 namespace {
 
-const Split& diabetes() {
-  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
-  return split;
-}
+using testing::diabetes;
 
 struct FitRun {
   FitResult result;

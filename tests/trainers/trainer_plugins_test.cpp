@@ -1,8 +1,6 @@
 // TrainerOptions::loss and TrainerOptions::optimizer: another loss and another optimizer on the data-parallel path,
 // checked against a training loop written out by hand on cpu:0.
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <functional>
 
@@ -14,10 +12,7 @@ namespace {
 
 using tandem::testing::VelocityOptimizer;
 
-const Split& diabetes() {
-  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
-  return split;
-}
+using testing::diabetes;
 
 const std::vector<Device> kCpu3 = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
 constexpr int64_t kEpochs = 3;
@@ -161,7 +156,7 @@ TEST(TrainerPlugins, TheirNamesAreSetupFactsAndAResumeContinuesExactly) {
   EXPECT_EQ(facts.count("momentum"), 0u);
   uninterrupted.fit(diabetes().train);
 
-  const std::string path = ::testing::TempDir() + "tandem_plugins_" + std::to_string(getpid()) + ".safetensors";
+  const std::string path = testing::scratch_path("plugins.safetensors");
   options.epochs = 2;
   Trainer first = seed_net(options);
   first.fit(diabetes().train);

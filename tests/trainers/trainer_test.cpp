@@ -1,4 +1,3 @@
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -16,10 +15,7 @@ using tandem::testing::DeviceSet;
 using tandem::testing::EveryDeviceSet;
 using testing::error_message_of;
 
-const Split& diabetes() {
-  static const Split split = train_test_split(make_dataset(parse_csv(datasets::diabetes_csv()), "target"), 0.2);
-  return split;
-}
+using testing::diabetes;
 
 // The default options but for these. A resume may change the epoch count and the learning rate (the tests continue
 // runs and make them diverge).
@@ -87,11 +83,6 @@ std::vector<std::vector<float>> buffer_values(const Trainer& trainer) {
   std::vector<std::vector<float>> values;
   for (const Tensor& b : trainer.model()->buffers()) values.push_back(b.to(DType::Float32).to_vector());
   return values;
-}
-
-// Unique per process, so that concurrent runs of the suite do not share files.
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tandem_trainer_" + std::to_string(getpid()) + "_" + name;
 }
 
 std::string file_bytes(const std::string& path) {
@@ -198,7 +189,7 @@ void expect_resume_continues_exactly(
   Trainer uninterrupted = make(devices, 10, 0);
   FitResult expected = uninterrupted.fit(diabetes().train, diabetes().test);
 
-  const std::string path = temp_path("resume.safetensors");
+  const std::string path = testing::scratch_path("resume.safetensors");
   Trainer first = make(devices, 4, 0);
   first.add_callback(std::make_shared<CheckpointSaver>(path));
   auto saved = std::make_shared<GeneratorAtEpochEnd>();  // the state the checkpoint saw (fit draws after it)
@@ -272,7 +263,7 @@ std::string as_version3(const std::string& path, const Trainer& written) {
   nlohmann::json metadata = nlohmann::json::parse(file.metadata.at("tandem.trainer"));
   metadata["version"] = 3;
   file.metadata["tandem.trainer"] = metadata.dump();
-  const std::string version3 = temp_path("version3.safetensors");
+  const std::string version3 = testing::scratch_path("version3.safetensors");
   save_tensors(file.tensors, version3, file.metadata);
   return version3;
 }
@@ -281,14 +272,14 @@ TEST(Trainer, Version3CheckpointsStillResumeExactly) {
   expect_resume_continues_exactly(
       [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return seed_net_trainer(on, epochs, seed); },
       {Device::cpu(0), Device::cpu(1)}, as_version3);
-  const Checkpoint loaded = load_checkpoint(temp_path("version3.safetensors"));
+  const Checkpoint loaded = load_checkpoint(testing::scratch_path("version3.safetensors"));
   EXPECT_EQ(loaded.version, 3);
   EXPECT_EQ(loaded.momentum_buffers.size(), 4u);
 
   // Version 3 kept no buffers: a model with running statistics cannot continue exactly from one.
   Trainer with_buffers = batch_norm_net_trainer({Device::cpu(0)}, 4);
   with_buffers.fit(diabetes().train);
-  const std::string path = temp_path("buffers.safetensors");
+  const std::string path = testing::scratch_path("buffers.safetensors");
   with_buffers.save_checkpoint(path);
   TensorFile file = load_tensors(path);
   optim::read_optimizer_state(file, path);
@@ -301,7 +292,7 @@ TEST(Trainer, Version3CheckpointsStillResumeExactly) {
 }
 
 TEST(Trainer, CheckpointRoundTripsAdamStateAndBuffers) {
-  const std::string path = temp_path("adam_buffers.safetensors");
+  const std::string path = testing::scratch_path("adam_buffers.safetensors");
   manual_seed(0);
   TrainerOptions options = test_options({Device::cpu(0), Device::cpu(1)}, 2);
   options.optimizer = CustomOptimizer{"adam", [](std::vector<Tensor> parameters) {
@@ -354,7 +345,7 @@ TEST(Trainer, CheckpointRoundTripsAdamStateAndBuffers) {
 }
 
 TEST(Trainer, CheckpointHoldsTheTrainingState) {
-  const std::string path = temp_path("state.safetensors");
+  const std::string path = testing::scratch_path("state.safetensors");
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
   trainer.fit(diabetes().train);
   trainer.save_checkpoint(path);
@@ -383,7 +374,7 @@ TEST(Trainer, CheckpointHoldsTheTrainingState) {
 }
 
 TEST(Trainer, CheckpointErrors) {
-  const std::string path = temp_path("structure.safetensors");
+  const std::string path = testing::scratch_path("structure.safetensors");
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 4);
   trainer.fit(diabetes().train);
   trainer.save_checkpoint(path);
@@ -397,14 +388,14 @@ TEST(Trainer, CheckpointErrors) {
   Trainer short_run = seed_net_trainer({Device::cpu(0)}, 3);
   EXPECT_ERROR(short_run.load_checkpoint(path), "is at epoch 4 but epochs is 3");
 
-  const std::string plain = temp_path("plain.safetensors");
+  const std::string plain = testing::scratch_path("plain.safetensors");
   save(*trainer.model(), plain);
   EXPECT_ERROR(short_run.load_checkpoint(plain), "is a tensor file but not a trainer checkpoint");
   EXPECT_ERROR(Trainer(make_mlp(10, 20), {}).save_checkpoint(path), "Trainer::save_checkpoint: nothing to save");
 }
 
 TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
-  const std::string path = temp_path("diverge.safetensors");
+  const std::string path = testing::scratch_path("diverge.safetensors");
   std::filesystem::remove(path);
   Trainer good = seed_net_trainer({Device::cpu(0)}, 2);
   good.add_callback(std::make_shared<CheckpointSaver>(path));
@@ -432,7 +423,7 @@ TEST(Trainer, NonFiniteLossWithoutCheckpointSaysSo) {
 }
 
 TEST(Trainer, MetricsLoggerWritesOneJsonLinePerEpoch) {
-  const std::string path = temp_path("metrics.jsonl");
+  const std::string path = testing::scratch_path("metrics.jsonl");
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 3);
   auto recorder = std::make_shared<Recorder>();
   trainer.add_callback(std::make_shared<MetricsLogger>(path));
@@ -467,7 +458,7 @@ std::vector<std::string> lines_of_file(const std::string& path) {
 }
 
 TEST(Trainer, MetricsLoggerStartsEmptyUnlessAppending) {
-  const std::string path = temp_path("fresh_metrics.jsonl");
+  const std::string path = testing::scratch_path("fresh_metrics.jsonl");
   std::ofstream(path) << "{\"epoch\":1}\nnot even JSON\n";
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);
   trainer.add_callback(std::make_shared<MetricsLogger>(path));
@@ -480,8 +471,8 @@ TEST(Trainer, MetricsLoggerStartsEmptyUnlessAppending) {
 // A run of 4 epochs checkpointed after epoch 2 only (as when it was killed before its next checkpoint), resumed from
 // there to epoch 4: the metrics list epochs 1, 2, 3 and 4 once each.
 TEST(Trainer, MetricsLoggerResumeDropsTheEpochsAfterTheCheckpoint) {
-  const std::string metrics = temp_path("resumed_metrics.jsonl");
-  const std::string checkpoint = temp_path("resumed_metrics.safetensors");
+  const std::string metrics = testing::scratch_path("resumed_metrics.jsonl");
+  const std::string checkpoint = testing::scratch_path("resumed_metrics.safetensors");
   struct SaveAfterEpochTwo : Callback {
     std::string path;
     void on_epoch_end(const Trainer& trainer, const EpochReport& report) override {
@@ -515,7 +506,7 @@ TEST(Trainer, MetricsLoggerResumeDropsTheEpochsAfterTheCheckpoint) {
 }
 
 TEST(Trainer, MetricsLoggerRefusesToResumeAFileThatIsNotJsonLines) {
-  const std::string path = temp_path("bad_metrics.jsonl");
+  const std::string path = testing::scratch_path("bad_metrics.jsonl");
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 1);
   const std::pair<std::string, std::string> cases[] = {
       {"{\"epoch\":1}\nnot json\n", "line 2 is not a JSON object with a non-negative integer \"epoch\": not json"},
@@ -557,7 +548,7 @@ TEST(Trainer, ProgressPrinterLinesAndBar) {
 }
 
 TEST(Trainer, CheckpointSaverWritesEveryNthAndTheLastEpoch) {
-  const std::string path = temp_path("every.safetensors");
+  const std::string path = testing::scratch_path("every.safetensors");
   std::filesystem::remove(path);
   struct CheckpointEpochs : Callback {
     std::string path;

@@ -11,10 +11,10 @@ TensorDataset::TensorDataset(std::vector<Tensor> tensors) {
     TANDEM_CHECK(tensor.defined(), "TensorDataset: tensor ", t, " is undefined");
     TANDEM_CHECK(tensor.device().is_cpu(), "TensorDataset: tensor ", t, " is on ", tensor.device(),
                  " but expected a CPU device (a loader copies the batches to the devices)");
-    TANDEM_CHECK(tensor.dim() >= 1, "TensorDataset: tensor ", t, " has shape ", to_string(tensor.shape()),
+    TANDEM_CHECK(tensor.dim() >= 1, "TensorDataset: tensor ", t, " has shape ", tandem::to_string(tensor.shape()),
                  " but expected at least one dimension (the rows)");
     TANDEM_CHECK(tensor.size(0) == tensors[0].size(0), "TensorDataset: tensor ", t, " has shape ",
-                 to_string(tensor.shape()), " but tensor 0 has shape ", to_string(tensors[0].shape()),
+                 tandem::to_string(tensor.shape()), " but tensor 0 has shape ", tandem::to_string(tensors[0].shape()),
                  "; expected the same number of rows (dim 0)");
     tensors_.push_back(tensor.detach().contiguous());
   }

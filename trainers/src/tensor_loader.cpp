@@ -11,7 +11,7 @@
 namespace tandem::trainers {
 namespace {
 
-constexpr const char* kName = "TensorDataLoader";
+constexpr const char* kTensorDataLoader = "TensorDataLoader";
 
 bool is_default(const DistributedSampler& sampler) {
   return sampler.processes() == 1 && sampler.devices_per_process() == 1;
@@ -23,12 +23,13 @@ DistributedSampler splitter_for(const TensorDataLoaderOptions& options) {
   const auto devices = static_cast<int64_t>(options.devices.size());
   const DistributedSampler& sampler = options.sampler;
   if (options.shard) {
-    TANDEM_CHECK(is_default(sampler), kName, ": options.shard and a DistributedSampler of ", sampler.processes(),
-                 " processes with ", sampler.devices_per_process(), " devices each were both given; expected one of ",
+    TANDEM_CHECK(is_default(sampler), kTensorDataLoader, ": options.shard and a DistributedSampler of ",
+                 sampler.processes(), " processes with ", sampler.devices_per_process(),
+                 " devices each were both given; expected one of ",
                  "them (the hook picks this process's rows of each epoch, the sampler cuts every global batch)");
   }
   if (is_default(sampler)) return DistributedSampler(1, std::max<int64_t>(devices, 1), 0);
-  TANDEM_CHECK(devices == 0 || sampler.devices_per_process() == devices, kName, ": the sampler has ",
+  TANDEM_CHECK(devices == 0 || sampler.devices_per_process() == devices, kTensorDataLoader, ": the sampler has ",
                sampler.devices_per_process(), " devices per process but options.devices lists ", devices,
                "; expected as many");
   return sampler;
@@ -54,12 +55,12 @@ std::vector<Tensor> TensorBatch::tensors() && {
 TensorDataLoader::TensorDataLoader(TensorDataset data, TensorDataLoaderOptions options)
     : data_(std::move(data)), options_(std::move(options)), rng_(options_.seed) {
   const int64_t batch_size = options_.batch_size;
-  TANDEM_CHECK(batch_size >= 1, kName, ": batch_size is ", batch_size, " but expected at least 1");
-  for (const Device& device : options_.devices) check_device_available(device, kName);
-  check_distinct(options_.devices, kName, "options.devices entries");
+  TANDEM_CHECK(batch_size >= 1, kTensorDataLoader, ": batch_size is ", batch_size, " but expected at least 1");
+  for (const Device& device : options_.devices) check_device_available(device, kTensorDataLoader);
+  check_distinct(options_.devices, kTensorDataLoader, "options.devices entries");
   splitter_ = splitter_for(options_);
   order_ = epoch_order(data_.rows(), nullptr);
-  if (!options_.shard) num_batches_ = count_batches(data_.rows(), batch_size, options_.drop_last, kName);
+  if (!options_.shard) num_batches_ = count_batches(data_.rows(), batch_size, options_.drop_last, kTensorDataLoader);
 
   // The largest chunk a device can get: of a global batch of at most batch_size rows (at most every row of the data
   // set, unless a shard hook repeats rows).

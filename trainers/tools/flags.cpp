@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tandem/core/atomic_file.h"
+#include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
 #include "tandem/trainers/process_devices.h"
 #include "tandem/trainers/trainer.h"
@@ -276,6 +277,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
   app.add_option("--plot", flags.plot, "Draw train/test loss and the metric per epoch as an SVG image in this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
+  app.set_version_flag(
+      "--version", [] { return "tandem-train: " + build_summary(); },
+      "Print the version and how tandem was built (CUDA and its architectures, NCCL, MPI), then exit");
 
   try {
     app.parse(argc, argv);
@@ -315,6 +319,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     check_output("--plot", flags.plot);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    parsed.exit_status = 0;
+  } catch (const CLI::CallForVersion& version) {
+    std::cout << version.what();
     parsed.exit_status = 0;
   } catch (const CLI::ParseError& e) {
     std::cerr << "tandem-train: " << e.what() << " (see --help)\n";

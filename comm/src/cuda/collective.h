@@ -15,6 +15,9 @@
 
 namespace tandem::comm::nccl {
 
+// A tensor's element count as NCCL takes it.
+inline size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+
 // Closes an open NCCL group even when issuing one of its operations threw, so the thread's group depth stays
 // balanced.
 class Group {

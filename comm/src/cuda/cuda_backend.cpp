@@ -15,8 +15,7 @@ namespace tandem::comm::detail {
 namespace {
 
 using nccl::Collective;
-
-size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+using nccl::count_of;
 
 // One list per device (a collective's lists, pairwise distinct devices).
 using Lists = std::vector<const std::vector<Tensor>*>;

@@ -257,7 +257,7 @@ std::vector<ncclRedOp_t> create_average_ops(const Communicators& communicators, 
   return ops;
 }
 
-size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+using nccl::count_of;
 
 // How long abort() waits for ncclCommAbort (Note [Bounded abort]).
 constexpr std::chrono::seconds kAbortWait{10};

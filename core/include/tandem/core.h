@@ -4,6 +4,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/bfloat16.h"
+#include "tandem/core/build_info.h"
 #include "tandem/core/device.h"
 #include "tandem/core/device_graph.h"
 #include "tandem/core/device_scalars.h"

@@ -117,4 +117,8 @@ std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::
   return outputs;
 }
 
+Tensor apply_one(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs) {
+  return apply(function, inputs)[0];
+}
+
 }  // namespace tandem::autograd

@@ -11,7 +11,7 @@
 namespace tandem::autograd {
 namespace {
 
-using Function = std::function<Tensor(const std::vector<Tensor>&)>;
+using TensorFunction = std::function<Tensor(const std::vector<Tensor>&)>;
 
 std::vector<double> to_double(const Tensor& t) {
   const std::vector<float> values = t.to_vector();
@@ -19,7 +19,7 @@ std::vector<double> to_double(const Tensor& t) {
 }
 
 // sum(w * f(inputs)) in float64, f evaluated without history.
-double projected(const Function& f, const std::vector<Tensor>& inputs, const std::vector<double>& weights) {
+double projected(const TensorFunction& f, const std::vector<Tensor>& inputs, const std::vector<double>& weights) {
   NoGradGuard no_grad;
   const Tensor out = f(inputs);
   TANDEM_CHECK(out.defined() && out.numel() == static_cast<int64_t>(weights.size()),
@@ -42,7 +42,7 @@ std::string coordinates(int64_t flat, const Shape& shape) {
 
 }  // namespace
 
-GradcheckReport gradcheck(const Function& f, const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
+GradcheckReport gradcheck(const TensorFunction& f, const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
   TANDEM_CHECK(!inputs.empty(), "gradcheck: expected at least one input");
   TANDEM_CHECK(options.eps > 0 && std::isfinite(options.eps), "gradcheck: eps is ", options.eps,
                " but expected a positive number");

@@ -11,15 +11,12 @@
 
 namespace tandem {
 
+using autograd::apply_one;
 using autograd::Function;
 using backend::Pointwise;
 using backend::PointwiseCall;
 
 namespace {
-
-Tensor apply_one(std::shared_ptr<Function> function, const std::vector<Tensor>& inputs) {
-  return autograd::apply(function, inputs)[0];
-}
 
 // y = f(x), with backward g * f'(.) as one pointwise call on (g) or (g, saved), saved being x or y.
 struct UnaryRule {

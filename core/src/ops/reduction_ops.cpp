@@ -11,15 +11,12 @@
 
 namespace tandem {
 
+using autograd::apply_one;
 using autograd::Function;
 using backend::Pointwise;
 using backend::ReduceOp;
 
 namespace {
-
-Tensor apply_one(std::shared_ptr<Function> function, const Tensor& input) {
-  return autograd::apply(function, {input})[0];
-}
 
 // The incoming gradient of a reduction seen with the reduced dims kept as size 1 (it broadcasts against the input).
 Tensor kept(const Tensor& grad, const Shape& kept_shape) { return raw::reshaped(raw::contiguous(grad), kept_shape); }
@@ -179,7 +176,7 @@ class ExtremeAll final : public Function {
 
 std::tuple<Tensor, Tensor> extreme(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim) {
   auto function = std::make_shared<ExtremeDim>(op, dim, keepdim);
-  Tensor values = apply_one(function, x);
+  Tensor values = apply_one(function, {x});
   return {values, function->take_indices()};
 }
 
@@ -196,17 +193,17 @@ Tensor arg_extreme_all(ReduceOp op, const char* name, const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return apply_one(std::make_shared<SumDims>(dims, keepdim, false), x);
+  return apply_one(std::make_shared<SumDims>(dims, keepdim, false), {x});
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return apply_one(std::make_shared<SumDims>(dims, keepdim, true), x);
+  return apply_one(std::make_shared<SumDims>(dims, keepdim, true), {x});
 }
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
-  return apply_one(std::make_shared<Variance>(dims, correction, keepdim), x);
+  return apply_one(std::make_shared<Variance>(dims, correction, keepdim), {x});
 }
 Tensor var(const Tensor& x) { return var(x, {}); }
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return apply_one(std::make_shared<LogSumExp>(dims, keepdim), x);
+  return apply_one(std::make_shared<LogSumExp>(dims, keepdim), {x});
 }
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
@@ -215,8 +212,8 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
   return extreme(ReduceOp::Min, x, dim, keepdim);
 }
-Tensor max(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Max), x); }
-Tensor min(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Min), x); }
+Tensor max(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Max), {x}); }
+Tensor min(const Tensor& x) { return apply_one(std::make_shared<ExtremeAll>(ReduceOp::Min), {x}); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extreme(ReduceOp::Max, "argmax", x, dim, keepdim);
 }

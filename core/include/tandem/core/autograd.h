@@ -186,5 +186,7 @@ class Function {
 };
 
 std::vector<Tensor> apply(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
+// apply for a Function with one output: that output.
+Tensor apply_one(const std::shared_ptr<Function>& function, const std::vector<Tensor>& inputs);
 
 }  // namespace tandem::autograd
