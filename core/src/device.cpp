@@ -33,7 +33,7 @@ Device Device::parse(std::string_view text) {
   const size_t colon = body.find(':');
   const std::string_view kind = body.substr(0, colon);
   const auto fail = [&]() {
-    TANDEM_FAIL("Device::parse: cannot parse '", text, "'; expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N'");
+    TANDEM_FAIL("Device::parse: cannot parse '", excerpt(text), "'; expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N'");
   };
   DeviceType type = DeviceType::CPU;
   if (kind == "cpu") {

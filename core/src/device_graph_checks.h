@@ -14,12 +14,10 @@ namespace tandem::detail {
 inline void check_capture_devices(const std::vector<Device>& devices) {
   constexpr const char* fn = "DeviceGraph::begin_capture";
   TANDEM_CHECK(!devices.empty(), fn, ": got no devices");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    TANDEM_CHECK(devices[i].is_cuda(), fn, ": got ", devices[i], " but capture needs CUDA devices");
-    TANDEM_CHECK(std::find(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i), devices[i]) ==
-                     devices.begin() + static_cast<std::ptrdiff_t>(i),
-                 fn, ": ", devices[i], " is listed twice");
+  for (const Device& device : devices) {
+    TANDEM_CHECK(device.is_cuda(), fn, ": got ", device, " but capture needs CUDA devices");
   }
+  check_distinct(devices, fn, "devices");
 }
 
 // Throws unless every feed of DeviceGraph::replay(feeds) copies between tensors of one dtype and size into a

@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TANDEM_HOST_DEVICE __host__ __device__
-#else
-#define TANDEM_HOST_DEVICE
-#endif
+#include "tandem/core/host_device.h"
 
 namespace tandem::backend {
 

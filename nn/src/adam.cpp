@@ -6,6 +6,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
+#include "tandem/core/ops.h"
 
 namespace tandem::optim {
 namespace {
@@ -170,6 +171,12 @@ void AdamFamily<kDecoupled>::load_state_dict(const OptimizerState& state) {
       TANDEM_CHECK(target != nullptr && !target->defined(), who(), "::load_state_dict: parameter ", i,
                    " has the slot \"", excerpt(slot), "\" but expected the slots ", expected);
       check_state_tensor(i, slot, tensor);
+      if (target != &m.exp_avg && tensor.numel() > 0) {
+        // Running averages of squared gradients: a negative or NaN value can only come from a damaged file.
+        const double least = tandem::min(tensor.to(DType::Float32)).item();
+        TANDEM_CHECK(least >= 0.0, who(), "::load_state_dict: ", excerpt(slot), " of parameter ", i, " holds ", least,
+                     " but expected values >= 0 (an average of squared gradients)");
+      }
       *target = tensor;
     }
     const bool complete =

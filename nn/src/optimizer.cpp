@@ -198,8 +198,9 @@ void Optimizer::check_state_kind(const OptimizerState& state, int64_t version) c
   TANDEM_CHECK(state.parameters.size() == parameters_.size(), who_, "::load_state_dict: got the state of ",
                state.parameters.size(), " parameters for ", parameters_.size());
   for (size_t i = 0; i < state.parameters.size(); ++i) {
-    TANDEM_CHECK(state.parameters[i].step >= 0, who_, "::load_state_dict: parameter ", i, " has step ",
-                 state.parameters[i].step, " but expected a count >= 0");
+    TANDEM_CHECK(state.parameters[i].step >= 0 && state.parameters[i].step <= kMaxSteps, who_,
+                 "::load_state_dict: parameter ", i, " has step ", state.parameters[i].step,
+                 " but expected a count in [0, ", kMaxSteps, "]");
   }
 }
 

@@ -23,9 +23,9 @@ using Json = nlohmann::json;
 
 std::string type_of(const Json& value) { return std::string("a JSON ") + value.type_name(); }
 
-uint64_t count_in(const Json& value, const std::string& where, const std::string& name) {
-  TANDEM_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= kMaxCount, where, name, " is ",
-               excerpt(value.dump()), " but expected an integer in [0, ", kMaxCount, "]");
+uint64_t count_in(const Json& value, const std::string& where, const std::string& name, uint64_t max = kMaxCount) {
+  TANDEM_CHECK(value.is_number_unsigned() && value.get<uint64_t>() <= max, where, name, " is ", excerpt(value.dump()),
+               " but expected an integer in [0, ", max, "]");
   return value.get<uint64_t>();
 }
 
@@ -53,7 +53,8 @@ OptimizerState parse_metadata(const std::string& text, const std::string& where)
   state.version = static_cast<int64_t>(count_in(meta["version"], where, "version"));
   state.parameters.resize(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
-    state.parameters[i].step = static_cast<int64_t>(count_in(steps[i], where, "steps[" + std::to_string(i) + "]"));
+    state.parameters[i].step =
+        static_cast<int64_t>(count_in(steps[i], where, "steps[" + std::to_string(i) + "]", kMaxSteps));
   }
   return state;
 }
@@ -82,8 +83,8 @@ void write_optimizer_state(const OptimizerState& state, TensorFile& file) {
   Json steps = Json::array();
   for (size_t i = 0; i < state.parameters.size(); ++i) {
     const ParameterState& parameter = state.parameters[i];
-    TANDEM_CHECK(parameter.step >= 0, "write_optimizer_state: parameter ", i, " has step ", parameter.step,
-                 " but expected a count >= 0");
+    TANDEM_CHECK(parameter.step >= 0 && parameter.step <= kMaxSteps, "write_optimizer_state: parameter ", i,
+                 " has step ", parameter.step, " but expected a count in [0, ", kMaxSteps, "]");
     steps.push_back(parameter.step);
     std::set<std::string> slots;
     for (const auto& [slot, tensor] : parameter.tensors) {

@@ -280,7 +280,7 @@ void check_layout(std::vector<TensorEntry>& tensors, uint64_t data_size, const s
 Header parse_header(std::string_view json, uint64_t data_size, const std::string& where) {
   TANDEM_CHECK(!json.empty() && json.front() == '{', where, "the header is not a JSON object: it starts with ",
                in_quotes(json.substr(0, 16)));
-  json::check_depth(json, where, kMaxNestingDepth);  // see Note [Depth before parsing]
+  json::check_raw_json(json, where, kMaxNestingDepth);  // see Note [Depth before parsing]
   HeaderHandler handler(where);
   try {
     // Syntax errors reach handler.parse_error, which throws like every other method of the handler.

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
 #include "tandem/core/source_stream_copy.h"
@@ -63,19 +64,15 @@ constexpr const char* kCaptureExchange =
 
 class Digest {
  public:
-  void add(uint64_t value) {
-    for (int byte = 0; byte < 8; ++byte) {
-      state_ = (state_ ^ ((value >> (8 * byte)) & 0xff)) * 0x100000001b3ULL;
-    }
-  }
+  void add(uint64_t value) { hash_.add_word(value); }
   void add(const Shape& shape) {
     add(shape.size());
     for (const int64_t size : shape) add(static_cast<uint64_t>(size));
   }
-  uint64_t value() const { return state_ & kDigestBits; }
+  uint64_t value() const { return hash_.value() & kDigestBits; }
 
  private:
-  uint64_t state_ = 0xcbf29ce484222325ULL;
+  Fnv1a hash_;
 };
 
 }  // namespace

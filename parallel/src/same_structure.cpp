@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 #include "tandem/core/shape.h"
 
 namespace tandem::parallel::detail {
@@ -30,10 +31,10 @@ uint64_t read_chunks(const float* in) {
   return value;
 }
 
-uint64_t name_hash(std::string_view name) {  // FNV-1a
-  uint64_t hash = 14695981039346656037ull;
-  for (const char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return hash;
+uint64_t name_hash(std::string_view name) {
+  Fnv1a hash;
+  hash.add(name);
+  return hash.value();
 }
 
 // Gathers `values` (the same length on every process) from every process: result[p] is process p's.

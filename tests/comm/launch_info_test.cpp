@@ -115,6 +115,13 @@ TEST_F(LaunchInfoFromEnvironment, TakesSrunsLocalSizeFromThisNodesEntryOfTheStep
   set("SLURM_STEP_TASKS_PER_NODE", "2,2");
   set("SLURM_NODEID", "4");
   EXPECT_ERROR(LaunchInfo::from_environment(), "SLURM_NODEID is 4, past its last node");
+  // Repeats that add up past INT_MAX: the node's entry is found without overflowing.
+  set("SLURM_STEP_TASKS_PER_NODE", "1(x2147483647),2(x2147483647)");
+  set("SLURM_NODEID", "2147483647");
+  expect_info(LaunchInfo::from_environment(), LaunchInfo::Channel::Mpi, 5, 7, 1, 2);
+  set("SLURM_NODEID", "2147483646");
+  set("SLURM_LOCALID", "0");
+  expect_info(LaunchInfo::from_environment(), LaunchInfo::Channel::Mpi, 5, 7, 0, 1);
 }
 
 TEST_F(LaunchInfoFromEnvironment, PmixAloneLeavesTheSizeToMpi) {

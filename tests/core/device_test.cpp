@@ -25,6 +25,13 @@ TEST(Device, RejectsBadText) {
   EXPECT_ERROR(Device::parse("cuda:-1"), "CUDA device index -1 is negative");
   EXPECT_ERROR(Device::cuda(-1), "negative");
   EXPECT_ERROR(Device::cpu(-1), "out of range");
+  // A message quotes at most an excerpt of what it was given, with control characters escaped.
+  const std::string huge = "cuda:\x1b[2J" + std::string(100'000, 'x');
+  const std::string message = testing::error_message_of([&] { (void)Device::parse(huge); });
+  EXPECT_NE(message.find("cannot parse 'cuda:\\x1b[2Jxxx"), std::string::npos) << message;
+  EXPECT_NE(message.find("... (100009 bytes)'"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_EQ(message.find('\x1b'), std::string::npos);
 }
 
 TEST(Device, ValueSemantics) {

@@ -4,7 +4,6 @@
 namespace tandem {
 namespace {
 
-using autograd::gradcheck;
 using autograd::GradcheckOptions;
 
 // y = x^2 with a backward that is off by a factor at one element: what a user's broken layer looks like.
@@ -29,7 +28,7 @@ TEST_P(PublicGradcheckTest, ReportsErrorsPerInput) {
   const Tensor b = Tensor::randn({4}, device());
   const Tensor c = Tensor::randn({4}, device()).set_requires_grad();
   const autograd::GradcheckReport report =
-      gradcheck([](const std::vector<Tensor>& in) { return tanh(in[0] * in[1]) + in[2]; }, {a, b, c});
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return tanh(in[0] * in[1]) + in[2]; }, {a, b, c});
   ASSERT_EQ(report.inputs.size(), 2u);
   EXPECT_EQ(report.inputs[0].input, 0u);
   EXPECT_EQ(report.inputs[1].input, 2u);
@@ -46,9 +45,9 @@ TEST_P(PublicGradcheckTest, ThrowsNamingTheWorstElement) {
   const auto wrong = [](const std::vector<Tensor>& in) {
     return autograd::apply(std::make_shared<WrongSquare>(), {in[0]})[0];
   };
-  EXPECT_ERROR(gradcheck(wrong, {x}), "gradcheck: input 0 element [1, 1]: analytic gradient");
+  EXPECT_ERROR(autograd::gradcheck(wrong, {x}), "gradcheck: input 0 element [1, 1]: analytic gradient");
   // Tolerances wide enough let it pass, and the report shows the error.
-  const auto report = gradcheck(wrong, {x}, {.eps = 1e-2, .atol = 10, .rtol = 0});
+  const auto report = autograd::gradcheck(wrong, {x}, {.eps = 1e-2, .atol = 10, .rtol = 0});
   EXPECT_NEAR(report.inputs[0].max_rel_error, 0.5, 1e-3);
   EXPECT_EQ(report.inputs[0].worst_element, 3);
 }
@@ -56,12 +55,12 @@ TEST_P(PublicGradcheckTest, ThrowsNamingTheWorstElement) {
 TEST_P(PublicGradcheckTest, RefusesBadArguments) {
   const Tensor x = Tensor::ones({2}, device()).set_requires_grad();
   const auto identity = [](const std::vector<Tensor>& in) { return in[0] * 1.0f; };
-  EXPECT_ERROR(gradcheck(identity, {}), "gradcheck: expected at least one input");
-  EXPECT_ERROR(gradcheck(identity, {Tensor()}), "gradcheck: input 0 is an undefined tensor");
-  EXPECT_ERROR(gradcheck(identity, {Tensor::ones({2}, device())}), "gradcheck: no input requires grad");
-  EXPECT_ERROR(gradcheck(identity, {x}, {.eps = 0}), "gradcheck: eps is 0 but expected a positive number");
-  EXPECT_ERROR(gradcheck(identity, {x}, {.atol = -1}), "gradcheck: atol -1 and rtol 0.01 must be >= 0");
-  EXPECT_ERROR(gradcheck([](const std::vector<Tensor>& in) { return in[0].detach(); }, {x}),
+  EXPECT_ERROR(autograd::gradcheck(identity, {}), "gradcheck: expected at least one input");
+  EXPECT_ERROR(autograd::gradcheck(identity, {Tensor()}), "gradcheck: input 0 is an undefined tensor");
+  EXPECT_ERROR(autograd::gradcheck(identity, {Tensor::ones({2}, device())}), "gradcheck: no input requires grad");
+  EXPECT_ERROR(autograd::gradcheck(identity, {x}, {.eps = 0}), "gradcheck: eps is 0 but expected a positive number");
+  EXPECT_ERROR(autograd::gradcheck(identity, {x}, {.atol = -1}), "gradcheck: atol -1 and rtol 0.01 must be >= 0");
+  EXPECT_ERROR(autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0].detach(); }, {x}),
                "gradcheck: f's output (shape [2]) does not require grad");
 }
 

@@ -10,7 +10,9 @@
 //   stall_replay_cuda: both ranks capture an all_reduce of the group into a graph; rank 1 stops there, rank 0 replays
 //     it and hands the replay to the watchdog (ProcessGroup::watch_replay), which ends the job when the replay's
 //     collective never finishes. These two run with a 5 s timeout; the _cuda modes skip as stall_cuda does.
-// A rank that gets through prints "rank R finished normally", which the test treats as a failure.
+// In throw and stall, each rank that joins the all_reduce first prints "failure_probe: rank R waits in all_reduce"
+// without flushing it, which the abort must not lose. A rank that gets through prints "rank R finished normally",
+// which the test treats as a failure.
 
 #include <tandem/tandem.h>
 
@@ -88,6 +90,8 @@ int main(int argc, char** argv) {
     if (mode == "throw") throw std::runtime_error("failure_probe: rank 1 throws");
     std::this_thread::sleep_for(std::chrono::hours(1));
   }
+  // Left in stdio's buffer (the test's output is a file): the abort must flush it.
+  std::printf("failure_probe: rank %d waits in all_reduce\n", group->rank());
   std::vector<Tensor> tensors = {Tensor::ones({4}, device)};
   group->all_reduce(tensors);
   // On a GPU the all_reduce returns at once; the barrier waits for it first. Should the all_reduce end without rank 1

@@ -2,6 +2,8 @@
 // fresh optimizer continues bitwise like the original; SGD's and a plain Optimizer's state; wrong states and hostile
 // files are refused with nothing changed.
 
+#include <limits>
+
 #include "adam_reference.h"
 #include "support/test_support.h"
 #include "support/velocity_optimizer.h"
@@ -137,7 +139,13 @@ TEST(OptimizerState, WrongStatesAreRefusedAndLeaveTheOptimizerAsItWas) {
   refused(state, "optim::AdamW::load_state_dict: got the state of 1 parameters for 2");
   state = good;
   state.parameters[1].step = -3;
-  refused(state, "optim::AdamW::load_state_dict: parameter 1 has step -3 but expected a count >= 0");
+  refused(state,
+          "optim::AdamW::load_state_dict: parameter 1 has step -3 but expected a count in [0, 9007199254740992]");
+  state = good;
+  state.parameters[1].step = std::numeric_limits<int64_t>::max();  // one more step would overflow
+  refused(state,
+          "optim::AdamW::load_state_dict: parameter 1 has step 9223372036854775807 but expected a count in [0, "
+          "9007199254740992]");
   state = good;
   state.parameters[0].tensors.pop_back();  // the amsgrad group's max_exp_avg_sq
   refused(state,
@@ -159,6 +167,11 @@ TEST(OptimizerState, WrongStatesAreRefusedAndLeaveTheOptimizerAsItWas) {
   refused(state,
           "optim::AdamW::load_state_dict: exp_avg_sq of parameter 1 has shape [2, 3] but the parameter has "
           "shape [6]");
+  state = good;
+  state.parameters[1].tensors[1].second = Tensor::from_vector({0, 0, -1, 0, 0, 0}, {6});  // finite, yet impossible
+  refused(state,
+          "optim::AdamW::load_state_dict: exp_avg_sq of parameter 1 holds -1 but expected values >= 0 (an average of "
+          "squared gradients)");
   state = good;
   state.parameters[0].tensors[0].second = Tensor();
   refused(state, "optim::AdamW::load_state_dict: exp_avg of parameter 0 is undefined");
@@ -199,7 +212,11 @@ TEST(OptimizerStateFile, BadStatesAreNotWritten) {
   TensorFile file;
   optim::OptimizerState state{.kind = "k", .version = 1, .parameters = {{.step = -1, .tensors = {}}}};
   EXPECT_ERROR(optim::write_optimizer_state(state, file),
-               "write_optimizer_state: parameter 0 has step -1 but expected a count >= 0");
+               "write_optimizer_state: parameter 0 has step -1 but expected a count in [0, 9007199254740992]");
+  state.parameters[0].step = optim::kMaxSteps + 1;
+  EXPECT_ERROR(optim::write_optimizer_state(state, file),
+               "write_optimizer_state: parameter 0 has step 9007199254740993 but expected a count in [0, "
+               "9007199254740992]");
   state.parameters[0] = {.step = 1, .tensors = {{"m", Tensor::ones({1})}, {"m", Tensor::ones({1})}}};
   EXPECT_ERROR(optim::write_optimizer_state(state, file),
                "write_optimizer_state: parameter 0 has an empty or repeated slot name \"m\"");
@@ -234,7 +251,9 @@ TEST(OptimizerStateFile, HostileFilesAreRefused) {
   refused({}, R"({"format": "tandem-optimizer-state", "kind": "k", "version": -1, "steps": []})",
           where + "version is -1 but expected an integer in [0, 9223372036854775807]");
   refused({}, R"({"format": "tandem-optimizer-state", "kind": "k", "version": 1, "steps": [1, 2.5]})",
-          where + "steps[1] is 2.5 but expected an integer in [0, 9223372036854775807]");
+          where + "steps[1] is 2.5 but expected an integer in [0, 9007199254740992]");
+  refused({}, R"({"format": "tandem-optimizer-state", "kind": "k", "version": 1, "steps": [9223372036854775807]})",
+          where + "steps[0] is 9223372036854775807 but expected an integer in [0, 9007199254740992]");
   refused({}, R"({"format": "tandem-optimizer-state", "kind": "k", "version": 1, "steps": {}})",
           where + "steps is a JSON object but expected an array of at most 1000000 step counts");
   const std::string bad_name = "load_optimizer_state: '" + path + "': the tensor ";

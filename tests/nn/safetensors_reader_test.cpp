@@ -120,6 +120,8 @@ TEST_F(SafetensorsReaderTest, HeaderMustBeOneJsonObjectOfValidUtf8) {
   expect_refused_header("{\"\xc0\xaf\":{}}", "ill-formed UTF-8 byte");
   expect_refused_header(R"({"\ud800":{}})", "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF");
   expect_refused_header(std::string("{\"a\0\":{}}", 9), "control character U+0000");
+  // nlohmann's parser would stop at a NUL and take the object before it.
+  expect_refused_header(std::string("{}\0{\"x\":1}", 10), "the JSON holds a NUL byte at byte 2 (7 bytes after it)");
   // A huge invalid token is quoted by an excerpt.
   expect_refused_header("{\"" + std::string(100000, 'a') + "\xff\":{}}", "... (100002 bytes)'");
   // Space padding after the object is the format's; an empty object is an empty file.

@@ -5,8 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,11 +44,6 @@ SeedRun run_eagerly(Device device) {
     run.losses.push_back(loss.item<float>());
   }
   return run;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream file(path);
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
 }
 
 TEST(CapturedStepKernels, SeedNetStepOnOneGpuTakesFewKernelsAndEqualsTheEagerStep_CUDA) {

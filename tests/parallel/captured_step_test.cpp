@@ -273,6 +273,9 @@ TEST(DeviceGraph, CaptureNeedsCudaDevices) {
   EXPECT_ERROR(graph.begin_capture({Device::cpu(0)}),
                "DeviceGraph::begin_capture: got cpu:0 but capture needs CUDA devices");
   EXPECT_ERROR(graph.begin_capture({}), "DeviceGraph::begin_capture: got no devices");
+  EXPECT_ERROR(
+      graph.begin_capture({Device::cuda(0), Device::cuda(0)}),
+      "DeviceGraph::begin_capture: device cuda:0 appears twice (devices 0 and 1) but expected distinct devices");
   EXPECT_ERROR(graph.replay(), "DeviceGraph::replay: nothing was captured");
   const Tensor x = Tensor::zeros({2});
   const std::vector<DeviceGraph::Feed> feeds = {{.from = x, .to = x}};

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 
 namespace tandem::testing {
@@ -50,5 +52,10 @@ const ProcessScratch& process_scratch() {
 std::string scratch_dir() { return process_scratch().path().string(); }
 
 std::string scratch_path(const std::string& name) { return (process_scratch().path() / name).string(); }
+
+std::string file_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
 
 }  // namespace tandem::testing

@@ -12,5 +12,7 @@ namespace tandem::testing {
 std::string scratch_dir();
 // A path for a file named `name` inside scratch_dir(); nothing is created at the path itself.
 std::string scratch_path(const std::string& name);
+// The bytes of the file at `path` ("" when it cannot be read).
+std::string file_text(const std::string& path);
 
 }  // namespace tandem::testing

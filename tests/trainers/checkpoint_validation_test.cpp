@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -89,6 +90,12 @@ TEST_F(CheckpointValidation, FeatureStatisticsMustBeCompleteAndFinite) {
   state = state_;
   state["standardizer"]["target_scale"] = -2.0;
   EXPECT_CONTAINS(resume_error(with_state(state)), "target_scale is -2 but expected a positive number");
+  // Finite but absurd: no standard deviation is subnormal.
+  state = state_;
+  state["standardizer"]["target_scale"] = 1e-320;
+  const std::string tiny = resume_error(with_state(state));
+  EXPECT_CONTAINS(tiny, "target_scale is ");
+  EXPECT_CONTAINS(tiny, " but expected a positive number of normal size (a standard deviation)");
 }
 
 TEST_F(CheckpointValidation, CountersMustBeIntegersInRange) {
@@ -112,6 +119,11 @@ TEST_F(CheckpointValidation, CountersMustBeIntegersInRange) {
   state = state_;
   state["step"] = 1;
   EXPECT_CONTAINS(resume_error(with_state(state)), "step is 1 but epoch is 2");
+  // The trainer counts on from a loaded step: one at int64's end would overflow.
+  state = state_;
+  state["step"] = std::numeric_limits<int64_t>::max();
+  EXPECT_CONTAINS(resume_error(with_state(state)),
+                  "step is 9223372036854775807 but expected an integer in [0, 9007199254740992]");
 }
 
 TEST_F(CheckpointValidation, FieldsMustBeThereAndNothingElse) {
@@ -191,6 +203,8 @@ TEST_F(CheckpointValidation, HostileJsonIsRefusedBeforeItIsBuilt) {
   std::string twice = state_.dump();
   twice.insert(1, "\"epoch\":0,");
   EXPECT_CONTAINS(resume_error(with_metadata(twice)), "the JSON repeats the key \"epoch\" in one object");
+  // A parser that stopped at the NUL would read the metadata before it and ignore the rest.
+  EXPECT_CONTAINS(resume_error(with_metadata(state_.dump() + std::string("\0{}", 3))), "the JSON holds a NUL byte");
 }
 
 TEST_F(CheckpointValidation, NonFiniteWeightsAreBlamedOnTheFile) {

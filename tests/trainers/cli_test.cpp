@@ -145,8 +145,23 @@ TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
       {"--test-fraction 1", "--test-fraction must lie in [0, 1), got 1"},
       {"--seed -3", "--seed must be an integer in [0, 18446744073709551615], got \"-3\""},
       {"--seed 18446744073709551616", "--seed must be an integer in [0, 18446744073709551615]"},
-      {"--lr 1e999", "--lr must be a positive number, got inf"},
-      {"--lr nan", "--lr must be a positive number"},
+      {"--lr 1e999", "--lr must be a finite decimal number, got \"1e999\""},
+      {"--lr nan", "--lr must be a finite decimal number, got \"nan\""},
+      {"--lr 0x1p-3", "--lr must be a finite decimal number, got \"0x1p-3\""},
+      {"--lr ' 0.1'", "--lr must be a finite decimal number, got \" 0.1\""},
+      {"--lr ''", "--lr must be a finite decimal number, got \"\""},
+      {"--momentum inf", "--momentum must be a finite decimal number, got \"inf\""},
+      {"--weight-decay 0X1P0", "--weight-decay must be a finite decimal number, got \"0X1P0\""},
+      {"--dropout '0.1 '", "--dropout must be a finite decimal number, got \"0.1 \""},
+      {"--test-fraction 0x0.8p0", "--test-fraction must be a finite decimal number, got \"0x0.8p0\""},
+      // A flag with an empty value is refused, not taken for its default.
+      {"--epochs ''", "--epochs must be an integer in [1, 1000000000], got \"\""},
+      {"--optimizer ''", "--optimizer must be sgd, adam or adamw, got \"\""},
+      {"--layers ''", "--layers takes comma-separated widths such as 128,64, got \"\""},
+      {"--hidden ''", "--hidden must be an integer in [1, 16777216], got \"\""},
+      {"--features ''", "--features takes comma-separated column names, got \"\""},
+      {"--lr-schedule ''", "--lr-schedule: parse_lr_schedule: \"\""},
+      {"--activation ''", "--activation: parse_activation: \"\" is not an activation"},
       {"--checkpoint-every 2", "--checkpoint-every requires --checkpoint"},
       {"--checkpoint x --epochs 3 --checkpoint-every 4", "--checkpoint-every must be at most --epochs (3), got 4"},
       {"--allow-change lr", "--allow-change requires --resume"},
@@ -175,6 +190,51 @@ TEST(TandemTrain, HelpExitsWithStatusZero) {
   EXPECT_EQ(run.status, 0);
   EXPECT_NE(run.output.find("--devices"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("--summary-json"), std::string::npos) << run.output;
+}
+
+TEST(TandemTrain, VersionSaysHowTandemWasBuilt) {
+  ToolRun run = run_tool("--version");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(run.output, "tandem-train: " + build_summary());
+  ToolRun with_others = run_tool("--epochs 3 --version");
+  EXPECT_EQ(with_others.status, 0) << with_others.output;
+  EXPECT_EQ(with_others.output, run.output);
+}
+
+// PMIx's variable without a PMIx launcher behind it: MPI starts alone, as rank 0 of 1, which must be a user's error
+// naming both ranks, not an internal one.
+TEST(TandemTrain, ALauncherVariableWithoutItsLauncherIsRefused) {
+  // OpenMPI leaves its allocations at exit, which LeakSanitizer would report (as for tests/distributed).
+  ToolRun run = run_tool("--epochs 1 --quiet", "PMIX_RANK=5 LSAN_OPTIONS=detect_leaks=0");
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_EQ(run.output.find("internal"), std::string::npos) << run.output;
+  const std::string expected =
+      build_info().mpi ? "the launcher's variables say rank 5 but MPI_COMM_WORLD has rank 0 of 1"
+                       : "the process was started by an MPI launcher (rank 5 of 0) but tandem was built without MPI";
+  EXPECT_NE(run.output.find(expected), std::string::npos) << run.output;
+}
+
+TEST(TandemTrain, FlagsNamingOneFileTwiceAreRefusedBeforeTraining) {
+  const std::string data = testing::scratch_path("data.csv");
+  std::ofstream(data) << "x,y\n1,2\n2,4\n3,6\n4,8\n5,10\n";
+  const std::string link = testing::scratch_path("link.csv");
+  fs::create_symlink(data, link);
+  const std::string out = testing::scratch_path("out.json");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--data " + data + " --metrics " + data, "--data and --metrics name the same file"},
+      {"--data " + data + " --summary-json " + link, "--data and --summary-json name the same file"},
+      {"--metrics " + out + " --plot " + out, "--metrics and --plot name the same file"},
+      {"--checkpoint " + out + " --summary-json " + testing::scratch_dir() + "/./out.json",
+       "--checkpoint and --summary-json name the same file"},
+  };
+  for (const auto& [arguments, fragment] : cases) {
+    SCOPED_TRACE(arguments);
+    ToolRun run = run_tool(arguments + " --epochs 1 --quiet");
+    EXPECT_EQ(run.status, 2) << run.output;
+    EXPECT_NE(run.output.find(fragment), std::string::npos) << run.output;
+  }
+  EXPECT_EQ(testing::file_text(data), "x,y\n1,2\n2,4\n3,6\n4,8\n5,10\n");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(TandemTrain, RuntimeErrorsExitWithStatusOneAndTheMessage) {
@@ -502,7 +562,7 @@ TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
       {"--plot /nonexistent-dir/plot.svg", "--plot"},
       {"--dropout 1", "--dropout must lie in [0, 1), got 1"},
       {"--dropout -0.1", "--dropout must lie in [0, 1), got -0.1"},
-      {"--dropout nan", "--dropout must lie in [0, 1), got nan"},
+      {"--dropout nan", "--dropout must be a finite decimal number, got \"nan\""},
       {"--dropout half", "--dropout"},
       {"--precision fp16", "--precision: parse_precision: got 'fp16' but expected fp32, tf32 or bf16"},
   };

@@ -189,7 +189,8 @@ TEST(Csv, MessagesQuoteAtMostAnExcerptOfHugeText) {
       {"a," + huge + "\n1,x\n", "column 2 (" + std::string(60, '7') + "... (50000000 bytes)): \"x\""},
       {huge + "," + huge + "\n1,2\n", "(50000000 bytes)\" appears twice"},
   };
-  for (const auto& [text, fragment] : cases) {
+  for (const auto& [text_of_case, fragment] : cases) {
+    const std::string& text = text_of_case;  // clang 14 cannot capture a structured binding
     const std::string message = error_message([&] { parse_csv(text, "data.csv"); });
     EXPECT_LT(message.size(), 200u) << message.substr(0, 300);
     EXPECT_NE(message.find(fragment), std::string::npos) << message.substr(0, 300);
@@ -230,7 +231,8 @@ TEST(Csv, ReadCsvRefusesDirectoriesFifosAndDevicesWithoutBlocking) {
       {fifo, "read_csv: '" + fifo + "': it is a FIFO, but only regular files can be read"},
       {"/dev/zero", "read_csv: '/dev/zero': it is a character device, but only regular files can be read"},
   };
-  for (const auto& [path, expected] : cases) {
+  for (const auto& [path_of_case, expected] : cases) {
+    const std::string& path = path_of_case;  // clang 14 cannot capture a structured binding
     SCOPED_TRACE(path);
     auto message = std::async(std::launch::async, [&path] { return error_message([&] { read_csv(path); }); });
     if (message.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {

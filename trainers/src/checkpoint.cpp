@@ -94,9 +94,12 @@ class MetadataReader {
                  excerpt(value.dump()), " but expected a finite number");
     return value.get<double>();
   }
+  // A standard deviation as the standardizer computes it: a square root, so never subnormal (the smallest root of a
+  // positive double is about 2e-162); a subnormal or zero scale can only come from a damaged file.
   double positive(const Json& value, const std::string& name) const {
     const double number = finite(value, name);
-    TANDEM_CHECK(number > 0.0, where_, name, " is ", number, " but expected a positive number");
+    TANDEM_CHECK(number >= std::numeric_limits<double>::min(), where_, name, " is ", number,
+                 " but expected a positive number of normal size (a standard deviation)");
     return number;
   }
   std::vector<double> numbers(const Json& parent, const char* key, bool positive_only) const {
@@ -132,7 +135,8 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
       version < kOldestVersion && format == kFormat ? " (written by an older tandem; retrain or convert it)" : "");
   checkpoint.version = static_cast<int64_t>(version);
 
-  constexpr uint64_t kMaxCounter = std::numeric_limits<int64_t>::max();
+  // Exact in a float64, and so far from int64's end that training on from it never overflows.
+  constexpr uint64_t kMaxCounter = uint64_t{1} << 53;
   checkpoint.epoch = static_cast<int64_t>(read.count(state, "epoch", kMaxCounter));
   checkpoint.step = static_cast<int64_t>(read.count(state, "step", kMaxCounter));
   TANDEM_CHECK(checkpoint.step >= checkpoint.epoch, read.where(), "step is ", checkpoint.step, " but epoch is ",

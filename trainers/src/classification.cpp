@@ -12,8 +12,9 @@
 namespace tandem::trainers {
 namespace {
 
-// Doubles hold every integer up to 2^53; beyond it a label could stand for several integers.
-constexpr double kMaxExactInteger = 9007199254740992.0;
+// Doubles hold every integer below 2^53 exactly, and no other integer rounds to one of them; 2^53 itself is also
+// what 2^53 + 1 rounds to, so a label must lie strictly below it.
+constexpr double kLabelBound = 9007199254740992.0;
 
 std::string label_text(double value) {
   std::ostringstream out;
@@ -39,9 +40,9 @@ ClassLabels ClassLabels::of(const Dataset& data, int64_t max_classes) {
   std::set<int64_t> seen;
   for (int64_t r = 0; r < data.rows(); ++r) {
     const double value = data.targets[r];
-    TANDEM_CHECK(std::isfinite(value) && value == std::trunc(value) && std::abs(value) <= kMaxExactInteger,
-                 "ClassLabels::of: target \"", excerpt(data.target_name), "\" is ", label_text(value), " in row ", r + 1,
-                 " but a class label must be an integer (within +-2^53)");
+    TANDEM_CHECK(std::isfinite(value) && value == std::trunc(value) && std::abs(value) < kLabelBound,
+                 "ClassLabels::of: target \"", excerpt(data.target_name), "\" is ", label_text(value), " in row ",
+                 r + 1, " but a class label must be an integer below 2^53 in magnitude");
     seen.insert(static_cast<int64_t>(value));
     TANDEM_CHECK(static_cast<int64_t>(seen.size()) <= max_classes, "ClassLabels::of: target \"",
                  excerpt(data.target_name), "\" has more than ", max_classes, " distinct values (row ", r + 1,

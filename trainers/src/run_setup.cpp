@@ -4,26 +4,16 @@
 #include <cstdlib>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 
 namespace tandem::trainers {
 namespace {
 
-// FNV-1a, 64 bits: not cryptographic; it tells data sets apart, it does not defend against forgery.
-class Fnv1a {
- public:
-  void add(const void* data, size_t size) {
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < size; ++i) hash_ = (hash_ ^ bytes[i]) * 0x100000001b3ULL;
-  }
-  void add(const std::string& text) {
-    add(text.data(), text.size());
-    add("", 1);  // a separator, so that ("ab", "c") and ("a", "bc") differ
-  }
-  uint64_t value() const { return hash_; }
-
- private:
-  uint64_t hash_ = 0xcbf29ce484222325ULL;
-};
+// A name and a NUL after it, so that ("ab", "c") and ("a", "bc") differ.
+void add_name(Fnv1a& hash, const std::string& name) {
+  hash.add(name);
+  hash.add("", 1);
+}
 
 std::string one_line(const std::string& text) {
   std::string line;
@@ -45,8 +35,8 @@ std::string describe_module(const nn::Module& module) {
 
 std::string fingerprint(const Dataset& data) {
   Fnv1a hash;
-  for (const std::string& name : data.feature_names) hash.add(name);
-  hash.add(data.target_name);
+  for (const std::string& name : data.feature_names) add_name(hash, name);
+  add_name(hash, data.target_name);
   hash.add(data.features.data(), data.features.size() * sizeof(double));
   hash.add(data.targets.data(), data.targets.size() * sizeof(double));
   char hex[17];

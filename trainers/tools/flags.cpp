@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -76,6 +77,18 @@ Integer parse_integer(const char* flag, const std::string& text, Integer min, In
   const bool in_range = error == std::errc() && end == last && !text.empty() && value >= min && value <= max;
   check(in_range, std::string(flag) + " must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
                       "], got \"" + excerpt(text) + "\"");
+  return value;
+}
+
+// A finite decimal number (std::from_chars's general format: an optional minus, digits, point and exponent) and
+// nothing else: no hex, no inf or nan, no spaces; CLI11 would take all of them.
+double parse_real(const char* flag, const std::string& text) {
+  double value = 0.0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(first, last, value, std::chars_format::general);
+  check(!text.empty() && error == std::errc() && end == last && std::isfinite(value),
+        std::string(flag) + " must be a finite decimal number, got \"" + excerpt(text) + "\"");
   return value;
 }
 
@@ -158,6 +171,41 @@ void check_output(const char* flag, const std::optional<std::string>& path) {
   }
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::equivalent(a, b, error)) return true;  // both exist: links and hard links included
+  std::error_code other_error;
+  const std::filesystem::path first = std::filesystem::weakly_canonical(a, error);
+  const std::filesystem::path second = std::filesystem::weakly_canonical(b, other_error);
+  return !error && !other_error && first == second;
+}
+
+// Refuses two flags that name one file where a write would destroy what the other reads or writes: --data and every
+// output, and the outputs among themselves. --resume may name the --checkpoint that the run goes on writing.
+void check_distinct_files(const Flags& flags) {
+  const std::pair<const char*, const std::optional<std::string>*> outputs[] = {{"--checkpoint", &flags.checkpoint},
+                                                                               {"--metrics", &flags.metrics},
+                                                                               {"--summary-json", &flags.summary_json},
+                                                                               {"--plot", &flags.plot}};
+  const std::pair<const char*, const std::optional<std::string>*> inputs[] = {{"--data", &flags.data},
+                                                                              {"--resume", &flags.resume}};
+  const auto refuse_same = [](const char* first, const std::string& a, const char* second, const std::string& b) {
+    check(!same_file(a, b), std::string(first) + " and " + second + " name the same file ('" + excerpt(a) + "', '" +
+                                excerpt(b) + "'); expected different files");
+  };
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (!*path) continue;
+    for (size_t j = i + 1; j < std::size(outputs); ++j) {
+      if (*outputs[j].second) refuse_same(flag, **path, outputs[j].first, **outputs[j].second);
+    }
+    for (const auto& [input_flag, input] : inputs) {
+      const bool continues = std::string_view(input_flag) == "--resume" && std::string_view(flag) == "--checkpoint";
+      if (*input && !continues) refuse_same(input_flag, **input, flag, **path);
+    }
+  }
+}
+
 // Runs a tandem parser of a flag's text, turning its Error into a UsageError that names the flag.
 template <class Parse>
 auto parse_value(const char* flag, Parse parse) {
@@ -184,11 +232,14 @@ ParsedFlags parse_flags(int argc, char** argv) {
   Flags& flags = parsed.flags;
   const trainers::TrainerOptions defaults;
   flags.batch_size = defaults.batch_size;
-  flags.lr = defaults.sgd.lr;
-  flags.momentum = defaults.sgd.momentum;
-  flags.test_fraction = kTestFraction;
-  // Integers are read as text and parsed here: CLI11 would clamp out-of-range values and accept hex.
+  // Numbers are read as text and parsed here: CLI11 would clamp out-of-range integers and take hex, inf, nan and
+  // leading spaces.
   std::string epochs;
+  std::string lr;
+  std::string momentum = text(defaults.sgd.momentum);
+  std::string weight_decay_text;
+  std::string dropout = text(0.0);
+  std::string test_fraction = text(kTestFraction);
   std::string batch_size = std::to_string(flags.batch_size);
   std::string hidden;
   std::string layers;
@@ -221,7 +272,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
                  "regression or classification (the target holds integer class labels; at most 10000 classes)")
       ->capture_default_str();
   app.add_option("--target", flags.target, "Target column name (default: the last column)");
-  app.add_option("--features", features, "Feature columns by name, comma-separated (default: all but the target)");
+  CLI::Option* features_option =
+      app.add_option("--features", features, "Feature columns by name, comma-separated (default: all but the target)");
   app.add_option("--devices", devices,
                  "This process's devices: cuda:0,cuda:1 or cpu:0,cpu:1,cpu:2 or all (under a launcher: this "
                  "process's share of the machine's GPUs)")
@@ -229,26 +281,32 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--timeout", timeout,
                  "Under a launcher: seconds a collective may take before the whole job ends with an error")
       ->capture_default_str();
-  app.add_option("--epochs", epochs,
-                 "Epochs in all (a resumed run continues up to this; default: 100 for regression, 50 for "
-                 "classification)");
+  CLI::Option* epochs_option =
+      app.add_option("--epochs", epochs,
+                     "Epochs in all (a resumed run continues up to this; default: 100 for regression, 50 for "
+                     "classification)");
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sgd|adam|adamw (default: sgd for regression, adamw for classification)");
-  CLI::Option* lr = app.add_option("--lr", flags.lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
-  CLI::Option* momentum = app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
-  CLI::Option* weight_decay =
-      app.add_option("--weight-decay", flags.weight_decay, "Weight decay (default: 0.01 for adamw, else 0)");
-  app.add_option("--lr-schedule", lr_schedule,
-                 "none, step:S:GAMMA, cosine, warmup:N, warmup:N+cosine or warmup:N+step:S:GAMMA (per epoch; "
-                 "default: none for regression, cosine for classification)");
+  CLI::Option* optimizer_option = app.add_option(
+      "--optimizer", optimizer, "sgd|adam|adamw (default: sgd for regression, adamw for classification)");
+  CLI::Option* lr_option = app.add_option("--lr", lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
+  CLI::Option* momentum_option = app.add_option("--momentum", momentum, "SGD momentum")->capture_default_str();
+  CLI::Option* weight_decay_option =
+      app.add_option("--weight-decay", weight_decay_text, "Weight decay (default: 0.01 for adamw, else 0)");
+  CLI::Option* schedule_option =
+      app.add_option("--lr-schedule", lr_schedule,
+                     "none, step:S:GAMMA, cosine, warmup:N, warmup:N+cosine or warmup:N+step:S:GAMMA (per epoch; "
+                     "default: none for regression, cosine for classification)");
   CLI::Option* hidden_option = app.add_option("--hidden", hidden, "Width of the one hidden layer (--layers N)");
-  app.add_option("--layers", layers, "Hidden widths, comma-separated: 128,64 (default: 20 for regression, 128 for "
-                                     "classification)")
-      ->excludes(hidden_option);
-  app.add_option("--activation", activation,
-                 "none|relu|tanh after each hidden layer (default: none for regression, a linear net; relu for "
-                 "classification)");
-  app.add_option("--dropout", flags.dropout,
+  CLI::Option* layers_option =
+      app.add_option("--layers", layers,
+                     "Hidden widths, comma-separated: 128,64 (default: 20 for regression, 128 for "
+                     "classification)")
+          ->excludes(hidden_option);
+  CLI::Option* activation_option =
+      app.add_option("--activation", activation,
+                     "none|relu|tanh after each hidden layer (default: none for regression, a linear net; relu for "
+                     "classification)");
+  app.add_option("--dropout", dropout,
                  "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
       ->capture_default_str();
   app.add_option("--precision", precision,
@@ -262,7 +320,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
           ->capture_default_str();
   app.add_flag("--no-capture", no_capture, "The same as --capture off")->excludes(capture_option);
   app.add_option("--seed", seed, "Seed of the initialization and of the shuffling")->capture_default_str();
-  app.add_option("--test-fraction", flags.test_fraction, "The last fraction of the rows is the test set")
+  app.add_option("--test-fraction", test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();
   CLI::Option* checkpoint = app.add_option("--checkpoint", flags.checkpoint, "Write checkpoints to this path");
   app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every N epochs (and after the last)")
@@ -287,17 +345,24 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.task = parse_task(task);
     const TaskDefaults& defaults =
         flags.task == trainers::Task::Regression ? kRegressionDefaults : kClassificationDefaults;
-    flags.epochs = epochs.empty() ? defaults.epochs : parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs);
-    if (!features.empty()) flags.features = parse_names("--features", features);
-    flags.optimizer = optimizer.empty() ? defaults.optimizer : parse_optimizer(optimizer);
-    if (lr->count() == 0) flags.lr = default_lr(flags.optimizer, defaults);
-    if (weight_decay->count() == 0) flags.weight_decay = default_weight_decay(flags.optimizer, defaults);
-    check(momentum->count() == 0 || flags.optimizer == Optimizer::SGD,
+    // A flag given with an empty value is an error, not its default: only a flag left out takes the default.
+    const auto given = [](const CLI::Option* option) { return option->count() > 0; };
+    flags.epochs = given(epochs_option) ? parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs) : defaults.epochs;
+    if (given(features_option)) flags.features = parse_names("--features", features);
+    flags.optimizer = given(optimizer_option) ? parse_optimizer(optimizer) : defaults.optimizer;
+    flags.lr = given(lr_option) ? parse_real("--lr", lr) : default_lr(flags.optimizer, defaults);
+    flags.weight_decay = given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text)
+                                                    : default_weight_decay(flags.optimizer, defaults);
+    flags.momentum = parse_real("--momentum", momentum);
+    flags.dropout = parse_real("--dropout", dropout);
+    flags.test_fraction = parse_real("--test-fraction", test_fraction);
+    check(!given(momentum_option) || flags.optimizer == Optimizer::SGD,
           "--momentum applies to --optimizer sgd only, got --optimizer " + to_string(flags.optimizer));
-    flags.layers = !hidden.empty() ? std::vector<int64_t>{parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden)}
-                                   : parse_layers("--layers", layers.empty() ? defaults.layers : layers);
-    if (activation.empty()) activation = defaults.activation;
-    flags.lr_schedule = lr_schedule.empty() ? defaults.lr_schedule : lr_schedule;
+    flags.layers = given(hidden_option)
+                       ? std::vector<int64_t>{parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden)}
+                       : parse_layers("--layers", given(layers_option) ? layers : defaults.layers);
+    if (!given(activation_option)) activation = defaults.activation;
+    flags.lr_schedule = given(schedule_option) ? lr_schedule : defaults.lr_schedule;
     check(capture == "on" || capture == "off", "--capture must be on or off, got \"" + excerpt(capture) + "\"");
     flags.capture = capture == "on" && !no_capture;
     flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
@@ -313,6 +378,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.timeout_seconds = parse_integer<int64_t>("--timeout", timeout, 1, kMaxTimeoutSeconds);
     flags.launch = comm::LaunchInfo::from_environment();
     flags.devices = parse_value("--devices", [&] { return trainers::process_devices(devices, flags.launch); });
+    check_distinct_files(flags);
     check_output("--checkpoint", flags.checkpoint);
     check_output("--metrics", flags.metrics);
     check_output("--summary-json", flags.summary_json);

@@ -68,11 +68,11 @@ class MpiChannel final : public HostChannel {
     initialize_mpi();
     check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-    if (info.size > 0) {  // 0: the launcher left the size to MPI (PMIx)
-      TANDEM_CHECK(size_ == info.size && rank_ == info.rank, kFn, ": the launcher's variables say rank ", info.rank,
-                   " of ", info.size, " but MPI_COMM_WORLD has rank ", rank_, " of ", size_,
-                   " (expected the same; was the program started by this MPI's launcher?)");
-    }
+    // info.size 0: the launcher left the size to MPI (PMIx), and only the rank can be compared.
+    TANDEM_CHECK((info.size == 0 || size_ == info.size) && rank_ == info.rank, kFn,
+                 ": the launcher's variables say rank ", info.rank,
+                 info.size == 0 ? std::string() : " of " + std::to_string(info.size), " but MPI_COMM_WORLD has rank ",
+                 rank_, " of ", size_, " (expected the same; was the program started by this MPI's launcher?)");
   }
 
   int rank() const override { return rank_; }

@@ -80,7 +80,8 @@ std::optional<int> tasks_on_node(const char* name, std::string_view list, int no
     }
     if (count.empty() || count.find_first_not_of("0123456789") != std::string_view::npos) malformed();
     const int tasks = parse_int(name, count, 1);
-    if (node < first_node + repeat) return tasks;
+    // first_node <= node throughout, so neither side can overflow however large the repeats are.
+    if (node - first_node < repeat) return tasks;
     first_node += repeat;
     at = comma + 1;
   }

@@ -143,6 +143,13 @@ void ProcessGroup::Impl::abort(std::string_view message) {
   if (aborting_.exchange(true)) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  // What the program printed stays printed (std::_Exit and MPI_Abort drop stdio's buffers). Another thread may hold
+  // stdout's lock, even forever (it may be the one that waits in a collective): then the buffer is left as it is,
+  // since waiting for the lock could hang the abort.
+  if (ftrylockfile(stdout) == 0) {
+    std::fflush(stdout);
+    funlockfile(stdout);
+  }
   if (detail::DeviceCollectives* collectives = abort_collectives_.load()) collectives->abort();
   if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(message);
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());

@@ -10,6 +10,7 @@
 #include "tandem/core/device_scalars.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/gradcheck.h"

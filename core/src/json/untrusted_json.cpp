@@ -13,7 +13,7 @@ namespace tandem::json {
 // (or an error message built from it) is touched. The bound is therefore checked on the raw bytes, before any value
 // exists. The scan is linear; a malformed text can fool the count only past the point where the parser refuses it
 // anyway (the first unbalanced bracket or unterminated string).
-void check_depth(std::string_view text, std::string_view where, size_t max_depth) {
+void check_raw_json(std::string_view text, std::string_view where, size_t max_depth) {
   size_t depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -31,12 +31,15 @@ void check_depth(std::string_view text, std::string_view where, size_t max_depth
                    " levels deep (at byte ", i, ")");
     } else if (c == ']' || c == '}') {
       if (depth > 0) --depth;  // unbalanced text is the parser's to report
+    } else if (c == '\0') {
+      TANDEM_FAIL(where, "the JSON holds a NUL byte at byte ", i, " (", text.size() - i - 1,
+                  " bytes after it), which is not JSON");
     }
   }
 }
 
 nlohmann::json parse_untrusted(std::string_view text, std::string_view where, size_t max_depth) {
-  check_depth(text, where, max_depth);
+  check_raw_json(text, where, max_depth);
   // One set of keys per open object; arrays push nothing.
   std::vector<std::set<std::string>> keys;
   const auto refuse_duplicates = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& value) {

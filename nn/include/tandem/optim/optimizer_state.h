@@ -19,6 +19,10 @@
 
 namespace tandem::optim {
 
+// The largest step count a state may hold: 2^53, which a float64 still counts exactly; far below int64's end, so
+// that a loaded count goes on being incremented (and multiplied into the update's factors) without overflowing.
+inline constexpr int64_t kMaxSteps = int64_t{1} << 53;
+
 struct ParameterState {
   int64_t step = 0;  // updates applied to the parameter; 0 for optimizers that do not count them
   // Named buffers of the parameter's shape ("exp_avg", "momentum_buffer", ...); none before its first update.
