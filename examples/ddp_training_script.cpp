@@ -54,9 +54,10 @@ int main(int argc, char** argv) try {
     const trainers::Dataset data = make_data();
     auto net = std::make_shared<Net>();
     net->to(devices[0]);
-    // Sum: each chunk's loss carries its share of the global batch, so uneven last batches stay exact.
-    parallel::DistributedDataParallel ddp(net, group, {.reduction = comm::ReduceOp::Sum});
-    parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 0.01, .momentum = 0.9});
+    // Sum: each process's loss carries its share of the global batch, so uneven last batches stay exact.
+    auto ddp = std::make_shared<parallel::DistributedDataParallel>(
+        net, group, parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum});
+    optim::SGD sgd(ddp->parameters(), {.lr = 0.01, .momentum = 0.9});
     trainers::DataLoader loader(data, /*batch_size=*/64, /*shuffle=*/true, /*seed=*/0,
                                 trainers::DistributedSampler(*group));  // global batches of 64 rows
 
@@ -64,22 +65,12 @@ int main(int argc, char** argv) try {
     for (int epoch = 0; epoch < 10; ++epoch) {
       loader.begin_epoch();
       for (int64_t b = 0; b < loader.num_batches(); ++b) {
-        trainers::Batch batch = loader.batch(b);  // this process's rows, batch.device_rows[i] for devices[i]
-        const std::vector<Device> used(devices.begin(), devices.begin() + batch.device_rows.size());
-        std::vector<Tensor> x, y;
-        if (!used.empty()) {
-          x = comm::scatter(batch.features, used, batch.device_rows);
-          y = comm::scatter(batch.targets, used, batch.device_rows);
-        }
+        const trainers::Batch batch = loader.batch(b);  // this process's rows (none in a batch too small to share)
         sgd.zero_grad();
-        std::vector<Tensor> out = ddp.forward(x);  // no inputs: this process has no rows of this batch
-        Tensor loss = Tensor::zeros({}, devices[0]);
-        for (size_t i = 0; i < out.size(); ++i) {
-          const float share = static_cast<float>(batch.device_rows[i]) / static_cast<float>(batch.global_rows);
-          loss = loss + (nn::mse_loss(out[i], y[i]) * share).to(devices[0]);
-        }
-        if (!out.empty()) loss.backward();  // buckets are summed over every device of every process as they fill
-        ddp.reduce_gradients();
+        Tensor out = (*ddp)(batch.features);  // scattered over this process's devices, gathered on devices[0]
+        Tensor loss =
+            nn::mse_loss(out, batch.targets.to(devices[0]), nn::Reduction::Sum) / static_cast<float>(batch.global_rows);
+        loss.backward();  // buckets are summed over every device of every process as they fill
         sgd.step();
         last_loss = loss.item();
       }
@@ -89,8 +80,8 @@ int main(int argc, char** argv) try {
     for (size_t i = 1; i < devices.size(); ++i) total.push_back(Tensor::zeros({1}, devices[i]));
     group->all_reduce(total, comm::ReduceOp::Sum);  // the global batch's loss
     if (group->rank() == 0) {                       // rank 0 alone prints and writes
-      std::cout << group->size() << " process(es) x " << to_string(devices) << ": last batch mse "
-                << total[0].item() << "\n";
+      std::cout << group->size() << " process(es) x " << to_string(devices) << ": last batch mse " << total[0].item()
+                << "\n";
       save(*net, "net.safetensors");
     }
     return 0;

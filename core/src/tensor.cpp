@@ -207,9 +207,15 @@ T Tensor::item() const {
   TANDEM_CHECK(numel() == 1, "Tensor::item: expected a one-element tensor, got shape ", to_string(shape()));
   detail::HostScalar value;
   switch (dtype()) {
-    case DType::Float32: value = static_cast<double>(to_vector_as<float>()[0]); break;
-    case DType::Int64: value = to_vector_as<int64_t>()[0]; break;
-    case DType::BFloat16: value = static_cast<double>(static_cast<float>(to_vector_as<BFloat16>()[0])); break;
+    case DType::Float32:
+      value = static_cast<double>(to_vector_as<float>()[0]);
+      break;
+    case DType::Int64:
+      value = to_vector_as<int64_t>()[0];
+      break;
+    case DType::BFloat16:
+      value = static_cast<double>(static_cast<float>(to_vector_as<BFloat16>()[0]));
+      break;
   }
   return detail::checked_scalar_cast<T>(value, "Tensor::item");
 }
@@ -315,8 +321,8 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
     backend::for_device(device()).axpy(alpha, other, *this);
   } else {
     const Tensor scaled = alpha == 1.0f ? other : raw::scale(other, alpha);
-    backend::for_device(device()).binary(backend::BinaryOp::Add, *this,
-                                         raw::expand(scaled, shape(), "Tensor::add_"), *this);
+    backend::for_device(device()).binary(backend::BinaryOp::Add, *this, raw::expand(scaled, shape(), "Tensor::add_"),
+                                         *this);
   }
   return *this;
 }
@@ -335,8 +341,10 @@ bool Tensor::requires_grad() const { return defined() && (impl_->requires_grad |
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   check_defined("set_requires_grad");
-  TANDEM_CHECK(impl_->grad_fn == nullptr, "Tensor::set_requires_grad: only leaves can be set; this tensor is the "
-               "result of ", impl_->grad_fn->name(), " (use detach() first)");
+  TANDEM_CHECK(impl_->grad_fn == nullptr,
+               "Tensor::set_requires_grad: only leaves can be set; this tensor is the "
+               "result of ",
+               impl_->grad_fn->name(), " (use detach() first)");
   TANDEM_CHECK(!requires_grad || is_floating_point(impl_->dtype), "Tensor::set_requires_grad: the tensor is ",
                impl_->dtype, " but only floating point tensors (float32, bfloat16) can require gradients");
   impl_->requires_grad = requires_grad;
@@ -432,6 +440,24 @@ uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Ten
 void Tensor::remove_post_accumulate_grad_hook(uint64_t handle) const {
   check_defined("remove_post_accumulate_grad_hook");
   std::erase_if(impl_->post_accumulate_grad_hooks, [&](const auto& entry) { return entry.first == handle; });
+}
+
+void Tensor::set_grad_check(std::function<void(const std::string& user)> check) const {
+  check_defined("set_grad_check");
+  if (!check) {
+    impl_->grad_check = nullptr;
+    return;
+  }
+  TANDEM_CHECK(impl_->grad_fn == nullptr && impl_->requires_grad, "Tensor::set_grad_check: the tensor is ",
+               impl_->grad_fn ? "the result of an operation" : "a leaf that does not require grad",
+               " but expected a leaf that requires grad");
+  TANDEM_CHECK(!impl_->grad_check, "Tensor::set_grad_check: the tensor's gradient is checked already (by another ",
+               "data-parallel module?); remove that check first");
+  impl_->grad_check = std::move(check);
+}
+
+void Tensor::check_grad(const std::string& user) const {
+  if (impl_ != nullptr && impl_->grad_check) impl_->grad_check(user);
 }
 
 }  // namespace tandem

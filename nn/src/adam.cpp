@@ -119,6 +119,7 @@ bool AdamFamily<kDecoupled>::part_creates_state(const std::vector<size_t>& indic
 
 template <bool kDecoupled>
 void AdamFamily<kDecoupled>::prepare_replay() {
+  check_gradients("prepare_replay");
   std::vector<float> factors;
   factors.reserve(3 * parameters().size());
   for (size_t i = 0; i < parameters().size(); ++i) {

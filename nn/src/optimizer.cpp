@@ -71,6 +71,11 @@ void Optimizer::check_part(const std::vector<size_t>& indices, const char* calle
   }
 }
 
+void Optimizer::check_gradients(const char* caller) const {
+  const std::string user = std::string(who_) + "::" + caller;
+  for (const Tensor& parameter : parameters_) parameter.check_grad(user);
+}
+
 std::vector<size_t> Optimizer::every_index() const {
   std::vector<size_t> indices(parameters_.size());
   std::iota(indices.begin(), indices.end(), size_t{0});
@@ -110,8 +115,8 @@ Tensor Optimizer::replay_values(size_t parameter, const char* caller) const {
 }
 
 void Optimizer::check_group(size_t group, const char* caller) const {
-  TANDEM_CHECK(group < group_ends_.size(), who_, "::", caller, ": group ", group, " but there are ",
-               group_ends_.size(), " parameter groups");
+  TANDEM_CHECK(group < group_ends_.size(), who_, "::", caller, ": group ", group, " but there are ", group_ends_.size(),
+               " parameter groups");
 }
 
 size_t Optimizer::param_group_begin(size_t group) const {
@@ -127,8 +132,7 @@ size_t Optimizer::param_group_end(size_t group) const {
 size_t Optimizer::param_group_of(size_t parameter) const {
   TANDEM_CHECK(parameter < parameters_.size(), who_, "::param_group_of: parameter ", parameter, " but there are ",
                parameters_.size());
-  return static_cast<size_t>(std::upper_bound(group_ends_.begin(), group_ends_.end(), parameter) -
-                             group_ends_.begin());
+  return static_cast<size_t>(std::upper_bound(group_ends_.begin(), group_ends_.end(), parameter) - group_ends_.begin());
 }
 
 double Optimizer::lr(size_t group) const {
@@ -183,8 +187,8 @@ std::vector<Tensor> Optimizer::single_slot_tensors(const OptimizerState& state, 
   std::vector<Tensor> tensors(parameters_.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     for (const auto& [name, tensor] : state.parameters[i].tensors) {
-      TANDEM_CHECK(name == slot && !tensors[i].defined(), who_, "::load_state_dict: parameter ", i,
-                   " has the slot \"", excerpt(name), "\" but expected at most one \"", slot, "\"");
+      TANDEM_CHECK(name == slot && !tensors[i].defined(), who_, "::load_state_dict: parameter ", i, " has the slot \"",
+                   excerpt(name), "\" but expected at most one \"", slot, "\"");
       check_state_tensor(i, name, tensor);
       tensors[i] = tensor;
     }

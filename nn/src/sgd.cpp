@@ -15,8 +15,8 @@ void check_options(const SGDOptions& options) {
   TANDEM_CHECK(options.momentum >= 0.0, "optim::SGD: momentum must be >= 0, got ", options.momentum);
   TANDEM_CHECK(options.weight_decay >= 0.0, "optim::SGD: weight_decay must be >= 0, got ", options.weight_decay);
   TANDEM_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
-               "optim::SGD: nesterov momentum needs momentum > 0 and dampening == 0, got momentum ",
-               options.momentum, " and dampening ", options.dampening);
+               "optim::SGD: nesterov momentum needs momentum > 0 and dampening == 0, got momentum ", options.momentum,
+               " and dampening ", options.dampening);
 }
 
 }  // namespace
@@ -84,6 +84,7 @@ bool SGD::part_creates_state(const std::vector<size_t>& indices) const {
 }
 
 void SGD::prepare_replay() {
+  check_gradients("prepare_replay");
   std::vector<float> lrs(parameters().size());
   for (size_t i = 0; i < lrs.size(); ++i) lrs[i] = static_cast<float>(groups_[param_group_of(i)].lr);
   upload_replay_values(lrs, 1);

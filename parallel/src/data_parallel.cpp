@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "device_checks.h"
+#include "scatter_each.h"
 #include "tandem/core/error.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
@@ -19,40 +20,6 @@ std::string input_name(size_t j, size_t count) { return count == 1 ? "input" : "
 std::vector<Tensor> moved_to(std::vector<Tensor> tensors, Device device) {
   for (Tensor& tensor : tensors) tensor = tensor.to(device);
   return tensors;
-}
-
-// Scatters every input along `dim` over `devices` the same way; result [i][j] is chunk i of input j. Equal sizes
-// along `dim` give every input the same chunks (torch.chunk rules).
-std::vector<std::vector<Tensor>> scatter_each(const std::vector<Tensor>& inputs, const std::vector<Device>& devices,
-                                              int64_t dim, const char* fn) {
-  std::vector<std::vector<Tensor>> chunks;
-  for (size_t j = 0; j < inputs.size(); ++j) {
-    std::vector<Tensor> input_chunks = scatter(inputs[j], devices, {}, dim);  // checks dim first
-    TANDEM_CHECK(inputs[j].size(dim) == inputs[0].size(dim), fn, ": input ", j, " has size ", inputs[j].size(dim),
-                 " along dim ", dim, " but input 0 has size ", inputs[0].size(dim),
-                 "; every input is split the same way, so their sizes along dim must be equal");
-    chunks.resize(input_chunks.size());
-    for (size_t i = 0; i < input_chunks.size(); ++i) chunks[i].push_back(std::move(input_chunks[i]));
-  }
-  return chunks;
-}
-
-// Output k is the gather along `dim` of every replica's output k.
-std::vector<Tensor> gather_each(const std::vector<std::vector<Tensor>>& replica_outputs, Device destination,
-                                int64_t dim, const char* fn) {
-  const size_t count = replica_outputs.front().size();
-  for (size_t i = 1; i < replica_outputs.size(); ++i)
-    TANDEM_CHECK(replica_outputs[i].size() == count, fn, ": replica ", i, " returned ", replica_outputs[i].size(),
-                 " outputs but replica 0 returned ", count);
-  std::vector<Tensor> outputs;
-  outputs.reserve(count);
-  for (size_t k = 0; k < count; ++k) {
-    std::vector<Tensor> pieces;
-    pieces.reserve(replica_outputs.size());
-    for (const std::vector<Tensor>& replica : replica_outputs) pieces.push_back(replica[k]);
-    outputs.push_back(gather(pieces, destination, dim));
-  }
-  return outputs;
 }
 
 }  // namespace
@@ -71,12 +38,12 @@ std::vector<Tensor> data_parallel(const std::shared_ptr<nn::Module>& module, con
   detail::check_parameters_on(module->named_parameters(), devices.front(), fn, "devices[0]");
 
   if (devices.size() == 1) return moved_to(module->forward_all(moved_to(inputs, devices.front())), destination);
-  std::vector<std::vector<Tensor>> chunks = scatter_each(inputs, devices, dim, fn);
+  std::vector<std::vector<Tensor>> chunks = detail::scatter_each(inputs, devices, dim, fn);
   devices.resize(chunks.size());  // a batch with fewer rows than devices leaves some devices without work
   if (devices.size() == 1) return moved_to(module->forward_all(chunks.front()), destination);
 
   const std::vector<std::shared_ptr<nn::Module>> replicas = replicate(module, devices);
-  return gather_each(parallel_apply(replicas, chunks, devices), destination, dim, fn);
+  return detail::gather_each(parallel_apply(replicas, chunks, devices), destination, dim, fn);
 }
 
 Tensor data_parallel(const std::shared_ptr<nn::Module>& module, const Tensor& input, std::vector<Device> devices,
@@ -120,8 +87,7 @@ std::vector<Tensor> DataParallel::forward_all(const std::vector<Tensor>& inputs)
 }
 
 std::string DataParallel::extra_repr() const {
-  return "devices=" + to_string(devices_) + ", output_device=" + output_device_.str() +
-         ", dim=" + std::to_string(dim_);
+  return "devices=" + to_string(devices_) + ", output_device=" + output_device_.str() + ", dim=" + std::to_string(dim_);
 }
 
 }  // namespace tandem::parallel

@@ -26,6 +26,20 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
   return collective;
 }
 
+// Tensor by tensor, rank 0's master tensors (tensors_of(master)) onto the same tensors of every replica of every
+// process: one broadcast per tensor, over one copy per local device.
+void broadcast_from_rank0(comm::ProcessGroup& group, const std::vector<std::shared_ptr<nn::Module>>& replicas,
+                          const std::function<std::vector<Tensor>(const nn::Module&)>& tensors_of) {
+  NoGradGuard no_grad;
+  std::vector<std::vector<Tensor>> tensors;  // [replica][tensor]
+  for (const std::shared_ptr<nn::Module>& replica : replicas) tensors.push_back(tensors_of(*replica));
+  for (size_t i = 0; i < tensors.front().size(); ++i) {
+    std::vector<Tensor> copies;
+    for (const std::vector<Tensor>& replica : tensors) copies.push_back(replica[i]);
+    group.broadcast(copies, 0);
+  }
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -34,60 +48,67 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   TANDEM_CHECK(module != nullptr, kDistributedDataParallel, ": module is null");
   TANDEM_CHECK(group_ != nullptr, kDistributedDataParallel, ": group is null");
   detail::check_same_structure(*module, *group_, kDistributedDataParallel);
+  module_ = module;
   replicated_ = std::make_unique<ReplicatedModule>(
       std::move(module), group_->devices(),
       ReplicatedOptions{.bucket_size = options_.bucket_size, .collective = collective_of(group_, options_.reduction)});
+  replicated_->set_find_unused_parameters(options_.find_unused_parameters);
+  register_module("module", module_);
   sync_parameters();
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
-std::vector<Tensor> DistributedDataParallel::forward(const std::vector<Tensor>& inputs) {
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  return nn::detail::single_output(*this, forward_all({input}), "parallel::DistributedDataParallel::forward");
+}
+
+std::vector<Tensor> DistributedDataParallel::forward_all(const std::vector<Tensor>& inputs) {
+  broadcast_buffers();
+  return replicated_->forward_all(inputs);
+}
+
+std::vector<Tensor> DistributedDataParallel::forward_replicas(const std::vector<Tensor>& inputs) {
   TANDEM_CHECK(!replicated_->step_open(), kDistributedDataParallel,
-               "::forward: the step opened by the previous forward is still open; call reduce_gradients() after each "
-               "backward");
+               "::forward_replicas: the step opened by the previous forward is still open; call reduce_gradients() "
+               "after each backward");
+  broadcast_buffers();
   std::vector<Tensor> outputs;
-  if (!inputs.empty()) outputs = replicated_->forward(inputs);
+  if (!inputs.empty()) outputs = replicated_->forward_replicas(inputs);
   // Note [A process without rows]: with no inputs this process runs nothing, but in grad mode it still opens the
   // step, and reduce_gradients() takes part in every bucket's collective with the gradients its buffers hold.
-  if (GradMode::is_enabled()) replicated_->prepare_for_backward(inputs.size(), /*reduce=*/!no_sync_);
+  if (GradMode::is_enabled()) replicated_->prepare_for_backward(inputs.size(), /*reduce=*/syncing());
   return outputs;
 }
 
 std::vector<Tensor> DistributedDataParallel::forward_backward(
     const std::vector<Tensor>& inputs, const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
     const std::vector<Tensor>& seeds) {
+  broadcast_buffers();
   if (!inputs.empty()) {
-    return replicated_->forward_backward(inputs, loss, /*reduce=*/!no_sync_, ReplicaThreads::Workers, seeds);
+    return replicated_->forward_backward(inputs, loss, /*reduce=*/syncing(), ReplicaThreads::Workers, seeds);
   }
-  replicated_->prepare_for_backward(0, /*reduce=*/!no_sync_);  // Note [A process without rows]
-  if (!no_sync_) replicated_->reduce_gradients();
+  replicated_->prepare_for_backward(0, /*reduce=*/syncing());  // Note [A process without rows]
+  if (syncing()) replicated_->reduce_gradients();
   return {};
 }
 
 void DistributedDataParallel::reduce_gradients() {
-  if (replicated_->step_open() || !no_sync_) replicated_->reduce_gradients();
+  if (replicated_->step_open() || syncing()) replicated_->reduce_gradients();
 }
 
 void DistributedDataParallel::zero_grad() { replicated_->zero_grad(); }
 
+void DistributedDataParallel::broadcast_buffers() {
+  if (options_.broadcast_buffers && group_->size() > 1 && !module_->named_buffers().empty()) sync_buffers();
+}
+
 void DistributedDataParallel::sync_parameters() {
-  NoGradGuard no_grad;
-  const ReplicatedModule& local = *replicated_;
-  const size_t count = local.module()->parameters().size();
-  std::vector<std::vector<Tensor>> parameters;  // [replica][parameter]
-  for (const std::shared_ptr<nn::Module>& replica : local.replicas()) parameters.push_back(replica->parameters());
-  for (size_t i = 0; i < count; ++i) {
-    std::vector<Tensor> copies;  // one per local device: each becomes rank 0's master parameter
-    for (const std::vector<Tensor>& replica : parameters) copies.push_back(replica[i]);
-    group_->broadcast(copies, 0);
-  }
+  broadcast_from_rank0(*group_, replicated_->replicas(), [](const nn::Module& m) { return m.parameters(); });
 }
 
-DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.no_sync_) {
-  ddp_.no_sync_ = true;
+void DistributedDataParallel::sync_buffers() {
+  broadcast_from_rank0(*group_, replicated_->replicas(), [](const nn::Module& m) { return m.buffers(); });
 }
-
-DistributedDataParallel::NoSync::~NoSync() { ddp_.no_sync_ = previous_; }
 
 }  // namespace tandem::parallel

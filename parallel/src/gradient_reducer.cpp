@@ -1,5 +1,6 @@
 #include "tandem/parallel/gradient_reducer.h"
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
@@ -16,10 +17,9 @@ constexpr const char* kGradientReducer = "parallel::GradientReducer";
 // What an overlapped step tracks while the replicas run (Note [Overlapped gradient reduction] in
 // gradient_reducer.h).
 struct GradientReducer::Step {
-  Step(size_t buckets, size_t replicas, size_t parameters, BucketStarted started)
+  Step(size_t buckets, size_t replicas, BucketStarted started)
       : started(std::move(started)),
         missing(buckets, std::vector<size_t>(replicas, 0)),
-        arrived(replicas, std::vector<char>(parameters, 0)),
         replicas_missing(buckets),
         ready(buckets, std::vector<StreamMarker>(replicas)),
         works(buckets),
@@ -29,7 +29,6 @@ struct GradientReducer::Step {
   const BucketStarted started;  // begin()'s callback, called by launch_bucket
   // Touched only by the thread running that replica's backward:
   std::vector<std::vector<size_t>> missing;  // [bucket][replica]: gradients of the bucket still to come
-  std::vector<std::vector<char>> arrived;    // [replica][parameter]: whether its gradient came
   // Shared by the replicas' threads: the thread that takes replicas_missing[b] to zero launches bucket b, after
   // every other replica stored its marker in ready[b] (acquire-release on the counter orders those stores).
   std::vector<std::atomic<size_t>> replicas_missing;  // [bucket]: replicas whose part of the bucket is not final
@@ -63,6 +62,7 @@ GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buff
     for (const Tensor& buffer : buffers_) bucket_slices_.back().push_back(layout_.bucket_view(buffer, b));
   }
   hooks_.resize(buffers_.size());
+  arrived_.assign(buffers_.size(), std::vector<char>(layout_.parameter_count(), 0));
 }
 
 GradientReducer::~GradientReducer() {
@@ -114,10 +114,14 @@ void GradientReducer::prepare_to_accumulate() {
   summed_ = false;
 }
 
-void GradientReducer::begin(size_t active, BucketStarted started) {
+void GradientReducer::begin(size_t active, BucketStarted started, FirstGradient first_gradient) {
   TANDEM_CHECK(!open_, kGradientReducer, "::begin: the previous step is still open; finish() or abandon() it first");
   TANDEM_CHECK(active <= size(), kGradientReducer, "::begin: got ", active, " active replicas but there are ", size());
   prepare_to_accumulate();
+  for (std::vector<char>& row : arrived_) std::fill(row.begin(), row.end(), 0);
+  received_.store(false, std::memory_order_relaxed);
+  first_gradient_ = std::move(first_gradient);
+  active_ = active;
   open_ = true;
   // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
   // summed by finish(), without the per-gradient bookkeeping of an overlapped step. Nor is there anything to
@@ -127,7 +131,7 @@ void GradientReducer::begin(size_t active, BucketStarted started) {
   // Replica r's part of every bucket is complete once each of its parameters in the bucket got its gradient; a
   // replica without an input this step has its part complete from the start, with the gradients it holds.
   const size_t buckets = layout_.buckets().size();
-  auto step = std::make_unique<Step>(buckets, size(), layout_.parameter_count(), std::move(started));
+  auto step = std::make_unique<Step>(buckets, size(), std::move(started));
   for (size_t b = 0; b < buckets; ++b) {
     for (size_t r = 0; r < active; ++r) step->missing[b][r] = layout_.buckets()[b].parameters;
     step->replicas_missing[b].store(active, std::memory_order_relaxed);
@@ -145,16 +149,21 @@ void GradientReducer::mark_ready(size_t replica, size_t parameter) {
                layout_.parameter_count(), " parameters");
   TANDEM_CHECK(layout_.has_place(parameter), kGradientReducer, "::mark_ready: parameter '", layout_.name(parameter),
                "' has no place in the buffers (it does not require grad)");
+  unreduced_.store(true, std::memory_order_release);
+  if (open_) {
+    // Only the step's first gradient calls first_gradient_ (several replicas' threads may race to it).
+    if (!received_.exchange(true, std::memory_order_acq_rel) && first_gradient_) first_gradient_();
+  }
   Step* step = step_.get();
   if (step == nullptr) {  // outside an overlapped step: the buffers hold new local gradients
+    if (open_) arrived_[replica][parameter] = 1;
     summed_ = false;
     return;
   }
-  TANDEM_CHECK(!step->arrived[replica][parameter], kGradientReducer, "::mark_ready: parameter '",
-               layout_.name(parameter), "' of replica ", replica,
-               " received a second gradient in one step, but its bucket is summed once; ",
+  TANDEM_CHECK(!arrived_[replica][parameter], kGradientReducer, "::mark_ready: parameter '", layout_.name(parameter),
+               "' of replica ", replica, " received a second gradient in one step, but its bucket is summed once; ",
                "run one backward per replica");
-  step->arrived[replica][parameter] = 1;
+  arrived_[replica][parameter] = 1;
   const size_t bucket = layout_.bucket_of(parameter);
   if (--step->missing[bucket][replica] > 0) return;
   step->ready[bucket][replica] = StreamMarker::record(buffers_[replica].device());
@@ -196,6 +205,21 @@ void GradientReducer::finish() {
     throw;
   }
   summed_ = true;
+  unreduced_.store(false, std::memory_order_release);
+}
+
+std::vector<size_t> GradientReducer::missing_gradients() const {
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < layout_.parameter_count(); ++i) {
+    if (!layout_.has_place(i)) continue;
+    for (size_t r = 0; r < active_; ++r) {
+      if (!arrived_[r][i]) {
+        missing.push_back(i);
+        break;
+      }
+    }
+  }
+  return missing;
 }
 
 // Runs once every replica has finished: sums the buckets that never became complete (a parameter without gradient
@@ -221,12 +245,16 @@ void GradientReducer::abandon() {
 
 void GradientReducer::reduce() {
   TANDEM_CHECK(!open_, kGradientReducer, "::reduce: a step is open; finish() sums its gradients");
-  if (summed_ || nothing_to_reduce()) return;
+  if (summed_ || nothing_to_reduce()) {
+    unreduced_.store(false, std::memory_order_release);
+    return;
+  }
   for (const std::vector<Tensor>& bucket : bucket_slices_) {
     std::vector<Tensor> slices = bucket;
     collective_.run(slices);
   }
   summed_ = true;
+  unreduced_.store(false, std::memory_order_release);
 }
 
 }  // namespace tandem::parallel

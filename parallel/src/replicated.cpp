@@ -1,6 +1,10 @@
 #include "tandem/parallel/replicated.h"
 
+#include <string>
+
 #include "device_checks.h"
+#include "scatter_each.h"
+#include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/parallel/parallel_apply.h"
@@ -42,9 +46,92 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
     }
     gradient_views_.push_back(std::move(views));
   }
-  reducer_ = std::make_unique<GradientReducer>(std::move(layout), std::move(buffers), std::move(options.collective));
-  install_gradient_views(/*zero=*/true);
-  for (size_t d = 0; d < replicas_.size(); ++d) reducer_->install_hooks(d, parameters_[d]);
+  // What this constructor sets on the replicas' parameters besides the reducer's hooks (which its destructor
+  // removes), undone should a later part throw: the destructor does not run for a constructor that threw.
+  std::vector<std::function<void()>> undo;
+  try {
+    for (size_t d = 0; d < replicas_.size(); ++d) {
+      for (size_t i = 0; i < parameters_[d].size(); ++i) {
+        if (!gradient_views_[d][i].defined()) continue;
+        const Tensor& parameter = parameters_[d][i];
+        parameter.set_grad_check([this, i](const std::string& user) { check_reduced(user, i); });
+        undo.emplace_back([parameter] { parameter.set_grad_check(nullptr); });
+      }
+    }
+    reducer_ = std::make_unique<GradientReducer>(std::move(layout), std::move(buffers), std::move(options.collective));
+    install_gradient_views(/*zero=*/true);
+    // The view keepers run before the reducer's readiness hooks (hooks run in registration order), so a bucket is
+    // summed from the buffer only once every gradient in it is there.
+    view_hooks_.resize(replicas_.size());
+    for (size_t d = 0; d < replicas_.size(); ++d) {
+      for (size_t i = 0; i < parameters_[d].size(); ++i) {
+        if (!gradient_views_[d][i].defined()) continue;
+        const Tensor& parameter = parameters_[d][i];
+        const uint64_t handle =
+            parameter.register_post_accumulate_grad_hook([this, d, i](const Tensor&) { keep_gradient_view(d, i); });
+        view_hooks_[d].push_back(handle);
+        undo.emplace_back([parameter, handle] { parameter.remove_post_accumulate_grad_hook(handle); });
+      }
+      reducer_->install_hooks(d, parameters_[d]);
+    }
+    register_module("module", std::shared_ptr<nn::Module>(replicas_.front()));
+  } catch (...) {
+    for (auto step = undo.rbegin(); step != undo.rend(); ++step) (*step)();
+    throw;
+  }
+}
+
+ReplicatedModule::~ReplicatedModule() {
+  for (size_t d = 0; d < replicas_.size(); ++d) {
+    size_t hook = 0;
+    for (size_t i = 0; i < parameters_[d].size(); ++i) {
+      if (!gradient_views_[d][i].defined()) continue;
+      parameters_[d][i].set_grad_check(nullptr);
+      parameters_[d][i].remove_post_accumulate_grad_hook(view_hooks_[d][hook++]);
+    }
+  }
+}
+
+const std::vector<std::shared_ptr<nn::Module>>& ReplicatedModule::replicas() const {
+  follow_master_modes();
+  return replicas_;
+}
+
+// Called right after backward accumulated replica d's gradient of parameter i: when something replaced the view
+// installed as .grad (an optimizer's zero_grad() between forward and backward), the gradient goes back into the
+// buffer, where the reduction reads it, and the view becomes .grad again.
+void ReplicatedModule::keep_gradient_view(size_t replica, size_t parameter) {
+  Tensor view = gradient_views_[replica][parameter];
+  const Tensor& owner = parameters_[replica][parameter];
+  if (owner.impl()->grad == view.impl_ptr()) return;
+  NoGradGuard no_grad;
+  view.copy_(owner.grad());
+  owner.set_grad(view);
+}
+
+// Note [Unreduced gradients are refused] in replicated.h.
+void ReplicatedModule::check_reduced(const std::string& user, size_t parameter) const {
+  if (!reducer_->holds_unreduced_gradients()) return;
+  const char* cause = "";
+  switch (unreduced_cause_) {
+    case UnreducedCause::NoSync:
+      cause =
+          "the last backward ran inside no_sync(), which keeps each replica's gradients local; run a backward "
+          "outside no_sync() (it reduces everything accumulated) before stepping";
+      break;
+    case UnreducedCause::StepNotFinished:
+      cause =
+          "the backward after the last forward did not finish, so its reduction is incomplete; zero the "
+          "gradients and run the step again";
+      break;
+    case UnreducedCause::BackwardWithoutForward:
+      cause =
+          "a backward ran after the step's reduction had closed (a second backward after one forward?); each "
+          "forward opens one reduction, which its backward closes";
+      break;
+  }
+  TANDEM_CHECK(false, user, ": the gradient of '", reducer_->layout().name(parameter), "' is not reduced over the ",
+               spans_processes() ? "processes" : "replicas", " of ", name(), ": ", cause);
 }
 
 void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const char* caller) const {
@@ -57,8 +144,8 @@ void ReplicatedModule::check_inputs(const std::vector<Tensor>& inputs, const cha
   }
 }
 
-std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs) {
-  check_inputs(inputs, "forward");
+std::vector<Tensor> ReplicatedModule::forward_replicas(const std::vector<Tensor>& inputs) {
+  check_inputs(inputs, "forward_replicas");
   follow_master_modes();
   sync_buffers();
   const std::vector<std::shared_ptr<nn::Module>> used(replicas_.begin(),
@@ -66,8 +153,85 @@ std::vector<Tensor> ReplicatedModule::forward(const std::vector<Tensor>& inputs)
   return parallel_apply(used, inputs);
 }
 
+Tensor ReplicatedModule::forward(const Tensor& input) {
+  return nn::detail::single_output(*this, forward_all({input}), "parallel::ReplicatedModule::forward");
+}
+
+std::vector<Tensor> ReplicatedModule::forward_all(const std::vector<Tensor>& inputs) {
+  constexpr const char* fn = "parallel::ReplicatedModule::forward";
+  TANDEM_CHECK(!inputs.empty(), fn, ": got no inputs");
+  for (size_t j = 0; j < inputs.size(); ++j) TANDEM_CHECK(inputs[j].defined(), fn, ": input ", j, " is undefined");
+  drop_unfinished_step();
+  std::vector<std::vector<Tensor>> chunks;  // [replica][input]
+  // With one device, or no rows to share (a process without rows of this batch), the master runs alone.
+  const bool alone = replicas_.size() == 1 || (inputs.front().dim() > 0 && inputs.front().size(0) == 0);
+  if (alone) {
+    chunks.emplace_back();
+    for (const Tensor& input : inputs) chunks.back().push_back(input.to(devices_.front()));
+  } else {
+    chunks = detail::scatter_each(inputs, devices_, 0, fn);
+  }
+  std::vector<std::vector<Tensor>> outputs = run_module_form(chunks);
+  if (GradMode::is_enabled()) {
+    prepare_buffers(chunks.size(), /*reduce=*/syncing_, {},
+                    [this] { autograd::queue_callback([this] { close_step_after_backward(); }); });
+    module_step_ = reducer_->step_open();
+  }
+  if (alone) return std::move(outputs.front());
+  return detail::gather_each(outputs, devices_.front(), 0, fn);
+}
+
+// The replicas' forward of the module form: the master's modes, buffers and parameter values first.
+std::vector<std::vector<Tensor>> ReplicatedModule::run_module_form(const std::vector<std::vector<Tensor>>& chunks) {
+  follow_master_modes();
+  sync_buffers();
+  sync_parameters();
+  if (chunks.size() == 1) return {replicas_.front()->forward_all(chunks.front())};
+  const std::vector<std::shared_ptr<nn::Module>> used(replicas_.begin(),
+                                                      replicas_.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
+  const std::vector<Device> devices(devices_.begin(), devices_.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
+  return parallel_apply(used, chunks, devices);
+}
+
+// Note [Closing the step at the end of backward] in replicated.h: a step left open by the previous forward is
+// dropped when no gradient reached it, and discarded with an Error when its backward began but did not finish.
+void ReplicatedModule::drop_unfinished_step() {
+  if (!reducer_->step_open()) return;
+  TANDEM_CHECK(module_step_, "parallel::", name(), "::forward: the step opened by prepare_for_backward() is still ",
+               "open; call reduce_gradients() after the backward");
+  const bool partial = reducer_->step_received_gradients();
+  reducer_->abandon();
+  module_step_ = false;
+  if (!partial) return;
+  install_gradient_views(/*zero=*/true);
+  reducer_->buffers_changed();
+  reducer_->gradients_discarded();
+  TANDEM_CHECK(false, "parallel::", name(), "::forward: the backward of the previous forward did not finish (it ",
+               "threw?), so its gradients were partial; they were discarded (zeroed). Run the step again");
+}
+
+// The callback the first gradient of a module-form step queues on the running backward pass.
+void ReplicatedModule::close_step_after_backward() {
+  for (size_t d = 0; d < replicas_.size(); ++d) zero_stale_gradients(d);
+  module_step_ = false;
+  reducer_->finish();
+  unreduced_cause_ = UnreducedCause::BackwardWithoutForward;
+  if (find_unused_parameters_) return;
+  const std::vector<size_t> missing = reducer_->missing_gradients();
+  if (missing.empty()) return;
+  std::string names;
+  for (size_t k = 0; k < missing.size() && k < 5; ++k)
+    names += (k ? ", '" : "'") + reducer_->layout().name(missing[k]) + "'";
+  if (missing.size() > 5) names += " and " + std::to_string(missing.size() - 5) + " more";
+  TANDEM_CHECK(false, "parallel::", name(), ": ", missing.size(), " parameter", missing.size() == 1 ? "" : "s",
+               " got no gradient in this backward (", names,
+               "), but find_unused_parameters is false; the gradients "
+               "were reduced with zeros for them. Construct with find_unused_parameters = true when the model leaves "
+               "parameters unused in a step");
+}
+
 // Note [Following the master's modes] in nn/module.h.
-void ReplicatedModule::follow_master_modes() {
+void ReplicatedModule::follow_master_modes() const {
   const uint64_t generation = nn::Module::training_mode_generation();
   if (generation == modes_generation_) return;
   const std::vector<bool> modes = module()->training_modes();
@@ -82,14 +246,19 @@ void ReplicatedModule::check_no_step_open(const char* caller) const {
 
 // The buffers are ready for a backward of replicas 0..active-1: views reinstalled, and either a step open or the
 // sums prepared to be accumulated onto.
-void ReplicatedModule::prepare_buffers(size_t active, bool reduce,
-                                       const GradientReducer::BucketStarted& bucket_started) {
-  if (install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
+// A view replaced since the last reduction is copied back without counting as a change of the other buffers: they
+// still hold the sums, which Note [Accumulating onto sums] clears where they must not count again (an optimizer's
+// zero_grad() clears the master's gradients only).
+void ReplicatedModule::prepare_buffers(size_t active, bool reduce, const GradientReducer::BucketStarted& bucket_started,
+                                       GradientReducer::FirstGradient first_gradient) {
+  install_gradient_views(/*zero=*/false);
   for (size_t d = active; d < replicas_.size(); ++d) zero_stale_gradients(d);  // they take part as they are
   if (reduce) {
-    reducer_->begin(active, bucket_started);
+    reducer_->begin(active, bucket_started, std::move(first_gradient));
+    unreduced_cause_ = UnreducedCause::StepNotFinished;
   } else {
     reducer_->prepare_to_accumulate();
+    unreduced_cause_ = UnreducedCause::NoSync;
   }
 }
 
@@ -135,12 +304,14 @@ std::vector<Tensor> ReplicatedModule::forward_backward(
   if (reduce) {
     for (size_t d = 0; d < replicas_.size(); ++d) zero_stale_gradients(d);
     reducer_->finish();
+    unreduced_cause_ = UnreducedCause::BackwardWithoutForward;
   }
   return losses;
 }
 
 void ReplicatedModule::reduce_gradients() {
   const bool open = reducer_->step_open();
+  module_step_ = false;
   if (!open && install_gradient_views(/*zero=*/false)) reducer_->buffers_changed();
   for (size_t d = 0; d < replicas_.size(); ++d) zero_stale_gradients(d);
   if (open) {
@@ -148,13 +319,25 @@ void ReplicatedModule::reduce_gradients() {
   } else {
     reducer_->reduce();
   }
+  unreduced_cause_ = UnreducedCause::BackwardWithoutForward;
 }
 
 void ReplicatedModule::zero_grad() {
+  if (module_step_) {  // zeroing discards whatever the module form's open step holds
+    reducer_->abandon();
+    module_step_ = false;
+  }
   check_no_step_open("zero_grad");
   install_gradient_views(/*zero=*/true);
   reducer_->buffers_changed();
+  reducer_->gradients_discarded();
 }
+
+ReplicatedModule::NoSync::NoSync(ReplicatedModule& model) : model_(model), previous_(model.syncing_) {
+  model_.syncing_ = false;
+}
+
+ReplicatedModule::NoSync::~NoSync() { model_.syncing_ = previous_; }
 
 // See Note [Flat gradient buffers] in gradient_layout.h. With `zero`, every view is marked stale (Note [Zeroing by
 // marking]); otherwise a gradient that replaced a view is copied into it first (a view whose parameter lost its

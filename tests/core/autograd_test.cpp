@@ -1,10 +1,11 @@
 // Graph recording, accumulation, grad mode, custom Functions, graphs that span devices.
-#include "support/test_support.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
+
+#include "support/test_support.h"
 
 namespace tandem {
 namespace {
@@ -69,7 +70,8 @@ TEST_P(AutogradTest, DetachCutsTheGraph) {
 TEST_P(AutogradTest, Errors) {
   Tensor x = Tensor::ones({2}, device()).set_requires_grad();
   EXPECT_ERROR(Tensor::ones({2}, device()).backward(), "does not require grad");
-  EXPECT_ERROR((x * 2.0f).backward(), "Tensor::backward: a gradient can be created implicitly only for one-element "
+  EXPECT_ERROR((x * 2.0f).backward(),
+               "Tensor::backward: a gradient can be created implicitly only for one-element "
                "tensors, but the tensor has shape [2]; pass a gradient");
   EXPECT_ERROR((x * 2.0f).backward(Tensor::ones({3}, device())),
                "Tensor::backward: the gradient for the tensor has shape [3] but expected [2]");
@@ -82,7 +84,8 @@ TEST_P(AutogradTest, Errors) {
   const Tensor z = v * 2.0f;
   EXPECT_ERROR(autograd::backward({z, sum(z)}, {Tensor::ones({2}, device())}),
                "autograd::backward: got 1 gradients for 2 roots (expected none or one per root)");
-  EXPECT_ERROR(autograd::backward({sum(z), z}), "autograd::backward: a gradient can be created implicitly only for "
+  EXPECT_ERROR(autograd::backward({sum(z), z}),
+               "autograd::backward: a gradient can be created implicitly only for "
                "one-element tensors, but root 1 has shape [2]");
   EXPECT_ERROR(autograd::backward({z}, {Tensor::ones({1}, device())}),
                "autograd::backward: the gradient for root 0 has shape [1] but expected [2]");
@@ -106,8 +109,9 @@ TEST_P(AutogradTest, SecondBackwardThroughFreedSavedTensorsIsRefusedNamingTheNod
   MatmulGraph g(device());
   g.loss.backward();
   expect_values(g.w.grad(), {4, 6}, {2, 1});
-  const std::string refused = "backward: MatmulBackward's saved tensors were freed by an earlier backward; pass "
-                              "retain_graph=true to the first backward to run it twice";
+  const std::string refused =
+      "backward: MatmulBackward's saved tensors were freed by an earlier backward; pass "
+      "retain_graph=true to the first backward to run it twice";
   EXPECT_ERROR(g.loss.backward(), refused);
   EXPECT_ERROR(autograd::backward({g.loss}), refused);
   // Refused before anything reached the leaves.
@@ -198,7 +202,8 @@ TEST_P(AutogradTest, CustomFunctionSavedTensorsAreFreedAfterBackward) {
   EXPECT_EQ(cube->saved().size(), 1u) << "retain_graph keeps the saved tensors";
   y.backward();
   expect_values(x.grad(), {6, 24}, {2}, 0.0, 0.0);  // twice 3 x^2
-  EXPECT_ERROR(cube->saved(), "autograd::Function::saved_tensors: Cube's saved tensors were freed by an earlier "
+  EXPECT_ERROR(cube->saved(),
+               "autograd::Function::saved_tensors: Cube's saved tensors were freed by an earlier "
                "backward");
   EXPECT_ERROR(y.backward(), "backward: Cube's saved tensors were freed");
 
@@ -306,6 +311,63 @@ TEST_P(AutogradTest, PostAccumulateGradHooksRunAfterEachAccumulation) {
   EXPECT_ERROR(Tensor::ones({2}, device()).register_post_accumulate_grad_hook(nothing),
                "the tensor is a leaf that does not require grad");
   EXPECT_ERROR(Tensor().register_post_accumulate_grad_hook(nothing), "register_post_accumulate_grad_hook");
+}
+
+// queue_callback: after the whole graph has run (every leaf's gradient final), before backward returns, in order;
+// a callback may queue more.
+TEST_P(AutogradTest, QueuedCallbacksRunOnceTheWholePassHasRun) {
+  Tensor x = Tensor::from_vector({1, 2}, {2}, device()).set_requires_grad();
+  Tensor w = Tensor::from_vector({3}, {1}, device()).set_requires_grad();
+  std::vector<std::string> events;
+  bool queued = false;
+  x.register_post_accumulate_grad_hook([&](const Tensor&) {
+    events.push_back("x");
+    EXPECT_TRUE(autograd::backward_running());
+    if (queued) return;
+    queued = true;
+    autograd::queue_callback([&] {
+      events.push_back("first: x.grad " + std::to_string(x.grad().to_vector()[1]) + ", w.grad " +
+                       std::to_string(w.grad().to_vector()[0]));
+      autograd::queue_callback([&] { events.push_back("queued by the first"); });
+    });
+    autograd::queue_callback([&] { events.push_back("second"); });
+  });
+  w.register_post_accumulate_grad_hook([&](const Tensor&) { events.push_back("w"); });
+  sum(x * w * 2.0f).backward();  // the callbacks see both leaves' gradients, whichever came first
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(std::set<std::string>(events.begin(), events.begin() + 2), (std::set<std::string>{"x", "w"}));
+  EXPECT_EQ(events[2], "first: x.grad 6.000000, w.grad 6.000000");
+  EXPECT_EQ(events[3], "second");
+  EXPECT_EQ(events[4], "queued by the first");
+  EXPECT_FALSE(autograd::backward_running());
+  events.clear();
+  sum(x * w).backward();  // callbacks belong to one pass: none is left for the next
+  EXPECT_EQ(events.size(), 2u);
+
+  EXPECT_ERROR(autograd::queue_callback([] {}), "autograd::queue_callback: no backward pass is running on this thread");
+  Tensor y = Tensor::ones({1}, device()).set_requires_grad();
+  y.register_post_accumulate_grad_hook(
+      [](const Tensor&) { autograd::queue_callback([] { TANDEM_FAIL("callback: no"); }); });
+  EXPECT_ERROR(sum(y * 2.0f).backward(), "callback: no");
+  EXPECT_FALSE(autograd::backward_running());
+}
+
+// Note [Gradient checks]: one check per leaf, run by check_grad (as optimizers do), removed by an empty function.
+TEST_P(AutogradTest, GradientChecksRefuseGradientsTheirOwnerHasNotMadeReady) {
+  Tensor x = Tensor::ones({2}, device()).set_requires_grad();
+  bool ready = false;
+  x.set_grad_check([&](const std::string& user) { TANDEM_CHECK(ready, user, ": x is not ready"); });
+  EXPECT_ERROR(x.check_grad("optim::SGD::step"), "optim::SGD::step: x is not ready");
+  EXPECT_ERROR(x.set_grad_check([](const std::string&) {}),
+               "Tensor::set_grad_check: the tensor's gradient is checked already");
+  ready = true;
+  x.check_grad("optim::SGD::step");
+  x.set_grad_check(nullptr);
+  ready = false;
+  x.check_grad("anyone");  // removed
+  EXPECT_ERROR((x * 2.0f).set_grad_check([](const std::string&) {}), "the tensor is the result of an operation");
+  EXPECT_ERROR(Tensor().set_grad_check([](const std::string&) {}), "set_grad_check");
+  Tensor().check_grad("anyone");  // an undefined tensor has no check
 }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE(AutogradTest);

@@ -28,5 +28,28 @@ TEST(Optimizer, SgdThroughTheInterfaceStepsAndKeepsItsMomentumAsState) {
   EXPECT_ERROR(optimizer->set_state({Tensor()}), "optim::SGD::set_momentum_buffers: got 1 buffers for 2 parameters");
 }
 
+// Note [Gradient checks] in tandem/core/tensor.h: every optimizer runs its parameters' checks before it reads a
+// gradient, in step() and in prepare_replay(), and updates nothing when one refuses.
+TEST(Optimizer, EveryOptimizerRunsTheGradientChecksBeforeStepping) {
+  Tensor p = Tensor::from_vector({1.0f, -2.0f}, {2}).set_requires_grad(true);
+  bool ready = false;
+  p.set_grad_check([&](const std::string& user) { TANDEM_CHECK(ready, user, ": not reduced yet"); });
+  sum(p * 2.0f).backward();
+  optim::SGD sgd({p}, {.lr = 0.5, .momentum = 0.9});
+  optim::Adam adam({p}, {});
+  optim::AdamW adamw({p}, {});
+  EXPECT_ERROR(sgd.step(), "optim::SGD::step: not reduced yet");
+  EXPECT_ERROR(adam.step(), "optim::Adam::step: not reduced yet");
+  EXPECT_ERROR(adamw.step(), "optim::AdamW::step: not reduced yet");
+  EXPECT_ERROR(sgd.prepare_replay(), "optim::SGD::prepare_replay: not reduced yet");
+  EXPECT_ERROR(adamw.prepare_replay(), "optim::AdamW::prepare_replay: not reduced yet");
+  expect_values(p, {1.0, -2.0}, {2});
+  EXPECT_FALSE(sgd.state()[0].defined()) << "a refused step creates no state";
+  ready = true;
+  sgd.step();
+  expect_values(p, {0.0, -3.0}, {2});
+  p.set_grad_check(nullptr);
+}
+
 }  // namespace
 }  // namespace tandem

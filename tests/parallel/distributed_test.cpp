@@ -70,7 +70,7 @@ TEST(DistributedDataParallel, AStepWithoutRowsReducesTheGradientsHeld) {
     if (path == DdpPath::ForwardBackward) {
       EXPECT_TRUE(ddp.forward_backward({}, nullptr).empty());
     } else {
-      EXPECT_TRUE(ddp.forward({}).empty());
+      EXPECT_TRUE(ddp.forward_replicas({}).empty());
       EXPECT_TRUE(ddp.replicated().step_open());
       ddp.reduce_gradients();
     }
@@ -87,10 +87,10 @@ TEST(DistributedDataParallel, ForwardWithoutGradientsOpensNoStep) {
   const Shard shard = shard_of(distributed_batch(0), 2, 0, kTwoCpus);
   {
     NoGradGuard no_grad;
-    EXPECT_EQ(ddp.forward(shard.x).size(), 2u);
+    EXPECT_EQ(ddp.forward_replicas(shard.x).size(), 2u);
   }
   EXPECT_FALSE(ddp.replicated().step_open());
-  ddp.forward(shard.x);
+  ddp.forward_replicas(shard.x);
   EXPECT_TRUE(ddp.replicated().step_open());
 }
 
@@ -103,15 +103,16 @@ TEST(DistributedDataParallel, Errors) {
 
   DistributedDataParallel ddp(distributed_net(), group);
   const Shard shard = shard_of(distributed_batch(0), 2, 0, kTwoCpus);
-  ddp.forward(shard.x);
-  EXPECT_ERROR(ddp.forward(shard.x),
-               "parallel::DistributedDataParallel::forward: the step opened by the previous forward is still open; "
-               "call reduce_gradients() after each backward");
+  ddp.forward_replicas(shard.x);
+  EXPECT_ERROR(
+      ddp.forward_replicas(shard.x),
+      "parallel::DistributedDataParallel::forward_replicas: the step opened by the previous forward is still open; "
+      "call reduce_gradients() after each backward");
   EXPECT_ERROR(ddp.zero_grad(), "parallel::ReplicatedModule::zero_grad: the step opened by prepare_for_backward()");
   ddp.reduce_gradients();
   ddp.zero_grad();
-  EXPECT_ERROR(ddp.forward({shard.x[0], shard.x[1], shard.x[0]}),
-               "parallel::ReplicatedModule::forward: got 3 inputs for 2 replicas");
+  EXPECT_ERROR(ddp.forward_replicas({shard.x[0], shard.x[1], shard.x[0]}),
+               "parallel::ReplicatedModule::forward_replicas: got 3 inputs for 2 replicas");
   EXPECT_FALSE(ddp.replicated().step_open());
 }
 

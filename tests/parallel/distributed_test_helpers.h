@@ -106,7 +106,7 @@ inline void ddp_micro_batch(parallel::DistributedDataParallel& ddp, const Distri
     ddp.forward_backward(shard.x, weighted_mse(shard));
     return;
   }
-  const std::vector<Tensor> outputs = ddp.forward(shard.x);
+  const std::vector<Tensor> outputs = ddp.forward_replicas(shard.x);
   std::vector<Tensor> losses;
   for (size_t i = 0; i < outputs.size(); ++i) losses.push_back(weighted_mse(shard)(i, outputs[i]));
   if (!losses.empty()) autograd::backward(losses);

@@ -57,7 +57,7 @@ enum class Prepare { No, Reducing, NotReducing };
 // The same step without forward_backward: forward, one backward over every replica's loss, reduce_gradients().
 void manual_step(parallel::ReplicatedModule& model, const Batch& b, Prepare prepare = Prepare::No) {
   const Shards shards = shard(model, b);
-  const std::vector<Tensor> outputs = model.forward(shards.inputs);
+  const std::vector<Tensor> outputs = model.forward_replicas(shards.inputs);
   if (prepare != Prepare::No) {
     model.prepare_for_backward(outputs.size(), /*reduce=*/prepare == Prepare::Reducing);
     EXPECT_EQ(model.step_open(), prepare == Prepare::Reducing) << "only a reducing backward opens a step";

@@ -66,8 +66,8 @@ TEST_P(ParallelApply, OutputIIsReplicaIOnInputI) {
 TEST_P(ParallelApply, DevicesMoveEachOutput) {
   const auto devices = this->devices();
   const std::vector<Device> destinations(devices.size(), devices.back());
-  const std::vector<Tensor> outputs = parallel::parallel_apply(probes(devices.size()), inputs_on(devices),
-                                                               destinations);
+  const std::vector<Tensor> outputs =
+      parallel::parallel_apply(probes(devices.size()), inputs_on(devices), destinations);
   for (size_t i = 0; i < outputs.size(); ++i) {
     EXPECT_EQ(outputs[i].device(), devices.back());
     expect_values(outputs[i], {2.0, 2.0 * static_cast<double>(i)}, {1, 2});
@@ -159,17 +159,15 @@ TEST_P(ParallelApply, AFailingReplicaIsRethrownNamingReplicaAndDeviceAndTheNextC
   auto net = make_net(devices[0]);
   const long master_references = net->fc1->weight.impl_ptr().use_count();
   {
-    std::vector<std::shared_ptr<nn::Module>> replicas =
-        parallel::replicate(std::shared_ptr<nn::Module>(net), devices);
+    std::vector<std::shared_ptr<nn::Module>> replicas = parallel::replicate(std::shared_ptr<nn::Module>(net), devices);
     auto probe = std::make_shared<Probe>();
     replicas.back() = probe;  // the last replica fails on a negative input
     std::vector<Tensor> inputs;
     for (size_t d = 0; d + 1 < devices.size(); ++d) inputs.push_back(seeded_randn({2, 4}, devices[d], 70 + d));
     inputs.push_back(Tensor::full({1, 2}, -1.0f, devices.back()));
     const size_t last = devices.size() - 1;
-    EXPECT_ERROR(parallel::parallel_apply(replicas, inputs),
-                 "in replica " + std::to_string(last) + " on device " + devices.back().str() +
-                     ": Probe: negative input");
+    EXPECT_ERROR(parallel::parallel_apply(replicas, inputs), "in replica " + std::to_string(last) + " on device " +
+                                                                 devices.back().str() + ": Probe: negative input");
     probe->throw_std = true;
     EXPECT_ERROR(parallel::parallel_apply(replicas, inputs),
                  "in replica " + std::to_string(last) + " on device " + devices.back().str() + ": negative input");
@@ -235,7 +233,7 @@ TEST_P(ParallelApply, PersistentReplicasTrainFromTwoThreadsOneAfterAnother) {
     on_another_thread([&] {
       model.zero_grad();
       std::vector<Tensor> losses;
-      for (const Tensor& output : model.forward(inputs)) losses.push_back(sum(output));
+      for (const Tensor& output : model.forward_replicas(inputs)) losses.push_back(sum(output));
       autograd::backward(losses);
       model.reduce_gradients();
     });

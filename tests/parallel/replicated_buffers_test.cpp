@@ -9,8 +9,8 @@ namespace {
 class ReplicatedBuffersTest : public testing::EveryDeviceSet {};
 
 std::shared_ptr<nn::Sequential> batch_norm_net(Device device) {
-  return std::make_shared<nn::Sequential>(nn::Linear(3, 4, true, device), nn::BatchNorm1d(4, 1e-5, 0.1, true, true,
-                                                                                          device));
+  return std::make_shared<nn::Sequential>(nn::Linear(3, 4, true, device),
+                                          nn::BatchNorm1d(4, 1e-5, 0.1, true, true, device));
 }
 
 TEST_P(ReplicatedBuffersTest, ReplicateSharesBuffersOnTheMastersDeviceAndCopiesThemElsewhere) {
@@ -43,7 +43,7 @@ TEST_P(ReplicatedBuffersTest, ReplicatedModuleRunsEveryReplicaWithTheMastersBuff
   for (int step = 0; step < 3; ++step) {
     const Tensor x = Tensor::randn({rows, 3}, devices[0]) + static_cast<float>(step);
     const std::vector<Tensor> shards = parallel::scatter(x, devices);
-    model.forward(shards);
+    model.forward_replicas(shards);
     (*reference)(shards[0].to(devices[0]));  // the master's statistics are those of replica 0's rows
   }
   const auto master = net->named_buffers();
@@ -56,7 +56,7 @@ TEST_P(ReplicatedBuffersTest, ReplicatedModuleRunsEveryReplicaWithTheMastersBuff
   const Tensor row = Tensor::randn({1, 3});
   std::vector<Tensor> inputs;
   for (const Device& device : devices) inputs.push_back(row.to(device));
-  const std::vector<Tensor> outputs = model.forward(inputs);
+  const std::vector<Tensor> outputs = model.forward_replicas(inputs);
   for (size_t d = 1; d < devices.size(); ++d) testing::expect_close(outputs[d], outputs[0]);
   for (size_t d = 1; d < devices.size(); ++d)
     testing::expect_close(model.replicas()[d]->buffers()[1], model.replicas()[0]->buffers()[1]);

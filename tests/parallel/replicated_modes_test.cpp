@@ -34,7 +34,7 @@ class ReplicatedModes : public EveryDeviceSet {
   }
   // Expects every replica's forward of ones to be `factor`, and its flags to be the master's.
   void expect_every_replica(parallel::ReplicatedModule& model, float factor) const {
-    const std::vector<Tensor> outputs = model.forward(ones_on_every_device());
+    const std::vector<Tensor> outputs = model.forward_replicas(ones_on_every_device());
     ASSERT_EQ(outputs.size(), devices().size());
     for (size_t d = 0; d < outputs.size(); ++d) {
       SCOPED_TRACE("replica " + std::to_string(d));

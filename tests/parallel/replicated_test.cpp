@@ -13,7 +13,7 @@ std::vector<Tensor> backward_on_every_replica(parallel::ReplicatedModule& model,
   const auto& devices = model.devices();
   std::vector<Tensor> inputs;
   for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({3, 4}, devices[d], seed + d));
-  const std::vector<Tensor> outputs = model.forward(inputs);
+  const std::vector<Tensor> outputs = model.forward_replicas(inputs);
   std::vector<Tensor> losses;
   for (size_t d = 0; d < outputs.size(); ++d) losses.push_back(sum(outputs[d]) * static_cast<float>(d + 1));
   autograd::backward(losses);
@@ -69,8 +69,9 @@ TEST_P(Replicated, ReduceGradientsGivesEveryReplicaTheSum) {
   }
   model.zero_grad();
   for (size_t d = 0; d < model.size(); ++d)
-    expect_values(model.gradient_buffer(d), std::vector<double>(static_cast<size_t>(model.gradient_buffer(d).numel()),
-                                                                0.0), model.gradient_buffer(d).shape());
+    expect_values(model.gradient_buffer(d),
+                  std::vector<double>(static_cast<size_t>(model.gradient_buffer(d).numel()), 0.0),
+                  model.gradient_buffer(d).shape());
 }
 
 TEST_P(Replicated, GradientsReplacedBehindItsBackAreTakenIntoTheBuffers) {
@@ -93,7 +94,7 @@ TEST_P(Replicated, FewerInputsThanReplicas) {
   auto reference = make_net(devices[0]);
   parallel::ReplicatedModule model(net, devices);
   const Tensor x = seeded_randn({1, 4}, devices[0], 700);
-  autograd::backward({sum(model.forward({x}).front())});
+  autograd::backward({sum(model.forward_replicas({x}).front())});
   model.reduce_gradients();
   sum(reference->forward(x)).backward();
   for (size_t d = 0; d < model.size(); ++d) expect_gradients_close(*model.replicas()[d], gradients_of(*reference));
@@ -158,10 +159,10 @@ TEST_P(Replicated, DocumentedErrors) {
                "parameter 'fc1.weight' is on " + devices[0].str() + " but expected " + devices[1].str());
   EXPECT_ERROR(parallel::ReplicatedModule(std::make_shared<nn::ReLU>(), devices), "ReLU has no parameters");
   parallel::ReplicatedModule model(net, devices);
-  EXPECT_ERROR(model.forward({Tensor::zeros({1, 4}, devices[1])}),
-               "parallel::ReplicatedModule::forward: input 0 is on " + devices[1].str() + " but replica 0 is on " +
-                   devices[0].str());
-  EXPECT_ERROR(model.forward(std::vector<Tensor>(devices.size() + 1, Tensor::zeros({1, 4}, devices[0]))),
+  EXPECT_ERROR(model.forward_replicas({Tensor::zeros({1, 4}, devices[1])}),
+               "parallel::ReplicatedModule::forward_replicas: input 0 is on " + devices[1].str() +
+                   " but replica 0 is on " + devices[0].str());
+  EXPECT_ERROR(model.forward_replicas(std::vector<Tensor>(devices.size() + 1, Tensor::zeros({1, 4}, devices[0]))),
                "got " + std::to_string(devices.size() + 1) + " inputs for " + std::to_string(devices.size()));
 }
 

@@ -19,8 +19,8 @@ struct Batch {
 };
 
 Batch batch(size_t step, Device device) {
-  return {seeded_randn({kBatchRows[step], 10}, device, 300 + step), seeded_randn({kBatchRows[step], 1}, device,
-                                                                                 400 + step)};
+  return {seeded_randn({kBatchRows[step], 10}, device, 300 + step),
+          seeded_randn({kBatchRows[step], 1}, device, 400 + step)};
 }
 
 // The reference: plain SGD on one device over the whole batch.
@@ -86,7 +86,7 @@ TEST_P(TrainingEquivalence, ReplicatedFastPathStaysInSyncAndMatchesOneDevice) {
   for (size_t step = 0; step < kBatchRows.size(); ++step) {
     const Batch b = batch(step, devices[0]);
     model.zero_grad();
-    const std::vector<Tensor> outputs = model.forward(parallel::scatter(b.x, devices));
+    const std::vector<Tensor> outputs = model.forward_replicas(parallel::scatter(b.x, devices));
     nn::mse_loss(parallel::gather(outputs, devices[0]), b.y).backward();
     model.reduce_gradients();
     sgd.step();
@@ -121,7 +121,7 @@ TEST_P(TrainingEquivalence, ReplicatedFastPathEqualsThePlainPathEachStep) {
       return losses;
     };
     fast_sgd.zero_grad();
-    autograd::backward(weighted_losses(fast.forward(inputs)));
+    autograd::backward(weighted_losses(fast.forward_replicas(inputs)));
     fast.reduce_gradients();
     fast_sgd.step();
 

@@ -32,7 +32,8 @@ class NetWithUnused : public nn::Cloneable<NetWithUnused> {
 // Every buffer full of NaN, as garbage a missed write would leave behind.
 void poison(const parallel::ReplicatedModule& model) {
   NoGradGuard no_grad;
-  for (size_t d = 0; d < model.size(); ++d) Tensor(model.gradient_buffer(d)).fill_(std::numeric_limits<float>::quiet_NaN());
+  for (size_t d = 0; d < model.size(); ++d)
+    Tensor(model.gradient_buffer(d)).fill_(std::numeric_limits<float>::quiet_NaN());
 }
 
 // The gradients of sum over the inputs of sum(net(input)) * (i + 1), on one device.
@@ -55,9 +56,8 @@ TEST_P(ZeroingByMarking, AStepWritesOverWhatTheBuffersHeld) {
     const size_t used = fewer_inputs ? devices.size() - 1 : devices.size();
     std::vector<Tensor> inputs;
     for (size_t d = 0; d < used; ++d) inputs.push_back(seeded_randn({5, 4}, devices[d], 40 + d));
-    model.forward_backward(inputs, [](size_t replica, const Tensor& output) {
-      return sum(output) * static_cast<float>(replica + 1);
-    });
+    model.forward_backward(
+        inputs, [](size_t replica, const Tensor& output) { return sum(output) * static_cast<float>(replica + 1); });
     const std::vector<Tensor> expected = reference_gradients(inputs, devices[0]);
     for (size_t d = 0; d < model.size(); ++d) {
       SCOPED_TRACE("replica " + std::to_string(d));
@@ -79,7 +79,7 @@ TEST_P(ZeroingByMarking, ABackwardOfTheCallerAndReadsAfterZeroGradSeeZeros) {
   model.zero_grad();
   std::vector<Tensor> inputs;
   for (size_t d = 0; d < devices.size(); ++d) inputs.push_back(seeded_randn({3, 4}, devices[d], 60 + d));
-  const std::vector<Tensor> outputs = model.forward(inputs);
+  const std::vector<Tensor> outputs = model.forward_replicas(inputs);
   model.prepare_for_backward(outputs.size());
   std::vector<Tensor> losses;
   for (size_t d = 0; d < outputs.size(); ++d) losses.push_back(sum(outputs[d]) * static_cast<float>(d + 1));

@@ -46,6 +46,23 @@ void accumulate(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad, const N
   current = current.defined() ? raw::binary(backend::BinaryOp::Add, current, grad, "backward") : std::move(grad);
 }
 
+// The callbacks queued by the backward pass running on this thread (queue_callback); null outside one.
+thread_local std::vector<std::function<void()>>* queued_callbacks = nullptr;
+
+// Makes `callbacks` the running pass's queue for its lifetime, restoring the outer pass's (a backward run by a hook).
+class CallbackScope {
+ public:
+  explicit CallbackScope(std::vector<std::function<void()>>& callbacks) : outer_(queued_callbacks) {
+    queued_callbacks = &callbacks;
+  }
+  ~CallbackScope() { queued_callbacks = outer_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* outer_;
+};
+
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
@@ -101,8 +118,10 @@ Tensor seed_gradient(const Tensor& root, const Tensor& gradient, const char* cal
   TANDEM_CHECK(root.defined(), caller, ": ", subject, " is undefined");
   TANDEM_CHECK(root.requires_grad(), caller, ": ", subject, " does not require grad and has no grad_fn");
   if (!gradient.defined()) {
-    TANDEM_CHECK(root.numel() == 1, caller, ": a gradient can be created implicitly only for one-element tensors, "
-                 "but ", subject, " has shape ", to_string(root.shape()), "; pass a gradient");
+    TANDEM_CHECK(root.numel() == 1, caller,
+                 ": a gradient can be created implicitly only for one-element tensors, "
+                 "but ",
+                 subject, " has shape ", to_string(root.shape()), "; pass a gradient");
     return Tensor::ones(root.shape(), root.device());
   }
   TANDEM_CHECK(gradient.shape() == root.shape(), caller, ": the gradient for ", subject, " has shape ",
@@ -113,6 +132,8 @@ Tensor seed_gradient(const Tensor& root, const Tensor& gradient, const char* cal
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, bool retain_graph) {
   TANDEM_CHECK(roots.size() == seeds.size(), "backward: got ", seeds.size(), " gradients for ", roots.size(), " roots");
   NoGradGuard no_grad;  // backward itself is not recorded
+  std::vector<std::function<void()>> callbacks;
+  CallbackScope callback_scope(callbacks);
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
@@ -164,9 +185,24 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& s
       if (--dependencies[next] == 0) ready.push(next);
     }
   }
+  // Indexed: a callback may queue more, which grows the vector.
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(callbacks[i]);
+    callback();
+  }
 }
 
 }  // namespace detail
+
+void queue_callback(std::function<void()> callback) {
+  TANDEM_CHECK(queued_callbacks != nullptr,
+               "autograd::queue_callback: no backward pass is running on this thread; call it from a hook or a "
+               "node's backward");
+  TANDEM_CHECK(callback != nullptr, "autograd::queue_callback: the callback is empty");
+  queued_callbacks->push_back(std::move(callback));
+}
+
+bool backward_running() { return queued_callbacks != nullptr; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
   constexpr const char* fn = "autograd::backward";

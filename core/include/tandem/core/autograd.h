@@ -120,6 +120,16 @@ void zero_grad(const std::vector<Tensor>& tensors, bool set_to_none = true);
 // tensors an earlier backward freed.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false);
 
+// Runs `callback` on this thread once the backward pass running on it has walked its whole graph, just before that
+// backward call returns (PyTorch's queue_callback on the execution engine): for work that must follow every gradient
+// of the pass, such as parallel::ReplicatedModule closing its gradient reduction. Callbacks run in the order they were
+// queued, and a callback may queue more, which run after it. An exception a callback throws propagates out of the
+// backward call, and the callbacks after it do not run; none runs when the walk itself throws. Call it from inside a
+// backward pass (a hook or a node's backward). Errors: no backward pass running on this thread.
+void queue_callback(std::function<void()> callback);
+// Whether a backward pass is running on this thread (queue_callback may be called).
+bool backward_running();
+
 // ---- custom differentiable operations -------------------------------------------------------------------------
 // Subclass Function, implement forward (runs with grad mode off) and backward, and call apply:
 //
@@ -181,7 +191,7 @@ class Function {
 
   std::vector<bool> needs_input_grad_;
   std::vector<Tensor> saved_;
-  bool saved_tensors_freed_ = false;  // set by a release that freed at least one defined tensor
+  bool saved_tensors_freed_ = false;           // set by a release that freed at least one defined tensor
   detail::LeafWrites* leaf_writes_ = nullptr;  // set while backward runs (FunctionNode::apply_writing_leaves)
 };
 

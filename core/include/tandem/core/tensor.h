@@ -33,18 +33,20 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
   Shape shape;
-  Shape strides;       // in elements
+  Shape strides;  // in elements
   DType dtype = DType::Float32;
 
   // autograd metadata
-  bool requires_grad = false;                 // leaves only; non-leaves require grad iff grad_fn is set
-  std::shared_ptr<autograd::Node> grad_fn;    // set on results of differentiable ops
-  uint32_t output_nr = 0;                     // which output of grad_fn this tensor is
-  std::shared_ptr<TensorImpl> grad;           // accumulated gradient (leaves)
-  bool grad_stale = false;                    // leaves: grad's values no longer count (Tensor::mark_grad_stale)
+  bool requires_grad = false;               // leaves only; non-leaves require grad iff grad_fn is set
+  std::shared_ptr<autograd::Node> grad_fn;  // set on results of differentiable ops
+  uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
+  std::shared_ptr<TensorImpl> grad;         // accumulated gradient (leaves)
+  bool grad_stale = false;                  // leaves: grad's values no longer count (Tensor::mark_grad_stale)
   std::weak_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: the node that accumulates into grad
   // leaves: (handle, hook) pairs, see Tensor::register_post_accumulate_grad_hook
   std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
+  // leaves: refuses uses of .grad that it is not ready for, see Tensor::set_grad_check
+  std::function<void(const std::string& user)> grad_check;
 };
 
 class Tensor {
@@ -97,7 +99,7 @@ class Tensor {
   // Whether the values live in page-locked host memory (pin_memory, empty_pinned), which copies to a GPU can read
   // asynchronously; false for CUDA tensors and for ordinary host memory.
   bool is_pinned() const;
-  const void* data_ptr() const;   // address of the first element (a device address on CUDA)
+  const void* data_ptr() const;  // address of the first element (a device address on CUDA)
   void* mutable_data_ptr() const;
   // Typed element pointers (a device address on CUDA). Errors: the tensor's dtype is not T's ("Tensor::data_as: the
   // tensor is int64 but expected float32 (convert with .to(DType::Float32))").
@@ -128,11 +130,11 @@ class Tensor {
   // bfloat16 values as int64_t are truncated toward zero.
   template <class T, class = std::enable_if_t<is_item_type_v<T>>>
   T item() const;
-  float item() const;  // float32 tensors only (an Error for other dtypes: use item<float>())
-  std::string str() const;               // values and metadata, for printing
+  float item() const;       // float32 tensors only (an Error for other dtypes: use item<float>())
+  std::string str() const;  // values and metadata, for printing
 
   // ---- copies and views (differentiable) ----
-  Tensor to(Device device) const;        // same device: returns *this (no copy); the dtype is kept
+  Tensor to(Device device) const;  // same device: returns *this (no copy); the dtype is kept
   // As to(device), but with non_blocking a copy from page-locked memory (is_pinned(), contiguous) to a CUDA device is
   // asynchronous: it is enqueued on that device's compute stream, ordered before every later use of the result, and
   // the host does not wait for it (Note [Copies from pinned memory] in core/src/cuda/cross_device_copy.cpp). Until
@@ -149,19 +151,19 @@ class Tensor {
   // int64 has no history, as in PyTorch.
   Tensor to(DType dtype) const;
   Tensor clone() const;
-  Tensor contiguous() const;             // *this when already contiguous
-  Tensor view(const Shape& shape) const; // contiguous tensors only; -1 allowed once
+  Tensor contiguous() const;              // *this when already contiguous
+  Tensor view(const Shape& shape) const;  // contiguous tensors only; -1 allowed once
   Tensor reshape(const Shape& shape) const;
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;       // a view
-  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;      // torch.chunk rules (may return fewer)
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;   // a view
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // torch.chunk rules (may return fewer)
   std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;  // views
-  Tensor t() const;                      // 2-D transpose (a view)
+  Tensor t() const;                                                                     // 2-D transpose (a view)
   Tensor expand(const Shape& shape) const;  // broadcast view (stride 0 on expanded dims)
   Tensor sum_to(const Shape& shape) const;  // sums broadcast dimensions away (the backward of expand)
 
   // ---- in-place (never recorded; throws on a leaf that requires grad while grad mode is on) ----
-  Tensor& zero_();                                        // any dtype
-  Tensor& fill_(double value);                            // any dtype; `value` converted as in full(..., dtype)
+  Tensor& zero_();              // any dtype
+  Tensor& fill_(double value);  // any dtype; `value` converted as in full(..., dtype)
   // Any devices and dtypes (converted as Tensor::to(DType) does), same shape (or broadcastable src).
   Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, float alpha = 1.0f);  // this += alpha * other (same device)
@@ -191,7 +193,7 @@ class Tensor {
   // `gradient` seeds a one-element tensor with 1. Without retain_graph the nodes that ran free their saved tensors,
   // and a second backward through one of them is an error naming it; with it, the graph can run again.
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
-  Tensor detach() const;                                 // shares storage, no autograd history
+  Tensor detach() const;  // shares storage, no autograd history
   // PyTorch's `tensor.data = data`: this tensor takes over `data`'s storage, offset, shape, strides and dtype
   // (nothing is copied, `data`'s autograd history is not taken). The handle, and every handle sharing it, keeps its
   // identity, requires_grad, post-accumulate-grad hooks and .grad, and sees the new values, device and shape; views
@@ -211,6 +213,16 @@ class Tensor {
   uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   // Removes the hook registered under `handle`; does nothing when there is none (already removed).
   void remove_post_accumulate_grad_hook(uint64_t handle) const;
+
+  // Note [Gradient checks]: the owner of a leaf's gradient that is not always ready to be used (a data-parallel
+  // module whose gradients hold local values until their reduction: parallel::ReplicatedModule) sets a check on the
+  // leaf; code about to consume .grad (every optimizer's step) calls check_grad(user) first, and the check throws an
+  // Error naming `user` and the cause when the gradient must not be used now. One check per leaf; an empty function
+  // removes it. Not synchronized with other uses of this tensor. Errors (set_grad_check): an undefined tensor; a
+  // tensor that is not a leaf requiring grad; a check set already (remove it first).
+  void set_grad_check(std::function<void(const std::string& user)> check) const;
+  // Runs the check set on this tensor, if any (Note [Gradient checks]); its Error propagates.
+  void check_grad(const std::string& user) const;
 
  private:
   void check_defined(const char* caller) const;

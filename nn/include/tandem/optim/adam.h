@@ -51,7 +51,10 @@ class AdamFamily : public Optimizer {
   AdamFamily(std::initializer_list<ParamGroup<Options>> groups, Options defaults)
       : AdamFamily(std::vector<ParamGroup<Options>>(groups), defaults) {}
 
-  void step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/false); }
+  void step() override {
+    check_gradients("step");
+    step_part(every_index(), UpdateStream::Compute, /*replayable=*/false);
+  }
   // Each parameter's update depends on nothing else (Note [Stepping parameters apart] in optimizer.h).
   bool steps_parameters_apart() const override { return true; }
 

@@ -156,6 +156,11 @@ class Optimizer {
   void state_replaced() { ++state_generation_; }
   // 0, 1, ..., parameters().size() - 1: what step() and replayable_step() update.
   std::vector<size_t> every_index() const;
+  // Runs every parameter's gradient check (Note [Gradient checks] in tandem/core/tensor.h) with the user
+  // "<who>::<caller>": step() and prepare_replay() call it before they read a gradient, so that gradients their owner
+  // has not made ready (a data-parallel module's, not reduced yet) are refused with the owner's message. Optimizers
+  // of users' own should call it at the start of their step() too.
+  void check_gradients(const char* caller) const;
   // Whether parameters()[parameter] has a .grad, asked without zeroing a stale one (as Tensor::grad() would).
   bool has_grad(size_t parameter) const { return parameters_[parameter].impl()->grad != nullptr; }
 

@@ -37,7 +37,10 @@ class SGD : public Optimizer {
       : SGD(std::vector<ParamGroup<SGDOptions>>(groups), defaults) {}
 
   // Updates every parameter that has a gradient; parameters without one are skipped (their momentum is kept).
-  void step() override { step_part(every_index(), UpdateStream::Compute, /*replayable=*/false); }
+  void step() override {
+    check_gradients("step");
+    step_part(every_index(), UpdateStream::Compute, /*replayable=*/false);
+  }
   // Each parameter's update depends on nothing else (Note [Stepping parameters apart] in optimizer.h).
   bool steps_parameters_apart() const override { return true; }
 

@@ -86,6 +86,8 @@ class GradientReducer {
  public:
   // Called with a bucket's index right after its collective was started in an overlapped step (begin()).
   using BucketStarted = std::function<void(size_t bucket)>;
+  // Called once per step, by the first mark_ready of the step, on the thread that runs it (begin()).
+  using FirstGradient = std::function<void()>;
 
   // buffers[r] is replica r's flat buffer of `layout` (1-D, layout.numel() elements, contiguous), one per device.
   // Errors: no buffers; a buffer of another shape, not contiguous, or on a device listed twice; a collective
@@ -115,7 +117,10 @@ class GradientReducer {
   // bucket's sum (Note [Optimizer steps in backward] in steps_in_backward.h). Calls for different buckets may run at
   // once on several threads. It is not called for the buckets that finish() sums with collective.run, nor in a step
   // that does not overlap. An exception it throws leaves the step to be abandoned, as one of the collective's.
-  void begin(size_t active, BucketStarted started = {});
+  // `first_gradient`, when set, is called once, by the step's first mark_ready, on the thread running that
+  // backward (ReplicatedModule queues the step's closing there: Note [Closing the step at the end of backward] in
+  // replicated.h); an exception it throws propagates out of that mark_ready.
+  void begin(size_t active, BucketStarted started = {}, FirstGradient first_gradient = {});
   // Replica `replica`'s gradient of `parameter` is final in its buffer (called by the hooks, on the thread running
   // that replica's backward; calls for different replicas may run at once). In an overlapped step it starts the
   // bucket's collective when this completes the bucket on the last replica.
@@ -141,7 +146,17 @@ class GradientReducer {
   // Errors: a step open.
   void reduce();
   bool step_open() const { return open_; }
+  // Whether any gradient reached the buffers in the open step (or, with none open, in the last one).
+  bool step_received_gradients() const { return received_.load(std::memory_order_acquire); }
+  // The parameters (indices, with a place in the buffers) that some replica running backward in the open (or last)
+  // step got no gradient for.
+  std::vector<size_t> missing_gradients() const;
   bool holds_sums() const { return summed_; }
+  // Whether the buffers hold gradients that a reduction has yet to sum (accumulated since the last finish() or
+  // reduce(), or left partial by an abandoned step), where there is something to reduce (several replicas, or a
+  // collective that spans processes). gradients_discarded() says the buffers were zeroed instead.
+  bool holds_unreduced_gradients() const { return unreduced_.load(std::memory_order_acquire) && !nothing_to_reduce(); }
+  void gradients_discarded() { unreduced_.store(false, std::memory_order_release); }
   // The buffers were written outside a step (zeroed, or gradients copied in): they hold local gradients now.
   void buffers_changed() { summed_ = false; }
 
@@ -163,8 +178,14 @@ class GradientReducer {
   };
   std::vector<std::vector<Hook>> hooks_;  // [replica]
   bool open_ = false;                     // between begin() and finish() / abandon()
+  size_t active_ = 0;                     // replicas running backward in the open (or last) step
   std::unique_ptr<Step> step_;            // set while an overlapped step is open
   std::atomic<bool> summed_{false};       // the buffers hold sums, no gradient accumulated since
+  std::atomic<bool> unreduced_{false};    // holds_unreduced_gradients(), before asking nothing_to_reduce()
+  // Per step (begin() resets them): which gradients came, whether any did, and begin()'s first_gradient.
+  std::vector<std::vector<char>> arrived_;  // [replica][parameter]; each replica's thread writes its own row
+  std::atomic<bool> received_{false};
+  FirstGradient first_gradient_;
 };
 
 }  // namespace tandem::parallel

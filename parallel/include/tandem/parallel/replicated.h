@@ -3,21 +3,42 @@
 // bucket. It gives the same parameters as the plain path (replicate every step, reduce onto the master), step for
 // step within float tolerance, without cloning anything per step.
 //
-//   parallel::ReplicatedModule model(net, devices);            // net's parameters on devices[0]
-//   parallel::ReplicatedSGD sgd(model, {.lr = 0.1, .momentum = 0.9});  // replicated_optimizer.h
+// A ReplicatedModule is an nn::Module, written as a DataParallel model is (the master registered as "module", so its
+// parameters() are the master's and its state_dict names are "module.fc1.weight" as in PyTorch):
+//
+//   auto model = std::make_shared<parallel::ReplicatedModule>(net, devices);  // net's parameters on devices[0]
+//   optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});        // a plain optimizer over the master
 //   for (...) {
-//     model.zero_grad();
-//     std::vector<Tensor> outputs = model.forward(parallel::scatter(x, devices));
-//     Tensor loss = nn::mse_loss(parallel::gather(outputs, devices[0]), y);   // or per-replica losses
-//     loss.backward();
-//     model.reduce_gradients();   // every replica's gradient becomes the sum over replicas
-//     sgd.step();                 // identical updates keep the replicas equal, no broadcast needed
+//     sgd.zero_grad();
+//     Tensor out = (*model)(x);             // x scattered over the devices, the outputs gathered on devices[0]
+//     nn::mse_loss(out, y).backward();      // when backward returns, every replica's gradients hold the sum
+//     sgd.step();                           // the master's update reaches the other replicas at the next forward
 //   }
 //
+// The per-device form is the fast path that parallel's training steps take: forward_replicas / forward_backward on
+// one input per device, with replicated optimizers (replicated_optimizer.h), whose identical updates keep the
+// replicas equal without copies.
+//
 // The gradients of every replica are views into one flat buffer per device (Note [Flat gradient buffers] in
-// gradient_layout.h), installed as the parameters' .grad; a GradientReducer sums the buffers bucket by bucket. If
-// something replaced a .grad (Module::zero_grad() with set_to_none, a fresh optimizer), reduce_gradients() copies it
-// back into the buffer and reinstalls the view.
+// gradient_layout.h), installed as the parameters' .grad (PyTorch's gradient_as_bucket_view = true, always): reading
+// or writing a parameter's .grad reads or writes its place in the bucket. A GradientReducer sums the buffers bucket
+// by bucket. If something replaced a .grad (Module::zero_grad() with set_to_none, an optimizer's zero_grad()), the
+// replaced gradient is copied back into the buffer and the view reinstalled, before the next reduction or as soon as
+// backward accumulates into it.
+//
+// Note [Closing the step at the end of backward]: in the module form, forward opens a reduction step (in grad mode,
+// outside no_sync()), and the backward that follows closes it: the first gradient that reaches the buffers queues a
+// callback on the running backward pass (autograd::queue_callback), which, once the pass has produced every gradient,
+// sums what is left and joins the buckets' collectives, as PyTorch's reducer does from its end-of-backward callback.
+// So when backward() returns, the gradients hold the reduction, with no call in between. A forward whose backward
+// never ran (an evaluation in grad mode) leaves a step without gradients, which the next forward drops; a step whose
+// backward did not finish (it threw) leaves partial gradients, which the next forward discards, with an Error.
+//
+// Note [Unreduced gradients are refused]: an optimizer never steps on gradients that a reduction has yet to sum.
+// Each replica parameter carries a gradient check (Note [Gradient checks] in tandem/core/tensor.h) that every
+// optimizer's step() runs: while the buffers hold local gradients that need a reduction (a backward inside no_sync(),
+// a second backward after one forward, a backward that threw), the step is an Error naming the parameter and the
+// cause. With one device in one process there is nothing to reduce and nothing is refused.
 
 #include <cstddef>
 #include <functional>
@@ -39,7 +60,7 @@ struct ReplicatedOptions {
   GradientCollective collective = {};
 };
 
-class ReplicatedModule {
+class ReplicatedModule : public nn::Module {
  public:
   // Replica 0 is `module` itself (not copied); replica d > 0 is module->clone(devices[d]), with the master's
   // requires_grad flags. The master's current gradients are replaced by (zeroed) views of its buffer. Parameters
@@ -47,30 +68,73 @@ class ReplicatedModule {
   // replace their parameter tensors (set_parameters) afterwards: the buffers and optimizers hold the ones seen here.
   // Every replica parameter that requires grad gets a gradient hook, removed when the ReplicatedModule is destroyed.
   // Do not replace the buffer tensors either (Module::set_buffers); load() and in-place writes are fine.
-  // The replicas run in the master's training modes: forward and forward_backward first copy the master's flags
+  // The replicas run in the master's training modes: every forward first copies the master's flags
   // (train(), eval(), per submodule) onto the other replicas when any flag changed (Note [Following the master's
   // modes] in nn/module.h). Buffers, as in PyTorch's DataParallel: the master's (replica 0's) are the ones that
-  // count; forward and forward_backward first copy them onto the other replicas (device-to-device copies, none when
+  // count; every forward first copies them onto the other replicas (device-to-device copies, none when
   // the module has no buffers), so every replica normalizes with the master's running statistics, and what the other
   // replicas write into their copies (BatchNorm's updates from their shares of the batch) is overwritten at the next
-  // step. DistributedDataParallel does not broadcast buffers between processes: each process's master keeps its own
-  // (PyTorch's DDP with broadcast_buffers=False).
+  // step. Between processes, DistributedDataParallel broadcasts rank 0's (DistributedOptions::broadcast_buffers).
+  // Every replica parameter with a gradient view also gets a gradient check (Note [Unreduced gradients are refused]):
+  // a parameter checked by another ReplicatedModule still alive is an Error.
   // Errors: null module; empty `devices`; a device listed twice or not existing; the module's parameters not all
   // on devices[0]; a module without parameters or not clonable; bucket_size 0; a collective function missing.
   ReplicatedModule(std::shared_ptr<nn::Module> module, std::vector<Device> devices, ReplicatedOptions options = {});
+  ~ReplicatedModule() override;  // removes the gradient checks and hooks from the replicas' parameters
   ReplicatedModule(const ReplicatedModule&) = delete;
   ReplicatedModule& operator=(const ReplicatedModule&) = delete;
 
   const std::vector<Device>& devices() const { return devices_; }
   size_t size() const { return replicas_.size(); }
   const std::shared_ptr<nn::Module>& module() const { return replicas_.front(); }  // the master, replica 0
-  const std::vector<std::shared_ptr<nn::Module>>& replicas() const { return replicas_; }
+  // Every replica, in the master's current training modes (train() / eval() on the master or on this module are
+  // seen here at once, Note [Following the master's modes] in nn/module.h).
+  const std::vector<std::shared_ptr<nn::Module>>& replicas() const;
 
+  // ---- the module form (Note [Closing the step at the end of backward]) ----
+  // forward_all: every input is scattered along dim 0 over the devices (parallel::scatter: a batch of fewer rows
+  // than devices uses fewer replicas, the others take part in the reduction with zero gradients), replica i runs on
+  // its chunks, and every output is gathered along dim 0 on devices[0] (parallel::gather), differentiably, as
+  // DataParallel does. With one device, or inputs without rows, the master runs alone on the inputs moved to
+  // devices[0]. Before running, the other replicas take the master's parameter values (so a plain optimizer over
+  // parameters(), which updates the master, reaches them), buffers and training modes. In grad mode it opens the
+  // step that the next backward closes; inside no_sync() that backward accumulates locally instead. Errors: no
+  // inputs; those of scatter, of the replicas' forward and of gather; a step still open whose backward did not
+  // finish (the partial gradients are discarded, as by zero_grad(), before the Error); a step opened by
+  // prepare_for_backward() still open.
+  Tensor forward(const Tensor& input) override;
+  std::vector<Tensor> forward_all(const std::vector<Tensor>& inputs) override;
+  std::string name() const override { return "ReplicatedModule"; }
+  // Whether a parameter that gets no gradient in a backward of the module form is allowed: true (the default in one
+  // process) reduces it with zeros; false makes that backward an Error naming the parameters
+  // (DistributedDataParallel's default, as PyTorch's).
+  bool find_unused_parameters() const { return find_unused_parameters_; }
+  void set_find_unused_parameters(bool allowed) { find_unused_parameters_ = allowed; }
+
+  // While the returned guard lives, a backward of the module form accumulates gradients locally without any
+  // collective (gradient accumulation, PyTorch's no_sync()); the first synced backward after it reduces everything
+  // accumulated. An optimizer step before that is refused (Note [Unreduced gradients are refused]). The per-device
+  // form takes `reduce` explicitly (DistributedDataParallel passes its no_sync() state there).
+  class NoSync {
+   public:
+    explicit NoSync(ReplicatedModule& model);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    ReplicatedModule& model_;
+    bool previous_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+  bool syncing() const { return syncing_; }
+
+  // ---- the per-device form ----
   // Runs replica i on inputs[i] (on devices[i]) with parallel_apply. Fewer inputs than devices (a batch with fewer
   // rows than devices) runs the first inputs.size() replicas; the others contribute zero gradients.
   // Errors: no inputs or more inputs than devices; input i not on devices[i]; a replica's exception (as
   // parallel_apply).
-  std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> forward_replicas(const std::vector<Tensor>& inputs);
 
   // Forward, loss and backward of every replica, each on its device's worker thread and all at once, and the sum of
   // the replicas' gradients: afterwards every replica's .grad holds the sum over replicas, as after
@@ -80,8 +144,8 @@ class ReplicatedModule {
   // i's loss, a one-element tensor on devices[i]; for the gradient of a mean loss over the whole batch, weight it by
   // the replica's share of the rows; it must not run backward itself. Returns the losses (detached). Gradients
   // accumulate across calls without zero_grad() as on one device: when the buffers already hold sums, those count
-  // once (Note [Accumulating onto sums] in gradient_reducer.cpp). Same input rules and errors as forward(); also an
-  // error: a parameter that receives two gradients in one call (found after the second one is accumulated:
+  // once (Note [Accumulating onto sums] in gradient_reducer.cpp). Same input rules and errors as forward_replicas();
+  // also an error: a parameter that receives two gradients in one call (found after the second one is accumulated:
   // zero_grad() before going on); a step still open (prepare_for_backward()).
   // With `reduce` false nothing is summed (gradient accumulation): each replica's gradients accumulate in its own
   // buffer, and a later reduction sums everything accumulated; sums already held count once there too.
@@ -99,12 +163,12 @@ class ReplicatedModule {
                                        const std::vector<Tensor>& seeds = {},
                                        const GradientReducer::BucketStarted& bucket_started = {});
 
-  // Prepares the buffers for a backward that the caller runs over the outputs of forward() (loss.backward()).
+  // Prepares the buffers for a backward that the caller runs over the outputs of forward_replicas() (loss.backward()).
   // With `reduce` it opens a step: each bucket is summed as soon as it is final on every replica, while backward goes
   // on (Note [Overlapped gradient reduction] in gradient_reducer.h), and reduce_gradients() closes it. Replicas
-  // 0..active-1 run backward (active: the number of inputs forward() got, 0 when this process has no rows), the
-  // others take part with the gradients they hold. Order: forward(), prepare_for_backward(), one backward over
-  // the replicas' losses (at most one gradient per parameter and replica), reduce_gradients(); a step left open
+  // 0..active-1 run backward (active: the number of inputs forward_replicas() got, 0 when this process has no rows),
+  // the others take part with the gradients they hold. Order: forward_replicas(), prepare_for_backward(), one backward
+  // over the replicas' losses (at most one gradient per parameter and replica), reduce_gradients(); a step left open
   // (no reduce_gradients() after the backward, or an exception in it) must be closed by reduce_gradients() before
   // the next prepare_for_backward(), forward_backward() or zero_grad(), which refuse to run otherwise. With `reduce`
   // false no step is opened: the backward's gradients stay in each replica's buffer until a later reduction
@@ -114,7 +178,10 @@ class ReplicatedModule {
   bool step_open() const { return reducer_->step_open(); }
   // Closes an open step without summing (after an exception in its backward): joins the collectives it started; the
   // buffers hold partial gradients until zero_grad(). Does nothing without an open step.
-  void abandon_step() { reducer_->abandon(); }
+  void abandon_step() {
+    reducer_->abandon();
+    module_step_ = false;
+  }
 
   // Sums the replicas' gradients: afterwards every replica's .grad holds the sum over replicas (one all_reduce per
   // bucket). Closes the step that prepare_for_backward() opened (summing the buckets that are left and joining the
@@ -124,7 +191,9 @@ class ReplicatedModule {
   // Zeroes every gradient (and reinstalls the gradient views where something replaced them), without a pass over
   // the buffers: the views are marked stale and the next backward writes over them (Note [Zeroing by marking] in
   // replicated.cpp); reading a gradient (.grad, gradient_buffer()) or reducing gives zeros where none was written.
-  // Errors: a step open (prepare_for_backward()).
+  // A step that the module form's forward opened is dropped. Errors: a step open (prepare_for_backward()).
+  // (nn::Module::zero_grad(set_to_none), reached through a Module
+  // reference, clears the master's gradients only; the views come back as the class comment says.)
   void zero_grad();
   // Copies the master's parameter values into every other replica (after changing the master outside of the
   // replicated optimizer, e.g. loading a checkpoint into module()).
@@ -150,20 +219,34 @@ class ReplicatedModule {
   const Tensor& gradient_buffer(size_t replica) const;
 
  private:
+  // Why the buffers hold gradients that need a reduction (Note [Unreduced gradients are refused]).
+  enum class UnreducedCause { BackwardWithoutForward, NoSync, StepNotFinished };
+
   bool install_gradient_views(bool zero);
+  void keep_gradient_view(size_t replica, size_t parameter);
   void zero_stale_gradients(size_t replica) const;
   void check_inputs(const std::vector<Tensor>& inputs, const char* caller) const;
   void check_no_step_open(const char* caller) const;
-  void prepare_buffers(size_t active, bool reduce, const GradientReducer::BucketStarted& bucket_started = {});
-  void follow_master_modes();
+  void prepare_buffers(size_t active, bool reduce, const GradientReducer::BucketStarted& bucket_started = {},
+                       GradientReducer::FirstGradient first_gradient = {});
+  void follow_master_modes() const;
+  void drop_unfinished_step();
+  void close_step_after_backward();
+  void check_reduced(const std::string& user, size_t parameter) const;
+  std::vector<std::vector<Tensor>> run_module_form(const std::vector<std::vector<Tensor>>& chunks);
 
   std::vector<Device> devices_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;
-  std::vector<std::vector<Tensor>> parameters_;      // [replica][parameter]
-  std::vector<std::vector<Tensor>> buffers_;         // [replica][buffer]
-  std::vector<std::vector<Tensor>> gradient_views_;  // [replica][parameter]: views into the replica's flat buffer
-  std::unique_ptr<GradientReducer> reducer_;         // owns the flat buffers and the hooks (built after them)
-  uint64_t modes_generation_ = ~uint64_t{0};         // nn::Module::training_mode_generation() at the last copy
+  std::vector<std::vector<Tensor>> parameters_;       // [replica][parameter]
+  std::vector<std::vector<Tensor>> buffers_;          // [replica][buffer]
+  std::vector<std::vector<Tensor>> gradient_views_;   // [replica][parameter]: views into the replica's flat buffer
+  std::unique_ptr<GradientReducer> reducer_;          // owns the flat buffers and the hooks (built after them)
+  std::vector<std::vector<uint64_t>> view_hooks_;     // [replica]: keep_gradient_view's hook handles
+  mutable uint64_t modes_generation_ = ~uint64_t{0};  // nn::Module::training_mode_generation() at the last copy
+  bool syncing_ = true;                               // no NoSync guard alive
+  bool module_step_ = false;                          // the open step was opened by the module form
+  bool find_unused_parameters_ = true;
+  UnreducedCause unreduced_cause_ = UnreducedCause::BackwardWithoutForward;
 };
 
 }  // namespace tandem::parallel
