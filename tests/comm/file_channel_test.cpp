@@ -27,8 +27,11 @@ using std::chrono::seconds;
 
 constexpr milliseconds kTimeout{20000};
 
-LaunchInfo launch_info(int rank, int size, const std::string& path) {
+constexpr const char* kJob = "test-job";
+
+LaunchInfo launch_info(int rank, int size, const std::string& path, const std::string& job = kJob) {
   LaunchInfo info;
+  info.job_id = job;
   info.channel = LaunchInfo::Channel::File;
   info.rank = info.local_rank = rank;
   info.size = info.local_size = size;
@@ -236,8 +239,9 @@ TEST_F(FileChannelTest, FiftyRoundsKeepTwoFilesPerRankAndLeaveNothingBehind) {
           group->barrier();
       }
     }
-    // Round files of at most two rounds per rank, the generation, ready, and temporary files of writes in flight.
-    RANK_CHECK(count_files(rendezvous_) <= 3 * 3 + 2);
+    // Round files of at most two rounds per rank, the generation, ready, the owner record, the record of the created
+    // directory, and temporary files of writes in flight.
+    RANK_CHECK(count_files(rendezvous_) <= 3 * 3 + 4);
     return 0;
   }));
   EXPECT_FALSE(fs::exists(rendezvous_)) << "rank 0 removes the rendezvous directory once every rank has left";
@@ -315,7 +319,7 @@ TEST_F(FileChannelTest, AbortEndsRankZeroWhileItWaitsForTheOthersToLeave) {
   });
   EXPECT_EQ(outcomes[0].status, 1);
   EXPECT_EQ(outcomes[0].stderr,
-            "comm: rank 0: aborting: rank 1 failed: comm: rank 1: fails after the last collective\n");
+            "comm: rank 0: aborting: rank 1 ended the job: comm: rank 1: fails after the last collective\n");
   EXPECT_EQ(outcomes[1].status, 1);
 }
 
@@ -343,11 +347,12 @@ TEST_F(FileChannelTest, StateOfACrashedJobIsNotMistakenForThisJobs) {
   });
   ASSERT_EQ(crashed[0].status, 1) << crashed[0].stderr;
   ASSERT_EQ(crashed[1].status, 1) << crashed[1].stderr;
-  ASSERT_GT(count_files(rendezvous_), 0u);
+  const std::string space = rendezvous_ + "/tandem-" + kJob;
+  ASSERT_GT(count_files(space), 0u);
   // Hellos of a rank the next job does not have, of one it has from another generation, and a corrupt one.
-  std::ofstream(rendezvous_ + "/hello.5") << "0123456789abcdef";
-  std::ofstream(rendezvous_ + "/hello.2") << "0123456789abcdef";
-  std::ofstream(rendezvous_ + "/hello.1") << "corrupt";
+  std::ofstream(space + "/hello.5.00000000000000aa") << "0123456789abcdef";
+  std::ofstream(space + "/hello.2.00000000000000bb") << "0123456789abcdef";
+  std::ofstream(space + "/hello.1.00000000000000cc") << "corrupt";
 
   expect_success(run_all(3, [&](int rank) {
     if (rank == 2) std::this_thread::sleep_for(milliseconds(200));  // its stale hello is there while others meet
@@ -360,6 +365,150 @@ TEST_F(FileChannelTest, StateOfACrashedJobIsNotMistakenForThisJobs) {
   EXPECT_FALSE(fs::exists(rendezvous_)) << "the stale state is cleaned up with this job's";
 }
 
+// The rendezvous directory is the user's: files of any name there (even tandem-looking ones) stay, and so does the
+// directory itself when the user made it; only the job's namespace comes and goes.
+TEST_F(FileChannelTest, OnlyItsOwnFilesAreEverRemoved) {
+  fs::create_directories(rendezvous_ + "/job-0000000000000001");
+  std::ofstream(rendezvous_ + "/job-0000000000000001/1.0") << "a user's file";
+  const std::vector<std::string> theirs = {"generation", "hello.1",   "hello.7",
+                                           "owner",      "notes.txt", "tandem-other-job/hello.1.00000000000000aa"};
+  fs::create_directories(rendezvous_ + "/tandem-other-job");
+  for (const std::string& name : theirs) std::ofstream(rendezvous_ + "/" + name) << "keep me";
+  for (int job = 0; job < 2; ++job) {
+    expect_success(run_all(3, [&](int rank) {
+      auto group = channel(rank, 3);
+      group->barrier();
+      return 0;
+    }));
+  }
+  for (const std::string& name : theirs) EXPECT_EQ(read_text(rendezvous_ + "/" + name), "keep me") << name;
+  EXPECT_EQ(read_text(rendezvous_ + "/job-0000000000000001/1.0"), "a user's file");
+  EXPECT_FALSE(fs::exists(rendezvous_ + "/tandem-" + kJob));
+
+  fs::remove_all(rendezvous_);
+  fs::create_directories(rendezvous_);  // an empty directory of the user's
+  expect_success(run_all(2, [&](int rank) {
+    channel(rank, 2)->barrier();
+    return 0;
+  }));
+  EXPECT_TRUE(fs::is_directory(rendezvous_)) << "a directory the user made is not removed";
+  EXPECT_TRUE(fs::is_empty(rendezvous_));
+}
+
+// Two jobs with their own ids on one directory at once: each meets only its own processes.
+TEST_F(FileChannelTest, JobsWithDifferentIdsOnOnePathNeverMeet) {
+  for (int trial = 0; trial < 3; ++trial) {
+    expect_success(run({0, 1, 2, 10, 11, 12}, [&](int process) {
+      const int job = process / 10;
+      const int rank = process % 10;
+      auto group = make_file_channel(launch_info(rank, 3, rendezvous_, "job" + std::to_string(job)), kTimeout);
+      for (int round = 0; round < 5; ++round) {
+        std::vector<std::byte> mine(1, std::byte(job));
+        const std::vector<std::byte> all = group->all_gather(mine);
+        for (std::byte seen : all) RANK_CHECK(seen == std::byte(job));
+      }
+      return 0;
+    }));
+  }
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// A second job with the same id waits until the first has left, and refuses to wait longer than its timeout,
+// naming the holder.
+TEST_F(FileChannelTest, ASecondJobWithTheSameIdWaitsForTheFirst) {
+  std::vector<Outcome> outcomes = run({0, 1, 10}, [&](int process) {
+    if (process == 10) {
+      std::this_thread::sleep_for(milliseconds(100));  // the first job holds the namespace by now
+      const auto start = std::chrono::steady_clock::now();
+      auto alone = channel(0, 1);
+      RANK_CHECK(std::chrono::steady_clock::now() - start >= milliseconds(300));
+      return 0;
+    }
+    auto group = channel(process, 2);
+    std::this_thread::sleep_for(milliseconds(500));
+    group->barrier();
+    return 0;
+  });
+  expect_success(outcomes);
+
+  outcomes = run({0, 1, 10}, [&](int process) {
+    if (process == 10) {
+      std::this_thread::sleep_for(milliseconds(100));
+      make_file_channel(launch_info(0, 1, rendezvous_), milliseconds(200));
+      return 0;
+    }
+    auto group = channel(process, 2);
+    std::this_thread::sleep_for(milliseconds(800));
+    group->barrier();
+    return 0;
+  });
+  EXPECT_EQ(outcomes[0].status, 0) << outcomes[0].stderr;
+  EXPECT_EQ(outcomes[1].status, 0) << outcomes[1].stderr;
+  EXPECT_EQ(outcomes[2].status, 2);
+  EXPECT_NE(outcomes[2].stderr.find("rank 0 of 1: another job holds the rendezvous"), std::string::npos)
+      << outcomes[2].stderr;
+  EXPECT_NE(outcomes[2].stderr.find("give each job its own rendezvous directory or its own TANDEM_JOB_ID"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// Two processes answering as rank 1 of one rendezvous: rank 0 refuses it, and every process waiting ends with why.
+TEST_F(FileChannelTest, TwoProcessesAnsweringAsOneRankAreRefused) {
+  std::vector<Outcome> outcomes = run({0, 1, 101}, [&](int process) {
+    if (process == 0) std::this_thread::sleep_for(milliseconds(300));  // both hellos are there when it looks
+    channel(process == 0 ? 0 : 1, 3);
+    return 0;
+  });
+  for (const Outcome& outcome : outcomes) {
+    EXPECT_EQ(outcome.status, 2) << outcome.stderr;
+    EXPECT_NE(outcome.stderr.find("two processes answered as rank 1 in"), std::string::npos) << outcome.stderr;
+  }
+  EXPECT_NE(outcomes[1].stderr.find("rank 1 of 3: rank 0 refused the rendezvous: "), std::string::npos);
+  EXPECT_FALSE(fs::exists(rendezvous_)) << "a refused rendezvous leaves nothing behind";
+}
+
+// A rendezvous that times out removes what each process published, and the directory it created.
+TEST_F(FileChannelTest, AFailedRendezvousLeavesNothingBehind) {
+  std::vector<Outcome> outcomes = run({0, 1}, [&](int rank) {
+    make_file_channel(launch_info(rank, 3, rendezvous_), milliseconds(300));
+    return 0;
+  });
+  for (const Outcome& outcome : outcomes) EXPECT_EQ(outcome.status, 2) << outcome.stderr;
+  EXPECT_FALSE(fs::exists(rendezvous_));
+  EXPECT_ERROR(make_file_channel(launch_info(1, 2, rendezvous_), milliseconds(100)), "ranks that never arrived: 0");
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+TEST_F(FileChannelTest, SeveralProcessesNeedAJobId) {
+  EXPECT_ERROR(make_file_channel(launch_info(0, 2, rendezvous_, ""), kTimeout),
+               "comm::make_file_channel: rank 0 of 2: no job id, but a file rendezvous of several processes needs "
+               "one; set TANDEM_JOB_ID");
+  EXPECT_FALSE(fs::exists(rendezvous_));
+  {
+    auto alone = make_file_channel(launch_info(0, 1, rendezvous_, ""), kTimeout);  // a group of one needs none
+  }
+  EXPECT_FALSE(fs::exists(rendezvous_));
+}
+
+// Note [Naming the rank waited for]: while a round waits for rank 2, the channel says so (the watchdog's message).
+TEST_F(FileChannelTest, AWaitNamesTheRankItWaitsFor) {
+  expect_success(run_all(3, [&](int rank) {
+    auto group = channel(rank, 3);
+    if (rank == 2) std::this_thread::sleep_for(milliseconds(400));
+    std::string seen;
+    std::thread watcher([&] {
+      std::this_thread::sleep_for(milliseconds(200));
+      seen = group->waiting_for();
+    });
+    group->barrier();
+    watcher.join();
+    if (rank != 2)
+      RANK_CHECK(seen == "waiting for rank 2, which has not entered round 0 (stopped, or on another code path)");
+    RANK_CHECK(group->waiting_for().empty());
+    return 0;
+  }));
+}
+
 TEST_F(FileChannelTest, AbortEndsEveryRankWithTheMessage) {
   std::vector<Outcome> outcomes = run_all(3, [&](int rank) {
     auto group = channel(rank, 3);
@@ -370,8 +519,8 @@ TEST_F(FileChannelTest, AbortEndsEveryRankWithTheMessage) {
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outcomes[r].status, 1) << "rank " << r << ": " << outcomes[r].stderr;
   EXPECT_EQ(outcomes[1].stderr, "comm: rank 1: something failed\n");
-  EXPECT_EQ(outcomes[0].stderr, "comm: rank 0: aborting: rank 1 failed: comm: rank 1: something failed\n");
-  EXPECT_EQ(outcomes[2].stderr, "comm: rank 2: aborting: rank 1 failed: comm: rank 1: something failed\n");
+  EXPECT_EQ(outcomes[0].stderr, "comm: rank 0: aborting: rank 1 ended the job: comm: rank 1: something failed\n");
+  EXPECT_EQ(outcomes[2].stderr, "comm: rank 2: aborting: rank 1 ended the job: comm: rank 1: something failed\n");
 }
 
 TEST_F(FileChannelTest, AbortFromAnotherThreadEndsAWaitInProgress) {
@@ -389,8 +538,8 @@ TEST_F(FileChannelTest, AbortFromAnotherThreadEndsAWaitInProgress) {
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outcomes[r].status, 1) << "rank " << r << ": " << outcomes[r].stderr;
   EXPECT_EQ(outcomes[0].stderr, "comm: rank 0: the watchdog fires\n");
-  EXPECT_EQ(outcomes[1].stderr, "comm: rank 1: aborting: rank 0 failed: comm: rank 0: the watchdog fires\n");
-  EXPECT_EQ(outcomes[2].stderr, "comm: rank 2: aborting: rank 0 failed: comm: rank 0: the watchdog fires\n");
+  EXPECT_EQ(outcomes[1].stderr, "comm: rank 1: aborting: rank 0 ended the job: comm: rank 0: the watchdog fires\n");
+  EXPECT_EQ(outcomes[2].stderr, "comm: rank 2: aborting: rank 0 ended the job: comm: rank 0: the watchdog fires\n");
 }
 
 TEST_F(FileChannelTest, DifferentSizesAreAnErrorNotGarbage) {
@@ -427,8 +576,8 @@ TEST_F(FileChannelTest, RendezvousTimeoutWithoutRankZeroNamesIt) {
 }
 
 TEST_F(FileChannelTest, SomethingOtherThanAFileUnderAKeyIsAnError) {
-  fs::create_directories(rendezvous_);
-  ASSERT_EQ(mkfifo((rendezvous_ + "/generation").c_str(), 0600), 0);
+  fs::create_directories(rendezvous_ + "/tandem-" + kJob);
+  ASSERT_EQ(mkfifo((rendezvous_ + "/tandem-" + kJob + "/generation").c_str(), 0600), 0);
   EXPECT_ERROR(make_file_channel(launch_info(1, 2, rendezvous_), kTimeout),
                "generation is not a regular file but expected a value written by tandem");
 }

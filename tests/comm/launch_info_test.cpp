@@ -34,6 +34,10 @@ const char* const kLauncherVariables[] = {
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
     "TANDEM_INIT_METHOD",
+    "TANDEM_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 };
 
 class LaunchInfoFromEnvironment : public ::testing::Test {
@@ -157,6 +161,36 @@ TEST_F(LaunchInfoFromEnvironment, TorchrunStyleVariablesWithAFileRendezvous) {
   const LaunchInfo info = LaunchInfo::from_environment();
   expect_info(info, LaunchInfo::Channel::File, 1, 4, 1, 2);
   EXPECT_EQ(info.rendezvous_path, "/shared/job/rendezvous");
+}
+
+// Note [File rendezvous]: the job id that keeps jobs on one rendezvous path apart, from the first variable that gives
+// one.
+TEST_F(LaunchInfoFromEnvironment, TheJobIdComesFromTheLaunchersVariables) {
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  set("TANDEM_INIT_METHOD", "file:///shared/r");
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "");
+  set("MASTER_ADDR", "10.0.0.1");
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "") << "MASTER_ADDR alone is not an id";
+  set("MASTER_PORT", "29500");
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "10.0.0.1:29500");
+  set("TORCHELASTIC_RUN_ID", "none");  // torchrun's default: no id
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "10.0.0.1:29500");
+  set("TORCHELASTIC_RUN_ID", "5c3e1f0a-77b2");
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "5c3e1f0a-77b2");
+  set("TANDEM_JOB_ID", "train.v2_run-7");
+  EXPECT_EQ(LaunchInfo::from_environment().job_id, "train.v2_run-7");
+  for (const std::string& bad :
+       std::vector<std::string>{"", "a/b", "..", "has space", std::string(129, 'x'), "nul\x01"}) {
+    set("TANDEM_JOB_ID", bad.c_str());
+    EXPECT_ERROR(LaunchInfo::from_environment(),
+                 "LaunchInfo::from_environment: TANDEM_JOB_ID is \"" + excerpt(bad) +
+                     "\" but expected a job id of 1 to 128 letters, digits and \".:_-\"");
+  }
+  unsetenv("TANDEM_JOB_ID");
+  unsetenv("TORCHELASTIC_RUN_ID");
+  set("MASTER_ADDR", "host/x");
+  EXPECT_ERROR(LaunchInfo::from_environment(), "MASTER_ADDR:MASTER_PORT is \"host/x:29500\"");
 }
 
 TEST_F(LaunchInfoFromEnvironment, TorchrunStyleWorldOfOneNeedsNoInitMethod) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_env.sh N PROGRAM [ARGS...]: starts N processes of PROGRAM on this machine the way torchrun does, with RANK,
-# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and TANDEM_INIT_METHOD=file://<fresh directory> set, waits for every one
-# and exits 1 when any of them failed (naming each with its status). The rendezvous directory is a new path under
-# ${TMPDIR:-/tmp} (the processes create it and remove it when they end cleanly). Interrupted, it ends the processes.
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, TANDEM_INIT_METHOD=file://<fresh directory> and a TANDEM_JOB_ID of its
+# own set, waits for every one and exits 1 when any of them failed (naming each with its status). The rendezvous directory is a new path under
+# ${TMPDIR:-/tmp} (the processes create it and remove it when they end cleanly; after a failed job the script removes
+# what is left). Interrupted, it ends the processes.
 set -u
 
 if [ "$#" -lt 2 ] || ! [[ "$1" =~ ^[1-9][0-9]*$ ]]; then
@@ -12,7 +13,8 @@ fi
 size="$1"
 shift
 
-rendezvous="${TMPDIR:-/tmp}/tandem_run_env_$$_$(date +%s%N)"
+job="run_env_$$_$(date +%s%N)"
+rendezvous="${TMPDIR:-/tmp}/tandem_$job"
 pids=()
 end_processes() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
@@ -21,11 +23,14 @@ trap 'end_processes; exit 1' INT TERM
 
 for ((rank = 0; rank < size; ++rank)); do
   RANK="$rank" WORLD_SIZE="$size" LOCAL_RANK="$rank" LOCAL_WORLD_SIZE="$size" \
-    TANDEM_INIT_METHOD="file://$rendezvous" "$@" &
+    TANDEM_INIT_METHOD="file://$rendezvous" TANDEM_JOB_ID="$job" "$@" &
   pids+=("$!")
 done
 
 failed=0
+# The processes remove the rendezvous directory when they end cleanly; after an aborted job its files stay (the
+# ranks end with _exit), and this launcher, which chose the path for this launch alone, removes them.
+trap 'end_processes; rm -rf "$rendezvous"; exit 1' INT TERM
 for ((rank = 0; rank < size; ++rank)); do
   wait "${pids[$rank]}"
   status=$?
@@ -34,6 +39,7 @@ for ((rank = 0; rank < size; ++rank)); do
     failed=$((failed + 1))
   fi
 done
+rm -rf "$rendezvous"
 if [ "$failed" -ne 0 ]; then
   echo "run_env: $failed of $size processes failed" >&2
   exit 1

@@ -1,31 +1,44 @@
 // The host channel of torchrun-style launches: the processes meet through files in a directory they share.
 //
 // Note [File rendezvous]: TANDEM_INIT_METHOD=file:///path names a DIRECTORY (created when missing; a path that exists
-// and is not a directory is refused). Everything is a FileStore key in it (file_store.h: one file per key, written
-// whole by temp file + rename, read by polling with a short backoff). No locks, no network, no server.
+// and is not a directory is refused). The directory is the user's: tandem writes, and ever removes, only inside a
+// namespace of its own there, tandem-<job id>/, with the names below (LaunchInfo::job_id: TANDEM_JOB_ID, torchrun's
+// TORCHELASTIC_RUN_ID, or MASTER_ADDR:MASTER_PORT; a group of several processes needs one). Everything is a FileStore
+// key (file_store.h: one file per key, written whole by temp file + rename, read by polling with a short backoff).
+// No network and no server; the one exclusive file is rank 0's owner record.
 //
-//   <path>/generation        rank 0's fresh 64-bit job id G, rewritten by every new job
-//   <path>/hello.<r>         rank r > 0: {the G it has seen, its own fresh nonce N_r}
-//   <path>/job-<G>/ready     rank 0: {G, N_1, ..., N_{size-1}}: the rendezvous is complete
-//   <path>/job-<G>/<k>.<r>   rank r's contribution to round k (every collective is one round)
-//   <path>/job-<G>/abort     "<rank>\n<message>" of a rank that aborted the job
-//   <path>/job-<G>/left.<r>  rank r > 0 has destroyed its channel: it reads nothing of this job any more
+//   <ns>/owner                 rank 0's record "<G> <pid> <host>", published with link(): one rank 0 at a time
+//   <ns>/generation            rank 0's fresh 64-bit job id G
+//   <ns>/hello.<r>.<N>         rank r > 0: {the G it has seen, its own fresh nonce N}
+//   <ns>/job-<G>/ready         rank 0: {G, N_1, ..., N_{size-1}}: the rendezvous is complete
+//   <ns>/job-<G>/<k>.<r>       rank r's contribution to round k (every collective is one round)
+//   <ns>/job-<G>/refused       rank 0 refused the rendezvous: "<the nonces it answers>\n<message>"
+//   <ns>/job-<G>/abort         "<rank>\n<message>" of a rank that aborted the job
+//   <ns>/job-<G>/left.<r>      rank r > 0 has destroyed its channel: it reads nothing of this job any more
+//   <path>/tandem.created      a process of a job created the rendezvous directory: it goes when the last job's does
 //
-// Rendezvous. A directory may hold the state of an earlier job that crashed (its generation, hellos, job directory,
-// even an abort key), and nothing tells a process of this job by looking at a file alone whether it is stale. So every
-// process proves freshness with a random id of its own: rank 0 removes stale job-* directories (and hello files of
-// ranks >= size), creates job-<G> and publishes G; rank r > 0 publishes hello.<r> = {G', N_r} for whatever
-// generation G' it reads, republishing whenever the generation changes, until job-<G'>/ready holds G' and N_r in
-// slot r. Rank 0 accepts only hellos that carry its own G, and writes ready once every rank's has arrived. A stale
-// hello carries an older G; a stale ready lacks N_r; so no process joins an earlier job's state, and every key used
-// afterwards lives under job-<G>, where nothing stale can be. A rendezvous file of an unexpected size counts as
-// absent (a job of another size, or a corrupt file that this job's writer replaces); anything but a regular file
-// under a key is an Error. Both sides are bounded by the creation timeout, whose
-// Error names the ranks that never arrived. Limits: ids are 64 random bits (a collision is not guarded against);
-// every process of an earlier job on the path must have left it (destroyed its channel, see End) or ended, and two
-// jobs must never share a path at once (rank 0's clean-up would remove a live job's directory; PyTorch's FileStore
-// likewise needs a file no other job uses); a temporary file of a process that died in the middle of a write stays
-// behind (it blocks only the final rmdir).
+// Jobs. Two jobs with different ids never see each other's files. Two live jobs with one id on one path: the second
+// rank 0 waits until the first has left (its owner record gone; a record of a process of this host that no longer
+// exists is a crashed job's and is removed), and fails when that takes longer than the timeout, naming the holder;
+// two processes that answer as one rank of a rendezvous (a hello each) make rank 0 refuse it: its refusal ends
+// every waiting rank with that message, and once their hellos are gone rank 0 removes the job's files. Neither pairs
+// processes of two jobs, unless a process of one job says hello in the other's rendezvous before the rank of that
+// number does: a job id names one live job.
+//
+// Rendezvous. The namespace may hold the state of an earlier job that crashed (its generation, hellos, job
+// directory, even an abort key), and nothing tells a process of this job by looking at a file alone whether it is
+// stale. So every process proves freshness with a random id of its own: rank 0, once it holds the namespace, removes
+// every job-* directory and hello, creates job-<G> and publishes G; rank r > 0 publishes hello.<r>.<N_r> = {G', N_r}
+// for whatever generation G' it reads, republishing whenever the generation changes, until job-<G'>/ready holds G'
+// and N_r in slot r. Rank 0 accepts only hellos that carry its own G, and writes ready once every rank's has arrived.
+// A stale hello carries an older G; a stale ready lacks N_r; so no process joins an earlier job's state, and every
+// key used afterwards lives under job-<G>, where nothing stale can be. A rendezvous file of an unexpected size counts
+// as absent (a job of another size, or a corrupt file that this job's writer replaces); anything but a regular file
+// under a key is an Error. Both sides are bounded by the creation timeout, whose Error names the ranks that never
+// arrived. A rendezvous that fails removes what its process published (rank 0: its job directory, generation and
+// owner record; rank r: its hello), and the namespace and a created rendezvous directory when nothing else is left.
+// Limits: ids are 64 random bits (a collision is not guarded against); a temporary file of a process that died in
+// the middle of a write stays behind (it blocks only the final rmdir).
 //
 // Rounds. Every collective is one round k in which EVERY rank publishes <k>.<rank> (empty when it has nothing to
 // send, as a broadcast's non-roots and a barrier) and waits until every rank's file of round k exists, reading those
@@ -39,20 +52,21 @@
 // _exit(1), running no destructors; it touches only its own temporary file, so it is safe while another thread waits.
 // Every poll loop of a round, and the start of every round, checks the abort key: a rank that finds it prints
 // "comm: rank R: aborting: rank Q failed: <message>" and exits with status 1. A rank busy elsewhere (computing, or
-// blocked in NCCL) learns of it at its next round or through its own watchdog.
+// blocked in NCCL) learns of it within 100 ms from its channel's abort watcher (Note [Aborts reach busy ranks]).
 //
 // End. Only rank 0 ever removes a job directory (here, and as stale state in its next rendezvous), so rank 0 alone
 // waits when it leaves. A rank r > 0 destroying its channel has read its last round to the end: it publishes
 // left.<r> and returns at once. Rank 0's destructor waits until left.<r> exists for every r > 0, then removes
-// job-<G>, the generation and the directory itself (rmdir: only when nothing else is in it). Without that wait a
-// process that creates groups one after another (each destroyed before the next) would, as rank 0 of the next group,
-// remove job-<G> while a slower rank still polls for rank 0's file of the last round, and that rank would hang until
-// its watchdog. The wait is bounded like every other: it follows the abort key, and after the creation timeout rank 0
-// reports the ranks that never left on stderr and returns, leaving job-<G> in place for the next rendezvous to remove
-// (a rank that outlives rank 0's group by that long is using a group its peers have left). A clean run leaves no
-// file behind. A rank already in the next rendezvous may have read job G's generation and find the directory gone
-// when it publishes its hello for it: it skips that hello (stale anyway) and waits for rank 0's next generation, which
-// rank 0 publishes in the directory it creates anew.
+// job-<G>, the generation, its owner record, the namespace when nothing else is in it, and the rendezvous directory
+// when a process of a job created it (tandem.created) and nothing else is in it: a directory the user made stays.
+// Without that wait a process that creates groups one after another (each destroyed before the next) would, as rank 0
+// of the next group, remove job-<G> while a slower rank still polls for rank 0's file of the last round, and that rank
+// would hang until its watchdog. The wait is bounded like every other: it follows the abort key, and after the creation
+// timeout rank 0 reports the ranks that never left on stderr, releases the namespace and returns, leaving job-<G> in
+// place for the next rendezvous to remove (a rank that outlives rank 0's group by that long is using a group its peers
+// have left). A clean run leaves no file behind. A rank already in the next rendezvous may have read job G's generation
+// and find the namespace gone when it publishes its hello for it: it creates the namespace again and waits for rank
+// 0's next generation.
 //
 // File systems. On one host the page cache is coherent, so rename makes a value visible to every process at once and
 // fsync is not needed (durability across a machine crash is no concern of a rendezvous). On NFS, close() sends the
@@ -61,15 +75,22 @@
 // (mount with lookupcache=positive or a small actimeo for fast rounds). Values are native-endian: the hosts of one
 // job must share a byte order.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process/file_store.h"
@@ -85,9 +106,11 @@ using Clock = std::chrono::steady_clock;
 constexpr std::string_view kGenerationKey = "generation";
 constexpr std::string_view kReadyKey = "ready";
 constexpr std::string_view kAbortKey = "abort";
+constexpr std::string_view kRefusedKey = "refused";
+constexpr std::string_view kOwnerKey = "owner";
+constexpr std::string_view kCreatedPathKey = "tandem.created";
 constexpr size_t kAbortTextLimit = 4096;
 
-std::string hello_key(int rank) { return "hello." + std::to_string(rank); }
 std::string round_key(uint64_t round, int rank) { return std::to_string(round) + "." + std::to_string(rank); }
 std::string left_key(int rank) { return "left." + std::to_string(rank); }
 
@@ -133,138 +156,329 @@ std::string missing_ranks(const std::vector<bool>& arrived) {
               " ms; ranks that never arrived: ", missing_ranks(arrived));
 }
 
-// Makes sure `path` is a directory, creating it when missing, and returns it without trailing slashes.
-std::string prepare_directory(const std::string& path) {
+// Where one job's files live (Note [File rendezvous]): the user's directory, and the namespace inside it.
+struct RendezvousPaths {
+  std::string root;       // the rendezvous path, without trailing slashes
+  std::string job_space;  // root + "/tandem-<job id>"
+};
+
+bool is_directory(const std::string& path) {
+  std::error_code error;
+  return fs::is_directory(path, error);
+}
+
+// Makes sure the rendezvous path is a directory and the job's namespace exists inside it, creating either when
+// missing; a process that created the rendezvous path records it (kCreatedPathKey) so that the path is removed with
+// the job's files, and only then.
+RendezvousPaths prepare_directories(const LaunchInfo& info) {
+  const std::string& path = info.rendezvous_path;
   TANDEM_CHECK(!path.empty() && path.front() == '/', "comm::make_file_channel: rendezvous path ", excerpt(path, 200),
                " is not absolute but expected file:///absolute/path in TANDEM_INIT_METHOD");
-  std::string directory = path;
-  while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
+  RendezvousPaths paths;
+  paths.root = path;
+  while (paths.root.size() > 1 && paths.root.back() == '/') paths.root.pop_back();
   std::error_code error;
-  fs::file_status status = fs::status(directory, error);
+  fs::file_status status = fs::status(paths.root, error);
   TANDEM_CHECK(!fs::exists(status) || fs::is_directory(status), "comm::make_file_channel: rendezvous path ",
-               excerpt(directory, 200), " exists and is not a directory but expected a directory (or a path to ",
+               excerpt(paths.root, 200), " exists and is not a directory but expected a directory (or a path to ",
                "create one at) that every process of the job can reach");
-  fs::create_directories(directory, error);
-  TANDEM_CHECK(!error && fs::is_directory(directory, error), "comm::make_file_channel: cannot create the rendezvous ",
-               "directory ", excerpt(directory, 200), ": ", error.message());
-  return directory;
+  const bool created = fs::create_directories(paths.root, error);
+  TANDEM_CHECK(!error && is_directory(paths.root), "comm::make_file_channel: cannot create the rendezvous directory ",
+               excerpt(paths.root, 200), ": ", error.message());
+  paths.job_space = paths.root + "/tandem-" + (info.job_id.empty() ? std::string("job") : info.job_id);
+  fs::create_directory(paths.job_space, error);
+  TANDEM_CHECK(!error && is_directory(paths.job_space), "comm::make_file_channel: cannot create ",
+               excerpt(paths.job_space, 200), ": ", error.message());
+  if (created) FileStore(paths.root).set(kCreatedPathKey, {});
+  return paths;
 }
 
-// Rank 0's clean-up before a new generation (Note [File rendezvous]): earlier jobs' directories and hello files of
-// ranks this job does not have. Failures are left to surface later (a rank that cannot write gets an Error).
-void remove_stale_state(const std::string& root, int size) {
+// Removes the job's namespace when it is empty, and then the rendezvous path itself when a process of a job created
+// it (kCreatedPathKey) and nothing else is left in it (Note [File rendezvous]: End). Best effort.
+void remove_unused_directories(const RendezvousPaths& paths) noexcept {
+  ::rmdir(paths.job_space.c_str());  // fails, leaving it, unless empty
   std::error_code error;
-  for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
-    std::string name = it->path().filename().string();
-    bool stale_job = name.starts_with("job-");
-    bool stale_hello = false;
-    if (name.starts_with("hello.")) {
-      std::string rank = name.substr(6);
-      stale_hello = rank.empty() || rank.size() > 9 || rank.find_first_not_of("0123456789") != std::string::npos ||
-                    std::stoi(rank) >= size;
-    }
-    std::error_code ignored;
-    if (stale_job) fs::remove_all(it->path(), ignored);
-    if (stale_hello) fs::remove(it->path(), ignored);
+  for (fs::directory_iterator it(paths.root, error), end; !error && it != end; it.increment(error)) {
+    if (it->path().filename() != kCreatedPathKey) return;  // the user's files, or another job's namespace
   }
+  const FileStore root(paths.root);
+  if (error || !root.contains(kCreatedPathKey)) return;
+  root.remove(kCreatedPathKey);
+  ::rmdir(paths.root.c_str());
 }
 
-uint64_t lead_rendezvous(const LaunchInfo& info, const std::string& root, std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  FileStore directory(root);
-  remove_stale_state(root, info.size);
-  uint64_t generation = fresh_id();
-  std::string job = job_directory(root, generation);
-  std::error_code error;
-  TANDEM_CHECK(fs::create_directory(job, error) && !error, "comm::make_file_channel: cannot create ", excerpt(job, 200),
-               ": ", error.message());
-  directory.set(kGenerationKey, bytes_of(std::vector<uint64_t>{generation}));
+// hello.<rank>.<nonce, 16 hex digits>: one file per process, so that two processes claiming one rank never share one.
+std::string hello_key(int rank, uint64_t nonce) {
+  char name[48];
+  std::snprintf(name, sizeof(name), "hello.%d.%016llx", rank, static_cast<unsigned long long>(nonce));
+  return name;
+}
 
-  std::vector<uint64_t> ready(static_cast<size_t>(info.size), 0);
-  ready[0] = generation;
-  std::vector<bool> arrived(static_cast<size_t>(info.size), false);
-  arrived[0] = true;
-  Backoff backoff;
-  for (int waiting = info.size - 1; waiting > 0;) {
-    for (int r = 1; r < info.size; ++r) {
-      if (arrived[r]) continue;
-      std::vector<uint64_t> hello(2);
-      if (directory.try_read(hello_key(r), writable_bytes_of(hello)) != sizeof(uint64_t) * 2) continue;
-      if (hello[0] != generation) continue;  // stale, or written before this generation was published
-      ready[r] = hello[1];
-      arrived[r] = true;
-      --waiting;
+// The nonces of the hellos in `space` that carry `generation`, per rank (ranks outside [0, size) ignored).
+std::vector<std::vector<uint64_t>> hellos_for(const FileStore& space, uint64_t generation, int size) {
+  std::vector<std::vector<uint64_t>> nonces(static_cast<size_t>(size));
+  std::error_code error;
+  for (fs::directory_iterator it(space.directory(), error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    int rank = -1;
+    unsigned long long nonce = 0;
+    int consumed = 0;
+    if (std::sscanf(name.c_str(), "hello.%d.%16llx%n", &rank, &nonce, &consumed) != 2 ||
+        static_cast<size_t>(consumed) != name.size() || rank < 0 || rank >= size || name != hello_key(rank, nonce)) {
+      continue;
     }
-    if (waiting == 0) break;
-    if (Clock::now() > deadline) fail_rendezvous(info, timeout, arrived);
+    std::vector<uint64_t> hello(2);
+    if (space.try_read(name, writable_bytes_of(hello)) != sizeof(uint64_t) * 2) continue;  // corrupt, or gone
+    if (hello[0] != generation || hello[1] != nonce) continue;                             // another generation's
+    nonces[static_cast<size_t>(rank)].push_back(nonce);
+  }
+  return nonces;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// "<generation in hex> <pid> <host>": who holds the namespace (kOwnerKey).
+std::string owner_record(uint64_t generation) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%016llx %d ", static_cast<unsigned long long>(generation),
+                static_cast<int>(::getpid()));
+  return text + host_name();
+}
+
+// Whether an owner record names a process of this host that no longer exists (its job crashed).
+bool owner_is_gone(const std::string& record) {
+  unsigned long long generation = 0;
+  int pid = 0;
+  int consumed = 0;
+  if (std::sscanf(record.c_str(), "%16llx %d %n", &generation, &pid, &consumed) != 2 || pid <= 0) return false;
+  if (record.substr(static_cast<size_t>(consumed)) != host_name()) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+// Rank 0's exclusive hold of the namespace: its owner record is published with link(), which fails when one exists,
+// so two rank 0s never hold one namespace at once. A record left by a crashed job of this host is removed; one of a
+// live job (or of another host) is waited for, until the deadline.
+void acquire_job_space(const LaunchInfo& info, const FileStore& space, uint64_t generation, Clock::time_point deadline,
+                       std::chrono::milliseconds timeout) {
+  const std::string record = owner_record(generation);
+  const std::string staged = ".owner." + std::to_string(generation);
+  space.set(staged, std::as_bytes(std::span<const char>(record)));
+  const std::string owner = space.path_of(kOwnerKey);
+  Backoff backoff;
+  for (;;) {
+    if (::link(space.path_of(staged).c_str(), owner.c_str()) == 0) break;
+    const int reason = errno;
+    if (reason != EEXIST) {
+      space.remove(staged);
+      TANDEM_FAIL("comm::make_file_channel: cannot create ", excerpt(owner, 200), ": ", std::strerror(reason));
+    }
+    const std::string holder = space.try_read_text(kOwnerKey, 512).value_or("");
+    if (owner_is_gone(holder)) {
+      space.remove(kOwnerKey);
+      continue;
+    }
+    if (Clock::now() > deadline) {
+      space.remove(staged);
+      TANDEM_FAIL("comm::make_file_channel: rank 0 of ", info.size, ": another job holds the rendezvous ",
+                  excerpt(space.directory(), 200), " (its rank 0: \"", excerpt(holder, 200),
+                  "\", generation pid host) and did not leave it within ", timeout.count(),
+                  " ms; give each job its own rendezvous directory or its own TANDEM_JOB_ID");
+    }
     backoff.sleep();
   }
-  FileStore(job).set(kReadyKey, bytes_of(ready));
+  space.remove(staged);
+}
+
+// Rank 0's clean-up once it holds the namespace (Note [File rendezvous]): the job directories and hellos of earlier
+// generations. A hello of a live process of this job is published again when it sees the new generation.
+void remove_stale_state(const FileStore& space) {
+  std::error_code error;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(space.directory(), error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("job-") || name.starts_with("hello.")) stale.push_back(it->path());
+  }
+  for (const fs::path& path : stale) {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+}
+
+// Rank 0's files of a rendezvous that did not complete, or of a job that ended: its job directory (unless
+// keep_job_directory: a rank still reads it), and the generation and owner record when they are still its own.
+void release_job_space(const FileStore& space, uint64_t generation, bool keep_job_directory = false) noexcept {
+  std::error_code ignored;
+  if (!keep_job_directory) fs::remove_all(job_directory(space.directory(), generation), ignored);
+  std::vector<uint64_t> published(1);
+  try {
+    if (space.try_read(kGenerationKey, writable_bytes_of(published)) == sizeof(uint64_t) &&
+        published[0] == generation) {
+      space.remove(kGenerationKey);
+    }
+    if (space.try_read_text(kOwnerKey, 512).value_or("") == owner_record(generation)) space.remove(kOwnerKey);
+  } catch (const std::exception&) {
+    // something other than a file under a key: not ours to remove
+  }
+}
+
+// Refuses the rendezvous of `generation`: its abort key tells every rank waiting for ready why, and rank 0 waits
+// (until `deadline`) for their hellos to go, which they remove as they leave, so that it can remove the job's files.
+[[noreturn]] void refuse_duplicate(const LaunchInfo& info, const FileStore& space, const FileStore& job,
+                                   uint64_t generation, Clock::time_point deadline, int rank) {
+  const std::string message = "comm::make_file_channel: rank 0 of " + std::to_string(info.size) +
+                              ": two processes answered as rank " + std::to_string(rank) + " in " +
+                              excerpt(job.directory(), 200) +
+                              ": another job shares this rendezvous directory and job id; give each job its own "
+                              "rendezvous directory or its own TANDEM_JOB_ID";
+  // The refusal names the nonces of the hellos it answers, so that no process follows a refusal of another
+  // rendezvous (a stale job directory of a generation it read).
+  std::string record;
+  char nonce[24];
+  for (const std::vector<uint64_t>& nonces : hellos_for(space, generation, info.size)) {
+    for (const uint64_t n : nonces) {
+      std::snprintf(nonce, sizeof(nonce), "%016llx ", static_cast<unsigned long long>(n));
+      record += nonce;
+    }
+  }
+  record += "\n" + message;
+  job.set(kRefusedKey, std::as_bytes(std::span<const char>(record)));
+  for (Backoff backoff; Clock::now() < deadline; backoff.sleep()) {
+    const std::vector<std::vector<uint64_t>> hellos = hellos_for(space, generation, info.size);
+    if (std::all_of(hellos.begin(), hellos.end(), [](const auto& nonces) { return nonces.empty(); })) break;
+  }
+  TANDEM_FAIL(message);
+}
+
+uint64_t lead_rendezvous(const LaunchInfo& info, const FileStore& space, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  uint64_t generation = fresh_id();
+  acquire_job_space(info, space, generation, deadline, timeout);
+  try {
+    remove_stale_state(space);
+    const FileStore job(job_directory(space.directory(), generation));
+    std::error_code error;
+    TANDEM_CHECK(fs::create_directory(job.directory(), error) && !error, "comm::make_file_channel: cannot create ",
+                 excerpt(job.directory(), 200), ": ", error.message());
+    space.set(kGenerationKey, bytes_of(std::vector<uint64_t>{generation}));
+
+    std::vector<uint64_t> ready(static_cast<size_t>(info.size), 0);
+    ready[0] = generation;
+    std::vector<bool> arrived(static_cast<size_t>(info.size), false);
+    arrived[0] = true;
+    Backoff backoff;
+    for (;;) {
+      const std::vector<std::vector<uint64_t>> hellos = hellos_for(space, generation, info.size);
+      bool all = true;
+      for (int r = 1; r < info.size; ++r) {
+        const std::vector<uint64_t>& nonces = hellos[static_cast<size_t>(r)];
+        if (nonces.size() > 1 || (arrived[r] && !nonces.empty() && nonces[0] != ready[r])) {
+          refuse_duplicate(info, space, job, generation, deadline, r);
+        }
+        if (!nonces.empty()) {
+          ready[r] = nonces[0];
+          arrived[r] = true;
+        }
+        all = all && arrived[r];
+      }
+      if (all) break;
+      if (Clock::now() > deadline) fail_rendezvous(info, timeout, arrived);
+      backoff.sleep();
+    }
+    job.set(kReadyKey, bytes_of(ready));
+  } catch (...) {
+    release_job_space(space, generation);
+    throw;
+  }
   return generation;
 }
 
-// Publishes rank's hello for `generation`. Returns false when that failed because the generation has ended: rank 0
-// removed the generation and the directory at the end of the previous job (Note [File rendezvous]: End) after this
-// rank read it, and publishes the next generation in the directory it creates anew.
-bool publish_hello(const FileStore& directory, int rank, uint64_t generation, uint64_t nonce) {
+// Publishes this rank's hello for `generation` (recreating the namespace, which rank 0 of the previous job removes
+// when it ends). Returns false when that failed because the generation has ended meanwhile: rank 0 publishes the
+// next one in the namespace it creates anew.
+bool publish_hello(const FileStore& space, const std::string& hello, uint64_t generation, uint64_t nonce) {
+  std::error_code ignored;
+  fs::create_directory(space.directory(), ignored);
   try {
-    directory.set(hello_key(rank), bytes_of(std::vector<uint64_t>{generation, nonce}));
+    space.set(hello, bytes_of(std::vector<uint64_t>{generation, nonce}));
     return true;
   } catch (const Error&) {
     std::vector<uint64_t> current(1);
-    if (directory.try_read(kGenerationKey, writable_bytes_of(current)) == sizeof(uint64_t) && current[0] == generation)
+    if (space.try_read(kGenerationKey, writable_bytes_of(current)) == sizeof(uint64_t) && current[0] == generation)
       throw;
     return false;
   }
 }
 
-uint64_t join_rendezvous(const LaunchInfo& info, const std::string& root, std::chrono::milliseconds timeout) {
+// Throws the refusal of the rendezvous in `job` when there is one that answers this process's hello (`nonce`).
+void follow_refusal(const LaunchInfo& info, const FileStore& job, uint64_t nonce) {
+  const std::optional<std::string> record = job.try_read_text(kRefusedKey, kAbortTextLimit);
+  if (!record) return;
+  const size_t newline = record->find('\n');
+  char mine[24];
+  std::snprintf(mine, sizeof(mine), "%016llx ", static_cast<unsigned long long>(nonce));
+  if (newline == std::string::npos || record->substr(0, newline).find(mine) == std::string::npos) return;
+  TANDEM_FAIL("comm::make_file_channel: rank ", info.rank, " of ", info.size,
+              ": rank 0 refused the rendezvous: ", excerpt(record->substr(newline + 1), kAbortTextLimit));
+}
+
+uint64_t join_rendezvous(const LaunchInfo& info, const FileStore& space, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
-  FileStore directory(root);
   const uint64_t nonce = fresh_id();
+  const std::string hello = hello_key(info.rank, nonce);
   const size_t ready_bytes = sizeof(uint64_t) * static_cast<size_t>(info.size);
   uint64_t announced = 0;  // the generation of this rank's hello; ids are never 0
   Backoff backoff;
-  for (;;) {
-    std::vector<uint64_t> generation(1);
-    if (directory.try_read(kGenerationKey, writable_bytes_of(generation)) == sizeof(uint64_t) &&
-        generation[0] != announced && publish_hello(directory, info.rank, generation[0], nonce)) {
-      announced = generation[0];
-    }
-    if (announced != 0) {
-      std::vector<uint64_t> ready(static_cast<size_t>(info.size));
-      if (FileStore(job_directory(root, announced)).try_read(kReadyKey, writable_bytes_of(ready)) == ready_bytes &&
-          ready[0] == announced && ready[info.rank] == nonce) {
-        directory.remove(hello_key(info.rank));
-        return announced;
+  try {
+    for (;;) {
+      std::vector<uint64_t> generation(1);
+      if (space.try_read(kGenerationKey, writable_bytes_of(generation)) == sizeof(uint64_t) &&
+          generation[0] != announced && publish_hello(space, hello, generation[0], nonce)) {
+        announced = generation[0];
       }
-    }
-    if (Clock::now() > deadline) {
-      // Who is missing, as far as this rank can tell: every rank whose hello lacks the generation seen here, or
-      // rank 0 when there is no generation at all or every hello is there (rank 0 did not confirm).
-      std::vector<bool> arrived(static_cast<size_t>(info.size), true);
-      arrived[0] = announced != 0;
-      for (int r = 1; r < info.size && announced != 0; ++r) {
-        std::vector<uint64_t> hello(2);
-        arrived[r] =
-            directory.try_read(hello_key(r), writable_bytes_of(hello)) == sizeof(uint64_t) * 2 && hello[0] == announced;
+      if (announced != 0) {
+        const FileStore job(job_directory(space.directory(), announced));
+        std::vector<uint64_t> ready(static_cast<size_t>(info.size));
+        if (job.try_read(kReadyKey, writable_bytes_of(ready)) == ready_bytes && ready[0] == announced &&
+            ready[info.rank] == nonce) {
+          space.remove(hello);
+          return announced;
+        }
+        follow_refusal(info, job, nonce);
       }
-      if (missing_ranks(arrived).empty()) arrived[0] = false;
-      fail_rendezvous(info, timeout, arrived);
+      if (Clock::now() > deadline) {
+        // Who is missing, as far as this rank can tell: every rank without a hello for the generation seen here, or
+        // rank 0 when there is no generation at all or every hello is there (rank 0 did not confirm).
+        std::vector<bool> arrived(static_cast<size_t>(info.size), true);
+        arrived[0] = announced != 0;
+        if (announced != 0) {
+          const std::vector<std::vector<uint64_t>> hellos = hellos_for(space, announced, info.size);
+          for (int r = 1; r < info.size; ++r) arrived[r] = !hellos[static_cast<size_t>(r)].empty();
+        }
+        if (missing_ranks(arrived).empty()) arrived[0] = false;
+        fail_rendezvous(info, timeout, arrived);
+      }
+      backoff.sleep();
     }
-    backoff.sleep();
+  } catch (...) {
+    space.remove(hello);
+    throw;
   }
 }
 
 class FileChannel final : public HostChannel {
  public:
-  FileChannel(const LaunchInfo& info, std::string root, uint64_t generation, std::chrono::milliseconds timeout)
+  FileChannel(const LaunchInfo& info, RendezvousPaths paths, uint64_t generation, std::chrono::milliseconds timeout)
       : rank_(info.rank),
         size_(info.size),
-        root_(std::move(root)),
+        paths_(std::move(paths)),
         generation_(generation),
         timeout_(timeout),
-        job_(job_directory(root_, generation)) {}
+        job_(job_directory(paths_.job_space, generation)),
+        abort_watcher_([this] { watch_for_abort(); }) {}
   ~FileChannel() override;
   FileChannel(const FileChannel&) = delete;
   FileChannel& operator=(const FileChannel&) = delete;
@@ -356,9 +570,24 @@ class FileChannel final : public HostChannel {
     return round;
   }
 
+  std::string waiting_for() const override {
+    const int64_t waiting = waiting_for_.load(std::memory_order_acquire);
+    if (waiting < 0) return {};
+    return "waiting for rank " + std::to_string(waiting >> 40) + ", which has not entered round " +
+           std::to_string(waiting & ((int64_t{1} << 40) - 1)) + " (stopped, or on another code path)";
+  }
+
   // Waits until rank r's file of `round` exists and reads it into out, whose size it must have.
   void wait_for(uint64_t round, int r, std::span<std::byte> out) {
     Backoff backoff;
+    // Note [Naming the rank waited for]: the watchdog's thread reads waiting_for_ when the deadline passes, so the
+    // message names the rank that did not come (rank and round in one word: rank in the high bits).
+    waiting_for_.store((static_cast<int64_t>(r) << 40) | static_cast<int64_t>(round & ((uint64_t{1} << 40) - 1)),
+                       std::memory_order_release);
+    struct Done {
+      std::atomic<int64_t>& waiting;
+      ~Done() { waiting.store(-1, std::memory_order_release); }
+    } done{waiting_for_};
     for (;;) {
       if (std::optional<uint64_t> size = job_.try_read(round_key(round, r), out)) {
         TANDEM_CHECK(*size == out.size(), "comm::FileChannel: round ", round, ": rank ", r, " sent ", *size, " bytes (",
@@ -375,6 +604,20 @@ class FileChannel final : public HostChannel {
     if (job_.contains(kAbortKey)) follow_abort();
   }
 
+  // Note [Aborts reach busy ranks]: a rank busy outside the channel (computing, sleeping, blocked in NCCL) would see
+  // another rank's abort only at its next round; so a thread per channel looks for the abort key every 100 ms and
+  // ends the process as a round would, and a failed rank ends the whole job even when the others never call again.
+  void watch_for_abort() {
+    std::unique_lock lock(watcher_mutex_);
+    while (!watcher_wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return watcher_stopping_; })) {
+      try {
+        check_abort();
+      } catch (const std::exception&) {
+        // something other than a file under the key: the rounds report it
+      }
+    }
+  }
+
   [[noreturn]] void follow_abort() const {
     std::string record = job_.try_read_text(kAbortKey, kAbortTextLimit).value_or("");
     size_t newline = record.find('\n');
@@ -382,7 +625,7 @@ class FileChannel final : public HostChannel {
     if (who.empty() || who.size() > 9 || who.find_first_not_of("0123456789") != std::string::npos) who = "?";
     std::string message = newline == std::string::npos ? "" : record.substr(newline + 1);
     write_stderr("comm: rank " + std::to_string(rank_) + ": aborting: rank " + who +
-                 " failed: " + excerpt(message, kAbortTextLimit) + "\n");
+                 " ended the job: " + excerpt(message, kAbortTextLimit) + "\n");
     ::_exit(1);
   }
 
@@ -412,36 +655,38 @@ class FileChannel final : public HostChannel {
     return true;
   }
 
-  // Removes everything of this job once every rank has left (Note [File rendezvous]).
-  void remove_job_files() {
-    std::error_code ignored;
-    fs::remove_all(job_.directory(), ignored);
-    FileStore directory(root_);
-    std::vector<uint64_t> generation(1);
-    if (directory.try_read(kGenerationKey, writable_bytes_of(generation)) == sizeof(uint64_t) &&
-        generation[0] == generation_) {
-      directory.remove(kGenerationKey);
-    }
-    ::rmdir(root_.c_str());
-  }
-
   const int rank_;
   const int size_;
-  const std::string root_;
+  const RendezvousPaths paths_;
   const uint64_t generation_;
   const std::chrono::milliseconds timeout_;  // bounds rank 0's wait for the others to leave
   const FileStore job_;
   uint64_t next_round_ = 0;
+  std::atomic<int64_t> waiting_for_{-1};  // Note [Naming the rank waited for]; -1: no wait
+  std::mutex watcher_mutex_;
+  std::condition_variable watcher_wake_;
+  bool watcher_stopping_ = false;
+  std::thread abort_watcher_;  // last: it starts once everything it reads is there
 };
 
 FileChannel::~FileChannel() {
+  {
+    std::lock_guard lock(watcher_mutex_);
+    watcher_stopping_ = true;
+  }
+  watcher_wake_.notify_all();
+  abort_watcher_.join();
   static constinit tandem::detail::ReportOnce failures("leaving the file rendezvous");
   failures.run([&] {
     if (rank_ != 0) {
       job_.set(left_key(rank_), {});
-    } else if (wait_until_every_rank_left()) {
-      remove_job_files();
+      return;
     }
+    // Once every rank has left, everything of this job goes (Note [File rendezvous]: End); otherwise the job directory
+    // stays for the rank still reading it, and the next rendezvous removes it.
+    const bool everyone_left = wait_until_every_rank_left();
+    release_job_space(FileStore(paths_.job_space), generation_, /*keep_job_directory=*/!everyone_left);
+    if (everyone_left) remove_unused_directories(paths_);
   });
 }
 
@@ -452,9 +697,21 @@ std::unique_ptr<HostChannel> make_file_channel(const LaunchInfo& info, std::chro
                info.rank, " of size ", info.size, " but expected 0 <= rank < size");
   TANDEM_CHECK(timeout.count() > 0, "comm::make_file_channel: got a timeout of ", timeout.count(),
                " ms but expected a positive one");
-  std::string root = prepare_directory(info.rendezvous_path);
-  uint64_t generation = info.rank == 0 ? lead_rendezvous(info, root, timeout) : join_rendezvous(info, root, timeout);
-  return std::make_unique<FileChannel>(info, std::move(root), generation, timeout);
+  TANDEM_CHECK(info.size == 1 || !info.job_id.empty(), "comm::make_file_channel: rank ", info.rank, " of ", info.size,
+               ": no job id, but a file rendezvous of several processes needs one; set TANDEM_JOB_ID to an id that "
+               "this job's processes share and no other job on ",
+               excerpt(info.rendezvous_path, 200),
+               " uses (torchrun's TORCHELASTIC_RUN_ID, or MASTER_ADDR with MASTER_PORT, count as one)");
+  RendezvousPaths paths = prepare_directories(info);
+  const FileStore space(paths.job_space);
+  try {
+    const uint64_t generation =
+        info.rank == 0 ? lead_rendezvous(info, space, timeout) : join_rendezvous(info, space, timeout);
+    return std::make_unique<FileChannel>(info, std::move(paths), generation, timeout);
+  } catch (...) {
+    remove_unused_directories(paths);  // Note [File rendezvous]: a failed rendezvous leaves nothing of its own
+    throw;
+  }
 }
 
 }  // namespace tandem::comm::detail

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +31,9 @@ class HostChannel {
   // data becomes the elementwise sum over the processes, bit-identical on every process.
   virtual void all_reduce_sum(std::span<float> data) = 0;
   virtual void barrier() = 0;
+  // What a call blocked in this channel waits for, as a clause for the watchdog's message ("waiting for rank 2, which
+  // has not entered round 7"); empty when no call waits or the channel cannot tell. Safe from any thread.
+  virtual std::string waiting_for() const { return {}; }
   // Ends every process of the job: `message` (one line, naming this rank) on stderr here, exit status 1 everywhere.
   // Safe to call from any thread, also while another thread is blocked in a call of this channel.
   [[noreturn]] virtual void abort(std::string_view message) = 0;

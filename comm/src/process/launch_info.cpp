@@ -160,6 +160,31 @@ std::string rendezvous_path(std::string_view method) {
   return std::string(method.substr(kScheme.size()));
 }
 
+// The job's id (LaunchInfo::job_id): the first of the variables that names one, checked.
+std::string job_id() {
+  std::string id;
+  const char* from = nullptr;
+  if (const auto tandem = variable("TANDEM_JOB_ID")) {
+    id = *tandem;
+    from = "TANDEM_JOB_ID";
+  } else if (const auto run = variable("TORCHELASTIC_RUN_ID"); run && *run != "none" && !run->empty()) {
+    id = *run;
+    from = "TORCHELASTIC_RUN_ID";
+  } else if (const auto addr = variable("MASTER_ADDR"), port = variable("MASTER_PORT"); addr && port) {
+    id = std::string(*addr) + ":" + std::string(*port);
+    from = "MASTER_ADDR:MASTER_PORT";
+  }
+  if (from == nullptr) return id;
+  const bool ok =
+      !id.empty() && id.size() <= 128 &&
+      id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:_-") == std::string::npos &&
+      id != "." && id != "..";
+  TANDEM_CHECK(ok, kFn, ": ", from, " is \"", excerpt(id),
+               "\" but expected a job id of 1 to 128 letters, digits and "
+               "\".:_-\" (it names the job's files in the rendezvous directory)");
+  return id;
+}
+
 std::optional<LaunchInfo> from_torchrun() {
   const auto method = variable("TANDEM_INIT_METHOD");
   const bool any = variable("RANK") || variable("WORLD_SIZE") || variable("LOCAL_RANK") || variable("LOCAL_WORLD_SIZE");
@@ -175,6 +200,7 @@ std::optional<LaunchInfo> from_torchrun() {
   if (method) {
     info.channel = LaunchInfo::Channel::File;
     info.rendezvous_path = rendezvous_path(*method);
+    info.job_id = job_id();
   } else {
     TANDEM_CHECK(info.size == 1, kFn, ": WORLD_SIZE is ", info.size,
                  " but TANDEM_INIT_METHOD is not set (expected file:///path for the processes to meet)");

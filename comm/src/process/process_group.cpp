@@ -75,7 +75,9 @@ ProcessGroup::Impl::LiveClaim::~LiveClaim() { group_alive.store(false); }
 
 ProcessGroup::Impl::Impl(LaunchInfo& info, const std::vector<Device>& devices, const ProcessGroupOptions& options)
     : rank_(info.rank), watchdog_(options.timeout, [this](const std::string& reason) {
-        abort("comm: rank " + std::to_string(rank_) + ": " + reason);
+        const detail::HostChannel* channel = abort_channel_.load();
+        const std::string waiting = channel != nullptr ? channel->waiting_for() : std::string();
+        abort("comm: rank " + std::to_string(rank_) + ": " + reason + (waiting.empty() ? "" : "; " + waiting));
       }) {
   {
     detail::Armed armed(watchdog_, "the rendezvous of the processes");

@@ -68,10 +68,15 @@ struct LaunchInfo {
   int local_rank = 0;
   int local_size = 1;
   std::string rendezvous_path;  // Channel::File: the path of TANDEM_INIT_METHOD
+  // Channel::File: what tells this job's processes from another job's on the same path (Note [File rendezvous] in
+  // comm/src/process/file_channel.cpp): TANDEM_JOB_ID, else torchrun's TORCHELASTIC_RUN_ID (unless "none"), else
+  // "MASTER_ADDR:MASTER_PORT" when both are set; empty when none is. Letters, digits and ".:_-", at most 128.
+  std::string job_id;
 
   // Errors: variables that are not decimal integers or out of range (rank >= size, local_rank >= local_size,
   // size < 1); torchrun-style variables without TANDEM_INIT_METHOD when WORLD_SIZE > 1; an init method that is not
-  // file:///absolute/path. The message names the variable and quotes its value.
+  // file:///absolute/path; a job id with other characters or longer. The message names the variable and quotes its
+  // value.
   static LaunchInfo from_environment();
 };
 
