@@ -166,6 +166,43 @@ TEST_P(DistributedTrainer, DevicesMustBeTheGroups) {
   EXPECT_NO_THROW(Trainer(make_mlp(10, 20), options));
 }
 
+// Note [Setups compared across processes]: the last rank runs another setup; every rank refuses at the start of
+// fit with the same message, naming the first difference, before anything trains.
+TEST_P(DistributedTrainer, ProcessesOfDifferentSetupsRefuseToTrainTogether) {
+  if (group_->size() == 1) GTEST_SKIP() << "needs two or more processes";
+  const int last = group_->size() - 1;
+  const bool odd_one = group_->rank() == last;
+  const std::string on_last = " on rank " + std::to_string(last);
+  {
+    TrainerOptions options = options_for(2);
+    options.group = group_;
+    options.sgd.lr = odd_one ? 0.02 : 0.01;
+    manual_seed(0);
+    Trainer trainer(make_mlp(10, 20), options);
+    EXPECT_ERROR(trainer.fit(diabetes().train, diabetes().test),
+                 "Trainer::fit: the processes' setups differ: lr is 0.01 on rank 0 but 0.02" + on_last +
+                     " (1 fact differs); every process must run the same setup");
+    EXPECT_EQ(trainer.step(), 0);
+  }
+  {  // the same shape of data, other values
+    Dataset train = diabetes().train;
+    if (odd_one) train.targets[7] += 1.0;
+    Trainer trainer = seed_net_trainer({}, group_, 2);
+    EXPECT_ERROR(trainer.fit(train, diabetes().test), "the processes' setups differ: train_data is ");
+  }
+  {  // the same setup but another starting state (as after resuming from another checkpoint)
+    Trainer trainer = seed_net_trainer({}, group_, 2);
+    if (odd_one) {
+      NoGradGuard no_grad;
+      trainer.model()->parameters()[0].fill_(0.5);
+    }
+    EXPECT_ERROR(trainer.fit(diabetes().train, diabetes().test), "the processes' setups differ: state is ");
+  }
+  // The group is still in step: every rank made the same exchanges.
+  Trainer trainer = seed_net_trainer({}, group_, 1);
+  EXPECT_EQ(trainer.fit(diabetes().train, diabetes().test).epochs, 1);
+}
+
 TANDEM_INSTANTIATE_ON_GROUP_DEVICES(DevicesPerProcess, DistributedTrainer);
 
 }  // namespace

@@ -29,9 +29,7 @@ std::string format_seconds(double seconds) {
 }
 
 // Losses: two decimals in the target's units, or six significant digits when they are below 1.
-std::string format_loss(double value) {
-  return std::abs(value) >= 1.0 ? format("%.2f", value) : format("%.6g", value);
-}
+std::string format_loss(double value) { return std::abs(value) >= 1.0 ? format("%.2f", value) : format("%.6g", value); }
 
 int digits(int64_t value) { return static_cast<int>(std::to_string(value).size()); }
 
@@ -144,9 +142,7 @@ void PlotWriter::on_epoch_end(const Trainer& trainer, const EpochReport& report)
   const bool classifier = trainer.options().task == Task::Classification;
   epochs_.push_back(static_cast<double>(report.epoch));
   train_loss_.push_back(report.train_loss);
-  test_loss_.push_back(report.test_classes ? report.test_classes->cross_entropy
-                       : report.test       ? report.test->mse
-                                           : NAN);
+  test_loss_.push_back(report.test_classes ? report.test_classes->cross_entropy : report.test ? report.test->mse : NAN);
   train_metric_.push_back(report.train_classes ? report.train_classes->accuracy : NAN);
   test_metric_.push_back(report.test_classes ? report.test_classes->accuracy : report.test ? report.test->r2 : NAN);
   const std::string loss_name = trainer.options().loss.name;

@@ -90,8 +90,8 @@ class MetadataReader {
     return *device;
   }
   double finite(const Json& value, const std::string& name) const {
-    TANDEM_CHECK(value.is_number() && std::isfinite(value.get<double>()), where_, name, " is ",
-                 excerpt(value.dump()), " but expected a finite number");
+    TANDEM_CHECK(value.is_number() && std::isfinite(value.get<double>()), where_, name, " is ", excerpt(value.dump()),
+                 " but expected a finite number");
     return value.get<double>();
   }
   // A standard deviation as the standardizer computes it: a square root, so never subnormal (the smallest root of a
@@ -104,8 +104,8 @@ class MetadataReader {
   }
   std::vector<double> numbers(const Json& parent, const char* key, bool positive_only) const {
     const Json& value = field(parent, key);
-    TANDEM_CHECK(value.is_array() && !value.empty() && value.size() <= kMaxFeatures, where_, key, " is ",
-                 type(value), value.is_array() ? " of " + std::to_string(value.size()) + " entries" : "",
+    TANDEM_CHECK(value.is_array() && !value.empty() && value.size() <= kMaxFeatures, where_, key, " is ", type(value),
+                 value.is_array() ? " of " + std::to_string(value.size()) + " entries" : "",
                  " but expected an array of 1 to ", kMaxFeatures, " numbers");
     std::vector<double> numbers;
     for (size_t i = 0; i < value.size(); ++i) {
@@ -124,8 +124,8 @@ class MetadataReader {
 void read_metadata(const std::string& text, const std::string& path, Checkpoint& checkpoint) {
   const MetadataReader read("load_checkpoint: '" + path + "': metadata " + kMetadataKey + ": ");
   const Json state = json::parse_untrusted(text, read.where());
-  read.expect_object(state, "the metadata", {"format", "version", "epoch", "step", "generator", "shuffle_state",
-                                             "standardizer", "setup"});
+  read.expect_object(state, "the metadata",
+                     {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "setup"});
   const std::string format = read.string(state, "format");
   const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
   TANDEM_CHECK(
@@ -147,20 +147,18 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
   checkpoint.generator.device_counters = read.device_counters(generator, "device_counters");
   checkpoint.shuffle_state = read.count(state, "shuffle_state", kAnyU64);
 
-  const Json& s =
-      read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
+  const Json& s = read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
   Standardizer& standardizer = checkpoint.standardizer;
   standardizer.feature_mean = read.numbers(s, "feature_mean", /*positive_only=*/false);
   standardizer.feature_scale = read.numbers(s, "feature_scale", /*positive_only=*/true);
-  TANDEM_CHECK(standardizer.feature_mean.size() == standardizer.feature_scale.size(), read.where(),
-               "feature_mean has ", standardizer.feature_mean.size(), " entries but feature_scale has ",
-               standardizer.feature_scale.size());
+  TANDEM_CHECK(standardizer.feature_mean.size() == standardizer.feature_scale.size(), read.where(), "feature_mean has ",
+               standardizer.feature_mean.size(), " entries but feature_scale has ", standardizer.feature_scale.size());
   standardizer.target_mean = read.finite(read.field(s, "target_mean"), "target_mean");
   standardizer.target_scale = read.positive(read.field(s, "target_scale"), "target_scale");
 
   const Json& setup = read.field(state, "setup");
-  TANDEM_CHECK(setup.is_object() && setup.size() <= kMaxSetupFacts, read.where(),
-               "setup is not an object of at most ", kMaxSetupFacts, " facts");
+  TANDEM_CHECK(setup.is_object() && setup.size() <= kMaxSetupFacts, read.where(), "setup is not an object of at most ",
+               kMaxSetupFacts, " facts");
   for (const auto& [name, value] : setup.items()) {
     TANDEM_CHECK(value.is_string(), read.where(), "setup fact \"", excerpt(name), "\" is not a string");
     checkpoint.setup[name] = value.get<std::string>();

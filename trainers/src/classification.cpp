@@ -73,8 +73,8 @@ Dataset ClassLabels::encode(const Dataset& data) const {
   for (int64_t r = 0; r < data.rows(); ++r) {
     const int64_t index = find(data.targets[r]);
     TANDEM_CHECK(index >= 0, "ClassLabels::encode: target \"", excerpt(data.target_name), "\" is ",
-                 label_text(data.targets[r]), " in row ", r + 1, " but expected one of the ", size(),
-                 " class labels (", excerpt(str()), ")");
+                 label_text(data.targets[r]), " in row ", r + 1, " but expected one of the ", size(), " class labels (",
+                 excerpt(str()), ")");
     encoded.targets[r] = static_cast<double>(index);
   }
   return encoded;
@@ -93,9 +93,9 @@ ClassificationMetrics classification_metrics(const std::vector<float>& scores, c
                                              int64_t num_classes) {
   TANDEM_CHECK(num_classes >= 1, "classification_metrics: num_classes is ", num_classes, " but expected >= 1");
   TANDEM_CHECK(!classes.empty(), "classification_metrics: no rows");
-  TANDEM_CHECK(scores.size() == classes.size() * static_cast<size_t>(num_classes), "classification_metrics: ",
-               scores.size(), " scores for ", classes.size(), " rows of ", num_classes, " classes but expected ",
-               classes.size() * static_cast<size_t>(num_classes));
+  TANDEM_CHECK(scores.size() == classes.size() * static_cast<size_t>(num_classes),
+               "classification_metrics: ", scores.size(), " scores for ", classes.size(), " rows of ", num_classes,
+               " classes but expected ", classes.size() * static_cast<size_t>(num_classes));
   ClassificationMetrics metrics;
   metrics.rows = static_cast<int64_t>(classes.size());
   metrics.confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));

@@ -233,9 +233,10 @@ void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options
       } else {
         TANDEM_CHECK(is_missing(field.text), where.caller(), ": ", where.cell(field.line, field.column), ": \"",
                      excerpt(field.text), "\" is not a finite number");
-        TANDEM_CHECK(options.missing == MissingValues::DropRow, where.caller(), ": ",
-                     where.cell(field.line, field.column), ": missing value \"", field.text,
-                     "\"; expected a number (to skip such rows: MissingValues::DropRow, or tandem-train --missing drop-row)");
+        TANDEM_CHECK(
+            options.missing == MissingValues::DropRow, where.caller(), ": ", where.cell(field.line, field.column),
+            ": missing value \"", field.text,
+            "\"; expected a number (to skip such rows: MissingValues::DropRow, or tandem-train --missing drop-row)");
         has_missing = true;
       }
       if (field.ends_record) break;

@@ -26,8 +26,8 @@ int64_t column_index(const CsvTable& table, const std::string& name, const char*
   }
   std::string names;
   for (const std::string& column : table.columns) names += (names.empty() ? "" : ", ") + column;
-  TANDEM_FAIL("make_dataset: ", what, " column \"", excerpt(name), "\" is not in the table (columns: ",
-              excerpt(names, 400), ")");
+  TANDEM_FAIL("make_dataset: ", what, " column \"", excerpt(name),
+              "\" is not in the table (columns: ", excerpt(names, 400), ")");
 }
 
 }  // namespace

@@ -91,9 +91,8 @@ std::optional<LrSchedule> parse_lr_schedule(std::string_view text, int64_t epoch
   schedule.make = [ramp, decay, warmup](optim::Optimizer& optimizer) -> std::unique_ptr<optim::LRScheduler> {
     const std::unique_ptr<optim::LRScheduler> first = ramp(optimizer);
     const std::unique_ptr<optim::LRScheduler> second = decay(optimizer);
-    return std::make_unique<optim::SequentialLR>(optimizer, std::vector<const optim::LRScheduler*>{first.get(),
-                                                                                                   second.get()},
-                                                 std::vector<int64_t>{warmup});
+    return std::make_unique<optim::SequentialLR>(
+        optimizer, std::vector<const optim::LRScheduler*>{first.get(), second.get()}, std::vector<int64_t>{warmup});
   };
   return schedule;
 }

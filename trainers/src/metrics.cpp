@@ -5,8 +5,8 @@
 namespace tandem::trainers {
 
 RegressionMetrics regression_metrics(const std::vector<double>& predictions, const std::vector<double>& targets) {
-  TANDEM_CHECK(predictions.size() == targets.size(), "regression_metrics: ", predictions.size(),
-               " predictions but ", targets.size(), " targets");
+  TANDEM_CHECK(predictions.size() == targets.size(), "regression_metrics: ", predictions.size(), " predictions but ",
+               targets.size(), " targets");
   TANDEM_CHECK(!targets.empty(), "regression_metrics: no values");
   const double n = static_cast<double>(targets.size());
   double mean = 0.0;

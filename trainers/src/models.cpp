@@ -16,9 +16,12 @@ Activation parse_activation(std::string_view text) {
 
 std::string to_string(Activation activation) {
   switch (activation) {
-    case Activation::None: return "none";
-    case Activation::ReLU: return "relu";
-    case Activation::Tanh: return "tanh";
+    case Activation::None:
+      return "none";
+    case Activation::ReLU:
+      return "relu";
+    case Activation::Tanh:
+      return "tanh";
   }
   return "?";
 }

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <set>
 
 #include "tandem/core/error.h"
 #include "tandem/core/fnv1a.h"
@@ -45,6 +47,92 @@ std::string fingerprint(const Dataset& data) {
          data.target_name + ", fnv1a64 " + hex;
 }
 
+std::string fingerprint(const std::vector<Tensor>& tensors) {
+  Fnv1a hash;
+  for (const Tensor& tensor : tensors) {
+    add_name(hash, tensor.defined() ? dtype_name(tensor.dtype()) : "undefined");
+    if (!tensor.defined()) continue;
+    for (const int64_t extent : tensor.shape()) hash.add(&extent, sizeof(extent));
+    const Tensor host = tensor.to(Device::cpu()).contiguous();
+    hash.add(host.data_ptr(), static_cast<size_t>(host.numel()) * element_size(host.dtype()));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
+  return std::string("fnv1a64 ") + hex;
+}
+
+namespace {
+
+// Facts as text, each "<name length>:<name><value length>:<value>", and back.
+std::string serialize(const SetupFacts& facts) {
+  std::string text;
+  for (const auto& [name, value] : facts) {
+    text += std::to_string(name.size()) + ":" + name + std::to_string(value.size()) + ":" + value;
+  }
+  return text;
+}
+
+std::optional<std::string> read_field(const std::string& text, size_t& at) {
+  const size_t colon = text.find(':', at);
+  if (colon == std::string::npos || colon == at || colon - at > 9) return std::nullopt;
+  const std::string digits = text.substr(at, colon - at);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const size_t length = std::stoul(digits);
+  if (length > text.size() - colon - 1) return std::nullopt;
+  at = colon + 1 + length;
+  return text.substr(colon + 1, length);
+}
+
+std::optional<SetupFacts> deserialize(const std::string& text) {
+  SetupFacts facts;
+  for (size_t at = 0; at < text.size();) {
+    const std::optional<std::string> name = read_field(text, at);
+    const std::optional<std::string> value = name ? read_field(text, at) : std::nullopt;
+    if (!value) return std::nullopt;
+    facts[*name] = *value;
+  }
+  return facts;
+}
+
+}  // namespace
+
+void check_same_setup(comm::ProcessGroup& group, const SetupFacts& facts, const SetupFacts& derived,
+                      const char* caller) {
+  if (group.size() == 1) return;
+  // One map, each name behind its rank: "0" for `facts`, "1" for `derived`, so that the first difference found is
+  // one of `facts` whenever they differ.
+  SetupFacts ranked;
+  for (const auto& [name, value] : facts) ranked["0" + name] = value;
+  for (const auto& [name, value] : derived) ranked["1" + name] = value;
+  const std::vector<std::string> texts = group.exchange_text(serialize(ranked), "the comparison of the setups");
+  const std::optional<SetupFacts> first = deserialize(texts[0]);
+  TANDEM_CHECK(first.has_value(), caller, ": rank 0 sent a setup that cannot be read");
+  for (size_t p = 1; p < texts.size(); ++p) {
+    if (texts[p] == texts[0]) continue;
+    const std::optional<SetupFacts> other = deserialize(texts[p]);
+    TANDEM_CHECK(other.has_value(), caller, ": rank ", p, " sent a setup that cannot be read");
+    std::set<std::string> names;
+    for (const auto& [name, value] : *first) names.insert(name);
+    for (const auto& [name, value] : *other) names.insert(name);
+    std::string what;
+    size_t differing = 0;
+    for (const std::string& name : names) {
+      const auto a = first->find(name);
+      const auto b = other->find(name);
+      const std::string on0 = a == first->end() ? "(none)" : a->second;
+      const std::string onp = b == other->end() ? "(none)" : b->second;
+      if (on0 == onp) continue;
+      if (differing++ == 0) {
+        what = name.substr(1) + " is " + excerpt(on0, 200) + " on rank 0 but " + excerpt(onp, 200) + " on rank " +
+               std::to_string(p);
+      }
+    }
+    throw SetupMismatch(std::string(caller) + ": the processes' setups differ: " + what + " (" +
+                        std::to_string(differing) + (differing == 1 ? " fact differs" : " facts differ") +
+                        "); every process must run the same setup");
+  }
+}
+
 std::string exact_text(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.17g", value);
@@ -70,8 +158,7 @@ std::vector<std::string> setup_differences(const SetupFacts& recorded, const Set
     const std::string before = then == recorded.end() ? "(none)" : then->second;
     const std::string after = now == current.end() ? "(none)" : now->second;
     if (before != after) {
-      differences.push_back(name + ": " + excerpt(before, 200) + " in the checkpoint, " + excerpt(after, 200) +
-                            " now");
+      differences.push_back(name + ": " + excerpt(before, 200) + " in the checkpoint, " + excerpt(after, 200) + " now");
     }
   }
   return differences;

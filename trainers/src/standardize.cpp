@@ -47,8 +47,7 @@ Standardizer Standardizer::fit(const Dataset& train, bool standardize_target) {
 
 Dataset Standardizer::apply(const Dataset& data) const {
   const int64_t width = data.num_features();
-  TANDEM_CHECK(width == static_cast<int64_t>(feature_mean.size()) &&
-                   feature_mean.size() == feature_scale.size(),
+  TANDEM_CHECK(width == static_cast<int64_t>(feature_mean.size()) && feature_mean.size() == feature_scale.size(),
                "Standardizer::apply: the data set has ", width, " features but the statistics are for ",
                feature_mean.size(), " (means) and ", feature_scale.size(), " (scales)");
   Dataset out = data;

@@ -28,12 +28,23 @@ std::string escaped(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
     }
   }
   return out;
@@ -121,8 +132,8 @@ std::string draw_chart(const LineChart& chart, double left) {
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const ChartSeries& series = chart.series[s];
     const std::string colour = kColours[s % std::size(kColours)];
-    svg += "<g class=\"series\" data-name=\"" + escaped(series.name) + "\" stroke=\"" + colour + "\" fill=\"" +
-           colour + "\">\n";
+    svg += "<g class=\"series\" data-name=\"" + escaped(series.name) + "\" stroke=\"" + colour + "\" fill=\"" + colour +
+           "\">\n";
     std::string points;  // one polyline per run of finite values
     const auto flush = [&] {
       if (!points.empty()) svg += "<polyline points=\"" + points + "\" fill=\"none\" stroke-width=\"1.5\"/>\n";
@@ -133,8 +144,8 @@ std::string draw_chart(const LineChart& chart, double left) {
         flush();
         continue;
       }
-      const std::string point = number(x_axis.place(chart.x[i], x0, x1)) + "," +
-                                number(y_axis.place(series.y[i], y0, y1));
+      const std::string point =
+          number(x_axis.place(chart.x[i], x0, x1)) + "," + number(y_axis.place(series.y[i], y0, y1));
       points += (points.empty() ? "" : " ") + point;
       if (chart.x.size() <= kDotsUpTo) {
         const size_t comma = point.find(',');

@@ -171,6 +171,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   check_same_training_data(train);
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
+  if (options_.group) check_same_setup(*options_.group, setup(), facts_of_this_fit(test), "Trainer::fit");
   const Dataset encoded = classifier() ? options_.classes.encode(train) : Dataset{};
   const Dataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : Dataset{};
   const Dataset& train_set = classifier() ? encoded : train;
@@ -265,6 +266,22 @@ void Trainer::check_same_training_data(const Dataset& train) {
                 "' being resumed: ", resumed_->train_data, " there, ", current, " now");
   }
   train_data_ = current;
+}
+
+// What every process of a group must share for fit to start besides setup() (Note [Setups compared across
+// processes]): the test set (setup() has the training set's fingerprint) and the state the training starts from.
+SetupFacts Trainer::facts_of_this_fit(const Dataset& test) const {
+  SetupFacts facts;
+  facts["test data"] = fingerprint(test);
+  std::vector<Tensor> state = model_->parameters();
+  std::string steps;
+  for (const optim::ParameterState& parameter : optimizer_->state_dict().parameters) {
+    steps += std::to_string(parameter.step) + ",";
+    for (const auto& [slot, tensor] : parameter.tensors) state.push_back(tensor);
+  }
+  facts["state"] = "epoch " + std::to_string(epoch_) + ", step " + std::to_string(step_) + ", shuffle state " +
+                   std::to_string(shuffle_state_) + ", optimizer steps [" + steps + "], values " + fingerprint(state);
+  return facts;
 }
 
 SetupFacts Trainer::setup() const {

@@ -124,14 +124,14 @@ std::vector<std::string> parse_names(const char* flag, const std::string& text) 
   std::vector<std::string> names;
   std::stringstream list(text);
   for (std::string name; std::getline(list, name, ',');) {
-    check(!name.empty(), std::string(flag) + " takes comma-separated column names, got \"" + excerpt(text) +
-                             "\" with an empty name");
+    check(!name.empty(),
+          std::string(flag) + " takes comma-separated column names, got \"" + excerpt(text) + "\" with an empty name");
     check(std::find(names.begin(), names.end(), name) == names.end(),
           std::string(flag) + " names \"" + excerpt(name) + "\" twice");
     names.push_back(name);
   }
-  check(!names.empty() && text.back() != ',', std::string(flag) + " takes comma-separated column names, got \"" +
-                                                  excerpt(text) + "\"");
+  check(!names.empty() && text.back() != ',',
+        std::string(flag) + " takes comma-separated column names, got \"" + excerpt(text) + "\"");
   return names;
 }
 
@@ -145,8 +145,10 @@ std::vector<int64_t> parse_layers(const char* flag, const std::string& text) {
     check(widths.size() <= kMaxLayers, std::string(flag) + " takes at most " + std::to_string(kMaxLayers) +
                                            " widths, got \"" + excerpt(text) + "\"");
   }
-  check(!widths.empty() && text.back() != ',', std::string(flag) + " takes comma-separated widths such as 128,64, "
-                                               "got \"" + excerpt(text) + "\"");
+  check(!widths.empty() && text.back() != ',', std::string(flag) +
+                                                   " takes comma-separated widths such as 128,64, "
+                                                   "got \"" +
+                                                   excerpt(text) + "\"");
   return widths;
 }
 
@@ -220,9 +222,12 @@ auto parse_value(const char* flag, Parse parse) {
 
 std::string to_string(Optimizer optimizer) {
   switch (optimizer) {
-    case Optimizer::SGD: return "sgd";
-    case Optimizer::Adam: return "adam";
-    case Optimizer::AdamW: return "adamw";
+    case Optimizer::SGD:
+      return "sgd";
+    case Optimizer::Adam:
+      return "adam";
+    case Optimizer::AdamW:
+      return "adamw";
   }
   return "?";
 }
@@ -251,8 +256,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string checkpoint_every = "1";
   std::string allow_change;
   std::string devices = "all";
-  std::string timeout = std::to_string(
-      std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
+  std::string timeout =
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
   std::string missing = "error";
   std::string activation;
   std::string precision = "fp32";

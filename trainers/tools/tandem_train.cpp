@@ -119,8 +119,8 @@ void print_banner(const Flags& flags, const CsvTable& table, const Dataset& data
             << trainer.model()->num_parameters() << " parameters) on " << describe_devices(*trainer.group()) << "\n"
             << describe_optimizer(flags, trainer.options()) << "\n";
   if (!trainer.options().classes.empty()) {
-    std::cout << "classes: " << trainer.options().classes.size() << " (labels " << excerpt(trainer.options().classes.str())
-              << ")\n";
+    std::cout << "classes: " << trainer.options().classes.size() << " (labels "
+              << excerpt(trainer.options().classes.str()) << ")\n";
   }
   if (flags.resume) std::cout << "resuming from \"" << *flags.resume << "\" at epoch " << trainer.epoch() << "\n";
 }
@@ -254,7 +254,9 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   }
 
   const FitResult result = trainer.fit(split.train, split.test);
-  const auto devices_by_rank = flags.summary_json ? rank_devices(*group) : std::vector<std::vector<std::string>>{};
+  // Every process takes part, whatever its own flags say: an output flag given to rank 0 alone must not leave it
+  // waiting in a collective the others never enter.
+  const std::vector<std::vector<std::string>> devices_by_rank = rank_devices(*group);
   if (!primary) return 0;
   print_summary(result, trainer);
   if (flags.summary_json) write_summary(*flags.summary_json, result, trainer, devices_by_rank);
@@ -265,8 +267,8 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
 // other processes may be waiting in a collective for this one, so an error here, after the group exists, ends every
 // process of the job (status 1, the message on stderr naming this rank) instead of leaving them to the timeout.
 int run(const Flags& flags) {
-  const std::shared_ptr<comm::ProcessGroup> group = comm::ProcessGroup::from_environment(
-      flags.devices, {.timeout = std::chrono::seconds(flags.timeout_seconds)});
+  const std::shared_ptr<comm::ProcessGroup> group =
+      comm::ProcessGroup::from_environment(flags.devices, {.timeout = std::chrono::seconds(flags.timeout_seconds)});
   if (group->size() == 1) return train(flags, group);  // errors are reported by main as without a launcher
   try {
     return train(flags, group);

@@ -1,6 +1,7 @@
 // ProcessGroup: the factories, the argument checks of every collective (all made before anything is sent, so that
 // a mistake is an Error on the rank that made it instead of a mismatch on the others), and ProcessGroup::Impl.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -253,6 +254,26 @@ std::vector<uint64_t> ProcessGroup::exchange(uint64_t value, std::string_view wh
   std::vector<uint64_t> values(gathered.size() / sizeof(uint64_t));
   std::memcpy(values.data(), gathered.data(), values.size() * sizeof(uint64_t));
   return values;
+}
+
+std::vector<std::string> ProcessGroup::exchange_text(std::string_view mine, std::string_view what) {
+  TANDEM_CHECK(mine.size() <= kMaxExchangedText, "ProcessGroup::exchange_text: got ", mine.size(), " bytes for the ",
+               what, " but expected at most ", kMaxExchangedText);
+  const std::vector<uint64_t> sizes = exchange(mine.size(), what);
+  const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::byte> padded(longest, std::byte{0});
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  std::vector<std::byte> gathered;
+  {
+    detail::Armed armed(impl_->watchdog(), std::string(what));
+    gathered = impl_->channel().all_gather(padded);
+  }
+  std::vector<std::string> texts;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    const char* begin = reinterpret_cast<const char*>(gathered.data()) + p * longest;
+    texts.emplace_back(begin, begin + std::min<uint64_t>(sizes[p], kMaxExchangedText));
+  }
+  return texts;
 }
 
 void ProcessGroup::watch_replay(const char* name) { impl_->collectives().watch_issued(name); }

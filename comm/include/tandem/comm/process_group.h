@@ -144,6 +144,11 @@ class ProcessGroup {
   // [Capturing across processes] in captured_step.h). Collective, bounded by options.timeout like a barrier: when a
   // process does not take part in time, the job ends with "<what> did not finish within ...".
   std::vector<uint64_t> exchange(uint64_t value, std::string_view what);
+  // The same for a text of any length up to kMaxExchangedText bytes (each process's own): every process's `mine`,
+  // in rank order (setups compared at start-up, trainers::check_same_setup). Errors: a longer text (on that process;
+  // the others then wait until the timeout ends the job).
+  static constexpr size_t kMaxExchangedText = size_t{1} << 24;
+  std::vector<std::string> exchange_text(std::string_view mine, std::string_view what);
   // Hands the device work issued so far on this process's devices' compute streams to the group's watchdog as one
   // launch named `name`, in the sequence of the group's collectives and with their deadline (options.timeout): for
   // work that runs collectives of this group without issuing them through it, a replay of a CUDA graph that captured

@@ -51,15 +51,15 @@ struct EpochReport {
   // Classification: the training set's and (when given) the test set's metrics after the epoch, in eval mode.
   std::optional<ClassificationMetrics> train_classes;
   std::optional<ClassificationMetrics> test_classes;
-  double seconds = 0.0;                   // wall time of the epoch (training and evaluation)
+  double seconds = 0.0;  // wall time of the epoch (training and evaluation)
 };
 
 struct FitResult {
-  RegressionMetrics train;                // regression: on the whole training set after the last epoch
+  RegressionMetrics train;  // regression: on the whole training set after the last epoch
   std::optional<RegressionMetrics> test;
   std::optional<ClassificationMetrics> train_classes;  // classification: the same metrics of a classifier
   std::optional<ClassificationMetrics> test_classes;
-  int64_t epochs = 0;                     // epochs completed, counting those before a resume
+  int64_t epochs = 0;  // epochs completed, counting those before a resume
   int64_t steps = 0;
   // Wall time of this fit's epochs and final evaluation: from the start of its first epoch, after the set-up that
   // standardizes the data and creates what the first step would otherwise create (Note [Set-up before the clock] in

@@ -1,13 +1,15 @@
 #pragma once
 // The setup a training run belongs to. A checkpoint records these facts, and a resume compares them with its own,
 // so that resuming with other data, another model or other hyperparameters is refused with a list of the
-// differences instead of silently training something else.
+// differences instead of silently training something else; the processes of a job compare theirs at the start of
+// fit (check_same_setup), so that processes of different setups never train together.
 
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "tandem/comm/process_group.h"
 #include "tandem/core/error.h"
 #include "tandem/nn/module.h"
 #include "tandem/trainers/dataset.h"
@@ -29,6 +31,18 @@ std::string describe_module(const nn::Module& module);
 std::string fingerprint(const Dataset& data);
 // A double written so that reading it back gives the same value ("0.01", "0.90000000000000002").
 std::string exact_text(double value);
+// A fingerprint of tensors' values (dtype, shape and bytes of each, in order), "fnv1a64 <16 hex digits>".
+std::string fingerprint(const std::vector<Tensor>& tensors);
+
+// Collective over `group`: compares `facts` and `derived` (facts that follow from them, such as fingerprints of the
+// data: a different --test-fraction changes the test data too) with every other process's (exchanged as text on the
+// host channel) and, when any differs, throws SetupMismatch on every process alike, starting with `caller` and naming
+// the first difference (the lowest rank that differs from rank 0, then the first fact by name, of `facts` before
+// `derived`) and how many facts differ: "<caller>: the processes' setups differ: lr is 0.01 on rank 0 but 0.02 on
+// rank 1 (1 fact differs); every process must run the same setup". Nothing differs for a group of one process.
+void check_same_setup(comm::ProcessGroup& group, const SetupFacts& facts, const SetupFacts& derived,
+                      const char* caller);
+
 // "name: A in the checkpoint, B now" for every fact whose values differ ("(none)" for a fact on one side only),
 // skipping the names in `ignored`.
 std::vector<std::string> setup_differences(const SetupFacts& recorded, const SetupFacts& current,

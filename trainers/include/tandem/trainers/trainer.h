@@ -84,14 +84,14 @@ struct CustomOptimizer {
 };
 
 struct TrainerOptions {
-  std::vector<Device> devices;     // where the step runs; empty: default_devices(). The model lives on devices[0].
+  std::vector<Device> devices;  // where the step runs; empty: default_devices(). The model lives on devices[0].
   // The processes that train together, each on group->devices() (then `devices` must be empty or the same list),
   // through parallel::DistributedDataParallel. Null: this process alone on `devices` (parallel::ReplicatedModule,
   // no group needed), which is what a group of one process computes too.
   std::shared_ptr<comm::ProcessGroup> group;
   // The defaults fit the diabetes net (standardized data) to test R^2 0.546..0.549 over seeds 0..7 (OLS: 0.5502).
-  int64_t epochs = 100;            // the last epoch of fit() (counting epochs done before a resume)
-  int64_t batch_size = 64;         // global: split over every device of every process of the group
+  int64_t epochs = 100;                                // the last epoch of fit() (counting epochs done before a resume)
+  int64_t batch_size = 64;                             // global: split over every device of every process of the group
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
   Loss loss = Loss::mse();                             // what fit() minimizes
@@ -145,7 +145,11 @@ class Trainer {
 
   // Trains from the current epoch (0, or the checkpoint's) up to options.epochs and evaluates. `test` may be
   // empty (no rows). Collective under a group: every process calls it with the same data sets (each evaluates the
-  // whole test set itself, so every process reports the same metrics). Throws Error when the loss becomes NaN or
+  // whole test set itself, so every process reports the same metrics). Note [Setups compared across processes]:
+  // before anything trains, the processes compare their setups (setup(), fingerprints of both data sets, and of the
+  // state they start from: counters, parameters and optimizer state, which differ after resuming from different
+  // checkpoints), and every process throws SetupMismatch naming the first difference when any differs (so no
+  // process trains, and no mismatched collective follows). Throws Error when the loss becomes NaN or
   // infinite (naming the epoch and the first bad step; the global loss, so on every process at once) before any
   // callback sees that epoch's end, so the last checkpoint written stays the last good one. The losses are checked
   // at the epoch's end (after every step, when a callback needs_step_loss()), so step() then counts the epoch's
@@ -186,11 +190,11 @@ class Trainer {
   // The step fit() replays where it may capture (Note [Captured training steps] in trainer.cpp): its graphs,
   // captures and the last step's fallback reason.
   const parallel::CapturedStep& captured_step() const { return *captured_; }
-  const TrainerOptions& options() const { return options_; }  // with the devices filled in
+  const TrainerOptions& options() const { return options_; }                           // with the devices filled in
   const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }  // null without one
-  bool primary() const { return !options_.group || options_.group->rank() == 0; }  // rank 0: runs the callbacks
-  int64_t epoch() const { return epoch_; }  // epochs completed
-  int64_t step() const { return step_; }    // optimizer steps completed
+  bool primary() const { return !options_.group || options_.group->rank() == 0; }      // rank 0: runs the callbacks
+  int64_t epoch() const { return epoch_; }                                             // epochs completed
+  int64_t step() const { return step_; }                                               // optimizer steps completed
   const std::optional<Standardizer>& standardizer() const { return standardizer_; }
 
  private:
@@ -246,6 +250,7 @@ class Trainer {
   void warm_up_step(TensorDataLoader& loader) const;
   bool classifier() const { return options_.task == Task::Classification; }
   int64_t output_width() const;  // the model's outputs per row: 1, or a classifier's classes
+  SetupFacts facts_of_this_fit(const Dataset& test) const;
   // `data`'s standardized features on devices[0], in batches of kPredictBatch rows (none without rows).
   std::vector<Tensor> resident_features(const Dataset& data) const;
   // The model's outputs for the batches, row-major on devices[0], each checked to be `width` per row (an Error
@@ -270,13 +275,13 @@ class Trainer {
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;  // options.lr_schedule over each replica's optimizer
-  std::unique_ptr<parallel::CapturedStep> captured_;  // the steps' graphs (Note [Captured training steps])
-  std::string capture_blocker_;                        // why no step can be captured; "" when they may be
+  std::unique_ptr<parallel::CapturedStep> captured_;            // the steps' graphs (Note [Captured training steps])
+  std::string capture_blocker_;                                 // why no step can be captured; "" when they may be
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
-  uint64_t shuffle_state_ = 0;  // the loader's state before the next epoch
+  uint64_t shuffle_state_ = 0;             // the loader's state before the next epoch
   std::optional<std::string> train_data_;  // fingerprint(train) of the last fit, or of the checkpoint resumed from
   struct Resumed {
     std::string path;
