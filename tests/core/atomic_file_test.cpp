@@ -190,6 +190,33 @@ TEST_F(AtomicFileTest, KeepsTheModeOfAnExistingFile) {
   }
 }
 
+// A file protected from writing (0444, or 0400 for someone else) is never replaced, also by root, and nothing is
+// left behind: the check before a run refuses it too.
+TEST_F(AtomicFileTest, AReadOnlyFileIsNeverReplaced) {
+  const std::string file = path("protected");
+  for (mode_t mode : {mode_t{0444}, mode_t{0400}, mode_t{0555}}) {
+    SCOPED_TRACE(mode);
+    make_file(file, "precious");
+    ::chmod(file.c_str(), mode);
+    const std::string fragment = "test: cannot write '" + file + "': it is read-only (mode 0" +
+                                 std::to_string(mode / 64) + std::to_string(mode / 8 % 8) + std::to_string(mode % 8) +
+                                 ")";
+    EXPECT_ERROR(write_file_atomically(file, "new", "test"), fragment);
+    EXPECT_ERROR(check_writable(file, "test"), fragment);
+    EXPECT_EQ(read_file(file), "precious");
+    EXPECT_EQ(listing(), (std::vector<std::string>{"protected"}));
+    ::chmod(file.c_str(), 0644);
+    fs::remove(file);
+  }
+  // Through a symlink, the target's mode counts.
+  make_file(file, "precious");
+  ::chmod(file.c_str(), 0444);
+  fs::create_symlink("protected", path("link"));
+  EXPECT_ERROR(write_file_atomically(path("link"), "new", "test"), "it is read-only (mode 0444)");
+  EXPECT_EQ(read_file(file), "precious");
+  ::chmod(file.c_str(), 0644);
+}
+
 TEST_F(AtomicFileTest, NewFileGetsTheUmaskedDefaultMode) {
   for (mode_t mask : {mode_t{022}, mode_t{027}, mode_t{077}}) {
     SCOPED_TRACE(mask);

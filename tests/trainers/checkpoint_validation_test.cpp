@@ -229,9 +229,10 @@ TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
     if (name == "optimizer.3.momentum_buffer") tensor = Tensor::zeros({2});
   }
   save_tensors(edited.tensors, edited_, edited.metadata);
-  EXPECT_CONTAINS(resume_error(edited_), "holds an optimizer state that does not fit the optimizer: optim::SGD::"
-                                         "load_state_dict: momentum_buffer of parameter 3 has shape [2] but the "
-                                         "parameter has shape [1]");
+  EXPECT_CONTAINS(resume_error(edited_),
+                  "holds an optimizer state that does not fit the optimizer: optim::SGD::"
+                  "load_state_dict: momentum_buffer of parameter 3 has shape [2] but the "
+                  "parameter has shape [1]");
 
   edited = file_;
   edited.tensors.emplace_back("model.2.weight", Tensor::zeros({1}));
@@ -351,8 +352,9 @@ TEST_F(CheckpointValidation, AnotherSetupIsRefusedWithTheDifferences) {
   options.batch_size = 32;
   options.shuffle_seed = 5;
   const std::string message = resume_error(good_, options);
-  EXPECT_CONTAINS(message, "belongs to another setup: batch_size: 64 in the checkpoint, 32 now; lr: 0.01 in the "
-                           "checkpoint, 0.02 now; shuffle_seed: 0 in the checkpoint, 5 now");
+  EXPECT_CONTAINS(message,
+                  "belongs to another setup: batch_size: 64 in the checkpoint, 32 now; lr: 0.01 in the "
+                  "checkpoint, 0.02 now; shuffle_seed: 0 in the checkpoint, 5 now");
 
   options = seed_options(/*epochs=*/5);
   EXPECT_CONTAINS(resume_error(good_, options), "epochs: 2 in the checkpoint, 5 now");

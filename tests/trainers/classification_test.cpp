@@ -40,8 +40,9 @@ TEST(ClassLabels, SortedDistinctLabelsAndTheirIndices) {
 }
 
 TEST(ClassLabels, RefusesNonIntegersTooManyClassesAndUnknownLabels) {
-  EXPECT_ERROR(ClassLabels::of(labelled({1, 2, 2.5})), "target \"label\" is 2.5 in row 3 but a class label must be "
-                                                       "an integer");
+  EXPECT_ERROR(ClassLabels::of(labelled({1, 2, 2.5})),
+               "target \"label\" is 2.5 in row 3 but a class label must be "
+               "an integer");
   EXPECT_ERROR(ClassLabels::of(labelled({1, NAN})), "is nan in row 2");
   EXPECT_ERROR(ClassLabels::of(labelled({1, 1e300})), "in row 2 but a class label must be an integer below 2^53");
   // 2^53 + 1 in a CSV file reads as 2^53: refused rather than taken for a neighbouring label.
@@ -73,7 +74,8 @@ TEST(ClassificationMetrics, AccuracyCrossEntropyAndConfusion) {
 
 TEST(ClassCrossEntropy, MatchesTheHostMetricAndChecksShapes) {
   const std::vector<float> scores = {2.0f, 0.0f, -1.0f, 1.0f, -1.0f, 3.0f};
-  const Tensor loss = class_cross_entropy(Tensor::from_vector(scores, {2, 3}), Tensor::from_vector({2.0f, 0.0f}, {2, 1}));
+  const Tensor loss =
+      class_cross_entropy(Tensor::from_vector(scores, {2, 3}), Tensor::from_vector({2.0f, 0.0f}, {2, 1}));
   EXPECT_NEAR(loss.item(), classification_metrics(scores, {2, 0}, 3).cross_entropy, 1e-6);
   EXPECT_ERROR(class_cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({3, 1})),
                "scores of shape [2, 3] and classes of shape [3, 1] but expected [n, classes] and [n, 1]");
@@ -129,8 +131,9 @@ TEST(ClassifierTrainer, RefusesMismatchedOptionsAndUnknownTestLabels) {
   const Dataset data = blobs(4, 3);
   TrainerOptions options;
   options.task = Task::Classification;
-  EXPECT_ERROR(Trainer(make_mlp(2, {4}, 3, Activation::ReLU), options), "task is classification but options.classes "
-                                                                         "is empty");
+  EXPECT_ERROR(Trainer(make_mlp(2, {4}, 3, Activation::ReLU), options),
+               "task is classification but options.classes "
+               "is empty");
   TrainerOptions regression;
   regression.classes = ClassLabels::of(data);
   EXPECT_ERROR(Trainer(make_mlp(2, 4), regression), "options.classes holds 3 labels but task is regression");

@@ -6,12 +6,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
-#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "support/test_support.h"
 
@@ -102,8 +102,8 @@ TEST(TandemTrain, CaptureFlagsAndTheStepModeInTheSummary) {
   std::vector<double> test_mse;
   for (const char* flag : {"", "--capture on", "--capture off", "--no-capture"}) {
     SCOPED_TRACE(flag);
-    ToolRun run = run_tool(std::string("--quiet --epochs 3 --devices cpu:0,cpu:1 ") + flag + " --summary-json " +
-                           summary);
+    ToolRun run =
+        run_tool(std::string("--quiet --epochs 3 --devices cpu:0,cpu:1 ") + flag + " --summary-json " + summary);
     ASSERT_EQ(run.status, 0) << run.output;
     const nlohmann::json result = read_json(summary);
     const bool off = std::string(flag).find("off") != std::string::npos || std::string(flag) == "--no-capture";
@@ -368,8 +368,8 @@ TEST(TandemTrain, CheckpointsSurviveKillNine) {
   std::filesystem::remove_all(directory);
   std::filesystem::create_directory(directory);
   const std::string checkpoint = directory + "/run.safetensors";
-  const std::vector<std::string> run = {"--quiet", "--devices", "cpu:0", "--epochs", "1000000", "--checkpoint",
-                                        checkpoint};
+  const std::vector<std::string> run = {"--quiet", "--devices",    "cpu:0",   "--epochs",
+                                        "1000000", "--checkpoint", checkpoint};
   std::mt19937 random(7);
   int64_t last_epoch = 0;
   for (int kill_number = 0; kill_number < 12; ++kill_number) {
@@ -441,9 +441,11 @@ TEST(TandemTrain, AdamAndAdamWResumesMatchAnUninterruptedRun) {
   }
   // Their lr and weight decay are facts of the setup, as SGD's are.
   const std::string checkpoint = testing::scratch_path("adamw.safetensors");
-  ToolRun other = run_tool("--quiet --devices cpu:0 --activation tanh --optimizer adamw --epochs 4 --lr 0.002 "
-                           "--weight-decay 0.1 "
-                           "--resume " + checkpoint);
+  ToolRun other = run_tool(
+      "--quiet --devices cpu:0 --activation tanh --optimizer adamw --epochs 4 --lr 0.002 "
+      "--weight-decay 0.1 "
+      "--resume " +
+      checkpoint);
   EXPECT_EQ(other.status, 1) << other.output;
   EXPECT_NE(other.output.find("lr: 0.001 in the checkpoint, 0.002 now; weight_decay: 0.01 in the checkpoint, 0.1 now"),
             std::string::npos)
@@ -464,8 +466,8 @@ TEST(TandemTrain, ResumeMatchesAnUninterruptedRun) {
   EXPECT_EQ(load_checkpoint(checkpoint).epoch, 4);  // epochs 3 and 4 (the last) were written
 
   const std::string resumed = testing::scratch_path("resumed.json");
-  ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --allow-change epochs --metrics " + metrics +
-                        " --summary-json " + resumed);
+  ToolRun second = run_tool(common + "--epochs 10 --resume " + checkpoint + " --allow-change epochs --metrics " +
+                            metrics + " --summary-json " + resumed);
   ASSERT_EQ(second.status, 0) << second.output;
 
   nlohmann::json expected = read_json(full);
@@ -527,8 +529,10 @@ TEST(TandemTrainClassification, UnseenBlobsTrainWithDefaultsAndFeaturesByName) {
   }
   const std::string summary = testing::scratch_path("blobs.json");
   const std::string plot = testing::scratch_path("blobs.svg");
-  ToolRun run = run_tool("--data " + data + " --task classification --target label --features x,y --devices "
-                         "cpu:0,cpu:1 --summary-json " + summary + " --plot " + plot);
+  ToolRun run = run_tool("--data " + data +
+                         " --task classification --target label --features x,y --devices "
+                         "cpu:0,cpu:1 --summary-json " +
+                         summary + " --plot " + plot);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("Linear(2, 512)"), std::string::npos) << run.output;
   const nlohmann::json result = read_json(summary);
@@ -634,8 +638,7 @@ TEST(TandemTrain, PrecisionTrainsAndIsPartOfTheSetup) {
   const std::string bf16 = testing::scratch_path("bf16.json");
   const std::string fp32 = testing::scratch_path("fp32.json");
   std::filesystem::remove(checkpoint);
-  ToolRun run =
-      run_tool(common + "--epochs 3 --precision bf16 --checkpoint " + checkpoint + " --summary-json " + bf16);
+  ToolRun run = run_tool(common + "--epochs 3 --precision bf16 --checkpoint " + checkpoint + " --summary-json " + bf16);
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find(", precision bf16"), std::string::npos) << run.output;
   ASSERT_EQ(run_tool(common + "--epochs 3 --quiet --summary-json " + fp32).status, 0);
@@ -647,8 +650,8 @@ TEST(TandemTrain, PrecisionTrainsAndIsPartOfTheSetup) {
   ToolRun other = run_tool(common + "--quiet --epochs 4 --allow-change epochs --resume " + checkpoint);
   EXPECT_EQ(other.status, 1) << other.output;
   EXPECT_NE(other.output.find("precision: bf16 in the checkpoint, (none) now"), std::string::npos) << other.output;
-  EXPECT_EQ(run_tool(common + "--quiet --precision bf16 --epochs 4 --allow-change epochs --resume " + checkpoint).status,
-            0);
+  EXPECT_EQ(
+      run_tool(common + "--quiet --precision bf16 --epochs 4 --allow-change epochs --resume " + checkpoint).status, 0);
 }
 
 }  // namespace

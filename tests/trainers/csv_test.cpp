@@ -148,8 +148,9 @@ TEST(Csv, MissingValueIsAnErrorByDefault) {
     SCOPED_TRACE(cell);
     const std::string text = "age,sex,bmi\n\n1,2,3\n4,5,6\n7,8,9\n10,11,12\n13,14," + cell + "\n";
     const std::string shown = cell == "\"\"" ? "" : cell;
-    const std::string expected = "parse_csv: data.csv line 7, column 3 (bmi): missing value \"" + shown +
-                                 "\"; expected a number (to skip such rows: MissingValues::DropRow, or tandem-train --missing drop-row)";
+    const std::string expected =
+        "parse_csv: data.csv line 7, column 3 (bmi): missing value \"" + shown +
+        "\"; expected a number (to skip such rows: MissingValues::DropRow, or tandem-train --missing drop-row)";
     EXPECT_EQ(error_message([&] { parse_csv(text, "data.csv"); }), expected);
     EXPECT_EQ(error_message([&] { parse_csv(text, "data.csv", CsvOptions{MissingValues::Error}); }), expected);
   }

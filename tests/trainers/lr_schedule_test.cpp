@@ -35,11 +35,13 @@ TEST(LrSchedule, GrammarGivesTheDocumentedLearningRates) {
 }
 
 TEST(LrSchedule, RefusesTextOutsideTheGrammar) {
-  EXPECT_ERROR(parse_lr_schedule("cos", 10), "parse_lr_schedule: \"cos\" is not a schedule; expected none, step:S:GAMMA");
+  EXPECT_ERROR(parse_lr_schedule("cos", 10),
+               "parse_lr_schedule: \"cos\" is not a schedule; expected none, step:S:GAMMA");
   EXPECT_ERROR(parse_lr_schedule("step:3", 10), "has no GAMMA after step:S");
   EXPECT_ERROR(parse_lr_schedule("step:3:1.5", 10), "has gamma \"1.5\" but expected a number in (0, 1]");
   EXPECT_ERROR(parse_lr_schedule("step:x:0.5", 10), "has step size \"x\" but expected an integer");
-  EXPECT_ERROR(parse_lr_schedule("warmup:10+cosine", 10), "has warm-up epochs \"10\" but expected an integer in [1, 9]");
+  EXPECT_ERROR(parse_lr_schedule("warmup:10+cosine", 10),
+               "has warm-up epochs \"10\" but expected an integer in [1, 9]");
   EXPECT_ERROR(parse_lr_schedule("warmup:2+none", 10), "\"warmup:2+none\" is not a schedule");
   EXPECT_ERROR(parse_lr_schedule("cosine", 0), "epochs is 0 but expected at least 1");
 }

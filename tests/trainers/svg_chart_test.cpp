@@ -1,5 +1,6 @@
 // render_svg: a well-formed SVG document holding every series, ticks and labels; PlotWriter writes it atomically.
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,56 @@ TEST(SvgChart, WellFormedWithSeriesTicksLabelsAndEscapedText) {
   EXPECT_ERROR(render_svg({}), "render_svg: no charts");
   EXPECT_ERROR(render_svg({LineChart{"t", "x", "y", {1, 1}, {}}}), "has x value 1 at position 1");
   EXPECT_ERROR(render_svg({LineChart{"t", "x", "y", {1, 2}, {{"s", {1}}}}}), "series \"s\" of chart 0 has 1 values");
+}
+
+// A log axis: decades (with 2 and 5 between them over few decades), values <= 0 left out; a series keeps the colour
+// it names whatever its position; the legend sits above the plot area, which starts at y = 52.
+TEST(SvgChart, LogAxesColoursAndALegendAboveThePlot) {
+  LineChart wide{"loss", "epoch", "mse", {1, 2, 3, 4}, {{"train", {5000, 300, 20, 0.5}}}};
+  wide.log_y = true;
+  LineChart narrow{"loss", "epoch", "mse", {1, 2, 3}, {{"test", {30, 0, 12}, kTestColour}}};
+  narrow.log_y = true;
+  const std::string svg = render_svg({wide, narrow});
+  for (const char* tick : {">0.1</text>", ">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10000</text>",
+                           ">20</text>", ">50</text>"}) {
+    EXPECT_NE(svg.find(tick), std::string::npos) << tick;
+  }
+  EXPECT_EQ(svg.find(">200</text>"), std::string::npos) << "no 2s and 5s over five decades";
+  const std::string test_group = svg.substr(svg.find("data-name=\"test\""));
+  EXPECT_EQ(test_group.find("stroke=\"" + std::string(kTestColour) + "\""), std::string("data-name=\"test\" ").size())
+      << "the test series, first in its chart, is drawn in the test colour: " << test_group.substr(0, 80);
+  const std::regex legend_line("<line x1=\"[0-9.]+\" y1=\"40\" x2=\"[0-9.]+\" y2=\"40\" stroke-width=\"2\"/>");
+  EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), legend_line), std::sregex_iterator()), 2);
+  // The 0 of the narrow chart is a gap: two polylines in its series.
+  const std::string narrow_series = test_group.substr(0, test_group.find("</g>"));
+  EXPECT_TRUE(std::regex_search(narrow_series, std::regex("polyline[^]*polyline")));
+}
+
+// Note [Paced file writes]: drawn after the first epoch, then not again within the interval, and at the last epoch.
+TEST(PlotWriter, RedrawsAtMostEveryIntervalAndAtTheEnd) {
+  const std::string path = testing::scratch_path("paced_plot.svg");
+  struct Peek : Callback {
+    std::string path;
+    std::vector<size_t> dots;  // the image's points at each epoch's end
+    void on_epoch_end(const Trainer&, const EpochReport&) override {
+      std::ifstream file(path);
+      const std::string svg((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      size_t count = 0;
+      for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++count;
+      dots.push_back(count);
+    }
+  };
+  auto peek = std::make_shared<Peek>();
+  peek->path = path;
+  Dataset data{{"x"}, "y", {0, 1, 2, 3}, {0, 1, 2, 3}};
+  manual_seed(0);
+  Trainer trainer(make_mlp(1, 2), {.devices = {Device::cpu(0)}, .epochs = 4});
+  trainer.add_callback(std::make_shared<PlotWriter>(path, std::chrono::hours(1)));
+  trainer.add_callback(peek);
+  trainer.fit(data, data);
+  // Each drawing holds one dot per epoch and series (train and test loss, test R^2): 3 per epoch drawn.
+  EXPECT_EQ(peek->dots, (std::vector<size_t>{3, 3, 3, 12}));
+  std::filesystem::remove(path);
 }
 
 TEST(PlotWriter, RefusesAnUnwritablePathAndKeepsALinkALink) {

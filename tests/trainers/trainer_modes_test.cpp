@@ -90,7 +90,7 @@ TEST(TrainerModes, PredictionsAreTheEvalModeOnesWhateverTheModelsModeAndThatMode
   const RegressionMetrics metrics = trainer.evaluate(data);
   EXPECT_EQ(metrics.rows, 6);
   EXPECT_EQ(model.net->training_modes(), std::vector<bool>(3, false));  // eval before, eval after
-  model.doubles->train();  // one submodule in its own mode
+  model.doubles->train();                                               // one submodule in its own mode
   trainer.evaluate(data);
   EXPECT_EQ(model.net->training_modes(), (std::vector<bool>{false, false, true}));
 }

@@ -42,8 +42,11 @@ FitRun fit_seeded(const Make& make, const TrainerOptions& options) {
 
 // A ReLU net with Dropout (whose forward draws from the global generator in training mode), seeded with 0.
 FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t epochs) {
-  return fit_seeded([] { return make_mlp(10, {16, 8}, 1, Activation::ReLU, 0.2); },
-                    {.devices = devices, .epochs = epochs, .warm_up = warm_up});
+  return fit_seeded(
+      [] {
+        return make_mlp(10, {16, 8}, 1, Activation::ReLU, 0.2);
+      },
+      {.devices = devices, .epochs = epochs, .warm_up = warm_up});
 }
 
 void expect_identical(const FitRun& with, const FitRun& without) {

@@ -1,8 +1,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -50,10 +50,10 @@ Trainer dropout_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_
 Trainer adamw_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
   manual_seed(init_seed);
   TrainerOptions options = test_options(std::move(devices), epochs);
-  options.optimizer = CustomOptimizer{"adamw", [](std::vector<Tensor> parameters) {
-                                        return std::make_unique<optim::AdamW>(std::move(parameters),
-                                                                              optim::AdamWOptions{.lr = 3e-3});
-                                      }};
+  options.optimizer =
+      CustomOptimizer{"adamw", [](std::vector<Tensor> parameters) {
+                        return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = 3e-3});
+                      }};
   options.lr_schedule = parse_lr_schedule("warmup:2+cosine", 10);
   return Trainer(make_mlp(10, 20), options);
 }
@@ -216,8 +216,8 @@ void expect_resume_continues_exactly(
 }
 
 TEST(Trainer, ResumeContinuesExactlyOnCpu) {
-  for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
-                                             std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
+  for (const std::vector<Device>& devices :
+       {std::vector<Device>{Device::cpu(0)}, std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
     expect_resume_continues_exactly(
         [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return seed_net_trainer(on, epochs, seed); },
         devices);
@@ -234,8 +234,8 @@ TEST(Trainer, ResumeContinuesExactlyWithRandomLayersOnCpu) {
 }
 
 TEST(Trainer, ResumeContinuesExactlyWithAdamWAndAScheduleOnCpu) {
-  for (const std::vector<Device>& devices : {std::vector<Device>{Device::cpu(0)},
-                                             std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
+  for (const std::vector<Device>& devices :
+       {std::vector<Device>{Device::cpu(0)}, std::vector<Device>{Device::cpu(0), Device::cpu(1)}}) {
     expect_resume_continues_exactly(
         [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return adamw_net_trainer(on, epochs, seed); },
         devices);
@@ -295,9 +295,8 @@ TEST(Trainer, CheckpointRoundTripsAdamStateAndBuffers) {
   const std::string path = testing::scratch_path("adam_buffers.safetensors");
   manual_seed(0);
   TrainerOptions options = test_options({Device::cpu(0), Device::cpu(1)}, 2);
-  options.optimizer = CustomOptimizer{"adam", [](std::vector<Tensor> parameters) {
-                                        return std::make_unique<optim::Adam>(std::move(parameters));
-                                      }};
+  options.optimizer = CustomOptimizer{
+      "adam", [](std::vector<Tensor> parameters) { return std::make_unique<optim::Adam>(std::move(parameters)); }};
   Trainer trainer(batch_norm_net(), options);
   trainer.fit(diabetes().train);
   trainer.save_checkpoint(path);
@@ -523,6 +522,45 @@ TEST(Trainer, MetricsLoggerRefusesToResumeAFileThatIsNotJsonLines) {
     EXPECT_ERROR(logger.on_fit_begin(trainer), "MetricsLogger: \"" + path + "\" " + fragment);
     EXPECT_EQ(file_bytes(path), contents);  // left as it was
   }
+}
+
+// Note [Paced file writes]: a resumed log drops a last line that a power loss cut (no newline), and appends after the
+// line before it; the lines arrive one per epoch whatever the sync interval, and a symlink stays a link.
+TEST(Trainer, MetricsLoggerAppendsAndDropsATornLastLine) {
+  const std::string metrics = testing::scratch_path("torn_metrics.jsonl");
+  const std::string link = testing::scratch_path("torn_metrics.link");
+  const std::string checkpoint = testing::scratch_path("torn_metrics.safetensors");
+  struct Counter : Callback {
+    std::string path;
+    std::vector<size_t> lines_seen;  // the file's lines at each epoch's end, after the logger's
+    void on_epoch_end(const Trainer&, const EpochReport&) override { lines_seen.push_back(lines_of_file(path).size()); }
+  };
+  auto counter = std::make_shared<Counter>();
+  counter->path = metrics;
+  std::filesystem::create_symlink(metrics, link);
+  Trainer first = seed_net_trainer({Device::cpu(0)}, 3);
+  first.add_callback(std::make_shared<MetricsLogger>(link, false, std::chrono::hours(1)));
+  first.add_callback(counter);
+  first.fit(diabetes().train, diabetes().test);
+  EXPECT_EQ(counter->lines_seen, (std::vector<size_t>{1, 2, 3}));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  first.save_checkpoint(checkpoint);
+  const std::vector<std::string> whole = lines_of_file(metrics);
+
+  std::string bytes = file_bytes(metrics);
+  std::ofstream(metrics, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 9);  // epoch 3 torn
+  Trainer resumed = seed_net_trainer({Device::cpu(0)}, 5);
+  resumed.load_checkpoint(checkpoint);
+  resumed.add_callback(std::make_shared<MetricsLogger>(link, /*append=*/true));
+  resumed.fit(diabetes().train, diabetes().test);
+  const std::vector<std::string> lines = lines_of_file(metrics);
+  ASSERT_EQ(lines.size(), 4u) << "epochs 1, 2 (kept), 4, 5 (this run); epoch 3's torn line is gone";
+  EXPECT_EQ(lines[0], whole[0]);
+  EXPECT_EQ(lines[1], whole[1]);
+  EXPECT_EQ(nlohmann::json::parse(lines[2]).at("epoch"), 4);
+  EXPECT_EQ(nlohmann::json::parse(lines[3]).at("epoch"), 5);
+  EXPECT_EQ(file_bytes(metrics).back(), '\n');
+  for (const std::string& path : {link, metrics, checkpoint}) std::filesystem::remove(path);
 }
 
 TEST(Trainer, ProgressPrinterLinesAndBar) {

@@ -1,10 +1,13 @@
 #include "tandem/trainers/callbacks.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -81,14 +84,24 @@ void ProgressPrinter::on_epoch_end(const Trainer&, const EpochReport& report) {
   out_ << epoch_line(report) << '\n' << std::flush;
 }
 
-MetricsLogger::MetricsLogger(const std::string& path, bool append) : path_(path), append_(append) {
+MetricsLogger::MetricsLogger(const std::string& path, bool append, std::chrono::milliseconds sync_interval)
+    : path_(path), append_(append), sync_interval_(sync_interval) {
+  TANDEM_CHECK(sync_interval.count() >= 0, "MetricsLogger: sync_interval is ", sync_interval.count(),
+               " ms but expected at least 0");
   check_writable(path, "MetricsLogger");
 }
 
+MetricsLogger::~MetricsLogger() { close_file(); }
+
+// Note [Paced file writes] in callbacks.h: the whole file once, atomically, then lines appended to it.
 void MetricsLogger::on_fit_begin(const Trainer& trainer) {
+  close_file();
   if (append_) lines_ = read_lines(path_);
   std::erase_if(lines_, [&](const Line& line) { return line.epoch > trainer.epoch(); });
   write_lines();
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  TANDEM_CHECK(fd_ >= 0, "MetricsLogger: cannot open \"", path_, "\" to append to it: ", std::strerror(errno));
+  last_sync_ = std::chrono::steady_clock::now();
 }
 
 void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
@@ -105,7 +118,34 @@ void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
   }
   line["seconds"] = report.seconds;
   lines_.push_back({report.epoch, line.dump()});
-  write_lines();
+  TANDEM_CHECK(fd_ >= 0, "MetricsLogger: on_epoch_end before on_fit_begin");
+  const std::string text = lines_.back().json + "\n";
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t put = ::write(fd_, text.data() + done, text.size() - done);
+    if (put < 0 && errno == EINTR) continue;
+    TANDEM_CHECK(put > 0, "MetricsLogger: appending to \"", path_,
+                 "\" failed: ", std::strerror(put < 0 ? errno : ENOSPC));
+    done += static_cast<size_t>(put);
+  }
+  if (report.epoch == report.epochs || std::chrono::steady_clock::now() - last_sync_ >= sync_interval_) sync();
+}
+
+void MetricsLogger::on_fit_end(const Trainer&, const FitResult&) {
+  sync();
+  close_file();
+}
+
+void MetricsLogger::sync() {
+  if (fd_ < 0) return;
+  while (::fsync(fd_) != 0) {
+    TANDEM_CHECK(errno == EINTR, "MetricsLogger: fsync of \"", path_, "\" failed: ", std::strerror(errno));
+  }
+  last_sync_ = std::chrono::steady_clock::now();
+}
+
+void MetricsLogger::close_file() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 std::vector<MetricsLogger::Line> MetricsLogger::read_lines(const std::string& path) {
@@ -119,6 +159,8 @@ std::vector<MetricsLogger::Line> MetricsLogger::read_lines(const std::string& pa
   int64_t number = 0;
   for (std::string text; std::getline(file, text);) {
     ++number;
+    // A last line without its newline is the tail of an append that a power loss cut (Note [Paced file writes]).
+    if (file.eof()) break;
     const nlohmann::json entry = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     const bool has_epoch = entry.is_object() && entry.contains("epoch") && entry["epoch"].is_number_unsigned() &&
                            entry["epoch"].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
@@ -136,24 +178,52 @@ void MetricsLogger::write_lines() const {
   write_file_atomically(path_, text, "MetricsLogger");
 }
 
-PlotWriter::PlotWriter(std::string path) : path_(std::move(path)) { check_writable(path_, "PlotWriter"); }
+PlotWriter::PlotWriter(std::string path, std::chrono::milliseconds interval)
+    : path_(std::move(path)), interval_(interval) {
+  TANDEM_CHECK(interval.count() >= 0, "PlotWriter: interval is ", interval.count(), " ms but expected at least 0");
+  check_writable(path_, "PlotWriter");
+}
+
+PlotWriter::~PlotWriter() {
+  if (!pending_) return;
+  try {
+    draw();
+  } catch (const std::exception&) {
+    // best effort: the image is a view of the run, and the run's error is what matters
+  }
+}
 
 void PlotWriter::on_epoch_end(const Trainer& trainer, const EpochReport& report) {
-  const bool classifier = trainer.options().task == Task::Classification;
+  classifier_ = trainer.options().task == Task::Classification;
+  has_test_ = report.test || report.test_classes;
+  loss_name_ = trainer.options().loss.name;
   epochs_.push_back(static_cast<double>(report.epoch));
   train_loss_.push_back(report.train_loss);
   test_loss_.push_back(report.test_classes ? report.test_classes->cross_entropy : report.test ? report.test->mse : NAN);
   train_metric_.push_back(report.train_classes ? report.train_classes->accuracy : NAN);
   test_metric_.push_back(report.test_classes ? report.test_classes->accuracy : report.test ? report.test->r2 : NAN);
-  const std::string loss_name = trainer.options().loss.name;
-  LineChart loss{"loss (" + loss_name + ")", "epoch", loss_name, epochs_, {{"train", train_loss_}}};
-  if (report.test || report.test_classes) loss.series.push_back({"test", test_loss_});
-  LineChart metric{classifier ? "accuracy" : "R^2", "epoch", classifier ? "accuracy" : "R^2", epochs_, {}};
-  if (classifier) metric.series.push_back({"train", train_metric_});
-  if (report.test || report.test_classes) metric.series.push_back({"test", test_metric_});
+  pending_ = true;
+  const bool due = !drawn_once_ || std::chrono::steady_clock::now() - last_draw_ >= interval_;
+  if (report.epoch == report.epochs || due) draw();
+}
+
+void PlotWriter::on_fit_end(const Trainer&, const FitResult&) {
+  if (pending_) draw();
+}
+
+void PlotWriter::draw() {
+  LineChart loss{"loss (" + loss_name_ + ")", "epoch", loss_name_, epochs_, {{"train", train_loss_, kTrainColour}}};
+  loss.log_y = true;
+  if (has_test_) loss.series.push_back({"test", test_loss_, kTestColour});
+  LineChart metric{classifier_ ? "accuracy" : "R^2", "epoch", classifier_ ? "accuracy" : "R^2", epochs_, {}};
+  if (classifier_) metric.series.push_back({"train", train_metric_, kTrainColour});
+  if (has_test_) metric.series.push_back({"test", test_metric_, kTestColour});
   std::vector<LineChart> charts = {loss};
   if (!metric.series.empty()) charts.push_back(metric);
   write_file_atomically(path_, render_svg(charts), "PlotWriter");
+  pending_ = false;
+  drawn_once_ = true;
+  last_draw_ = std::chrono::steady_clock::now();
 }
 
 CheckpointSaver::CheckpointSaver(std::string path, int64_t every) : path_(std::move(path)), every_(every) {

@@ -13,9 +13,9 @@ constexpr double kWidth = 480.0;  // of one chart
 constexpr double kHeight = 320.0;
 constexpr double kLeft = 70.0;  // margins around the plot area
 constexpr double kRight = 16.0;
-constexpr double kTop = 36.0;
+constexpr double kTop = 52.0;  // the title, then the legend's row
 constexpr double kBottom = 48.0;
-constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+constexpr const char* kColours[] = {kTrainColour, kTestColour, "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
 constexpr size_t kDotsUpTo = 40;  // points drawn as dots too when a series has at most this many
 
 std::string number(double value) {
@@ -77,6 +77,47 @@ struct Axis {
   double place(double value, double from, double to) const { return from + (value - low) / (high - low) * (to - from); }
 };
 
+// A logarithmic axis, in log10 units: whole decades around [low, high] (positive values), ticks at each decade and,
+// over at most two decades, at 2 and 5 times them too.
+struct LogAxis {
+  Axis decades;  // low and high in log10 units, step 1
+
+  static LogAxis covering(double low, double high) {
+    if (!(low > 0.0) || !std::isfinite(low)) return {{0.0, 1.0, 1.0}};  // no positive value: one decade
+    const double first = std::floor(std::log10(low));
+    double last = std::ceil(std::log10(high));
+    if (last <= first) last = first + 1.0;
+    return {{first, last, 1.0}};
+  }
+  std::vector<double> ticks() const {  // the values, not their logarithms
+    std::vector<double> values;
+    const bool fine = decades.high - decades.low <= 2.0;
+    for (double d = decades.low; d <= decades.high + 1e-9; d += 1.0) {
+      const double decade = std::pow(10.0, d);
+      values.push_back(decade);
+      if (fine && d < decades.high - 1e-9) {
+        values.push_back(2.0 * decade);
+        values.push_back(5.0 * decade);
+      }
+    }
+    return values;
+  }
+  double place(double value, double from, double to) const { return decades.place(std::log10(value), from, to); }
+};
+
+// A chart's y axis, linear or logarithmic, behind one interface.
+struct YAxis {
+  bool log;
+  Axis linear;
+  LogAxis logarithmic;
+
+  bool shows(double value) const { return std::isfinite(value) && (!log || value > 0.0); }
+  std::vector<double> ticks() const { return log ? logarithmic.ticks() : linear.ticks(); }
+  double place(double value, double from, double to) const {
+    return log ? logarithmic.place(value, from, to) : linear.place(value, from, to);
+  }
+};
+
 void check_chart(const LineChart& chart, size_t index) {
   TANDEM_CHECK(!chart.x.empty(), "render_svg: chart ", index, " (\"", excerpt(chart.title), "\") has no x values");
   for (size_t i = 0; i < chart.x.size(); ++i) {
@@ -93,14 +134,19 @@ std::string draw_chart(const LineChart& chart, double left) {
   const Axis x_axis = Axis::covering(chart.x.front(), chart.x.back());
   double y_low = INFINITY;
   double y_high = -INFINITY;
+  YAxis y_axis{chart.log_y, {}, {}};
   for (const ChartSeries& series : chart.series) {
     for (double y : series.y) {
-      if (!std::isfinite(y)) continue;
+      if (!y_axis.shows(y)) continue;
       y_low = std::min(y_low, y);
       y_high = std::max(y_high, y);
     }
   }
-  const Axis y_axis = Axis::covering(y_low, y_high);
+  if (chart.log_y) {
+    y_axis.logarithmic = LogAxis::covering(y_low, y_high);
+  } else {
+    y_axis.linear = Axis::covering(y_low, y_high);
+  }
   const double x0 = left + kLeft;
   const double x1 = left + kWidth - kRight;
   const double y0 = kHeight - kBottom;  // the bottom of the plot area (SVG's y grows downwards)
@@ -131,7 +177,7 @@ std::string draw_chart(const LineChart& chart, double left) {
 
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const ChartSeries& series = chart.series[s];
-    const std::string colour = kColours[s % std::size(kColours)];
+    const std::string colour = series.colour.empty() ? kColours[s % std::size(kColours)] : series.colour;
     svg += "<g class=\"series\" data-name=\"" + escaped(series.name) + "\" stroke=\"" + colour + "\" fill=\"" + colour +
            "\">\n";
     std::string points;  // one polyline per run of finite values
@@ -140,7 +186,7 @@ std::string draw_chart(const LineChart& chart, double left) {
       points.clear();
     };
     for (size_t i = 0; i < chart.x.size(); ++i) {
-      if (!std::isfinite(series.y[i])) {
+      if (!y_axis.shows(series.y[i])) {
         flush();
         continue;
       }
@@ -153,10 +199,12 @@ std::string draw_chart(const LineChart& chart, double left) {
       }
     }
     flush();
-    const double legend_y = y1 + 14.0 + 16.0 * static_cast<double>(s);
-    svg += "<line x1=\"" + number(x1 - 110) + "\" y1=\"" + number(legend_y) + "\" x2=\"" + number(x1 - 90) +
+    // The legend: one row above the plot area, entries from its left edge, so that it never covers a curve.
+    const double legend_y = kTop - 12.0;
+    const double legend_x = x0 + 110.0 * static_cast<double>(s);
+    svg += "<line x1=\"" + number(legend_x) + "\" y1=\"" + number(legend_y) + "\" x2=\"" + number(legend_x + 20) +
            "\" y2=\"" + number(legend_y) + "\" stroke-width=\"2\"/>\n";
-    svg += "<text x=\"" + number(x1 - 84) + "\" y=\"" + number(legend_y) +
+    svg += "<text x=\"" + number(legend_x + 26) + "\" y=\"" + number(legend_y) +
            "\" dominant-baseline=\"middle\" stroke=\"none\" fill=\"black\">" + escaped(series.name) + "</text>\n";
     svg += "</g>\n";
   }

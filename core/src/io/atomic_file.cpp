@@ -9,8 +9,8 @@
 
 #include "io/file_kind.h"
 #include "io/file_target.h"
-#include "tandem/core/error.h"
 #include "io/temp_files.h"
+#include "tandem/core/error.h"
 
 namespace tandem {
 
@@ -141,6 +141,9 @@ void check_writable(const std::string& path, const char* caller) {
     TANDEM_FAIL(detail::cannot_write(caller, path, target.path), ": the directory '", target.directory,
                 "' is not writable: ", std::strerror(error));
   }
+  // The proof: the temp file a write starts with can be created there (a read-only mount, a full quota and
+  // permissions that access() reports wrongly on network file systems all fail here, not after training).
+  AtomicFile probe(path, caller);  // removed uncommitted when it goes out of scope
 }
 
 }  // namespace tandem

@@ -1,5 +1,4 @@
 #include "io/byte_source.h"
-#include "io/file_kind.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/file_kind.h"
 #include "tandem/core/error.h"
 
 namespace tandem {

@@ -1,11 +1,13 @@
 #include "io/file_target.h"
-#include "io/file_kind.h"
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "io/file_kind.h"
 #include "tandem/core/error.h"
 
 namespace tandem::detail {
@@ -13,6 +15,13 @@ namespace {
 
 // Linux's own bound (MAXSYMLINKS) on the links followed in one path lookup.
 constexpr int kMaxSymlinkHops = 40;
+
+// "0444": the permission bits, as chmod takes them.
+std::string mode_text(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
 
 std::string read_link(const std::string& link, const char* caller, const std::string& path) {
   std::string text(256, '\0');
@@ -69,6 +78,11 @@ FileTarget resolve_file_target(const std::string& path, const char* caller) {
 
   TANDEM_CHECK(!target.exists || S_ISREG(target.status.st_mode), cannot_write(caller, path, target.path), ": it is ",
                io::kind_of_file(target.status.st_mode), " but expected a regular file (or a new name)");
+  // A file protected from writing is never replaced, even by a user (root) whom the permission bits would not stop.
+  const bool read_only = target.exists && ((target.status.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0 ||
+                                           (::access(target.path.c_str(), W_OK) != 0 && errno == EACCES));
+  TANDEM_CHECK(!read_only, cannot_write(caller, path, target.path), ": it is read-only (mode ",
+               mode_text(target.status.st_mode), "); make it writable, or write somewhere else, to replace it");
   const size_t slash = target.path.rfind('/');
   target.directory = slash == std::string::npos ? "." : slash == 0 ? "/" : target.path.substr(0, slash);
   target.name = slash == std::string::npos ? target.path : target.path.substr(slash + 1);

@@ -18,7 +18,8 @@ struct FileTarget {
 
 // Follows `path` through symlinks (at most 40 hops; a relative link is read against the link's directory) to the
 // file that a write should replace. Throws Error when the chain loops or cannot be read, when the end exists and is
-// not a regular file, or when the end does not exist and its directory is missing or not a directory.
+// not a regular file or is read-only (no write permission bit at all, or not writable by this process), or when the
+// end does not exist and its directory is missing or not a directory.
 FileTarget resolve_file_target(const std::string& path, const char* caller);
 
 // "<caller>: cannot write '<path>'", plus " (through symlinks: '<target>')" when the two differ: the start of every

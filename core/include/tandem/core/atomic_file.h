@@ -10,7 +10,8 @@
 // The target is the end of `path`'s symlink chain: a link stays a link and its target receives the new bytes; a
 // dangling link creates the file it points to. An existing target keeps its permission bits (and, when running as
 // root, its owner); a new one gets 0666 & ~umask like any created file. A target that exists but is not a regular
-// file (a directory, a device, a FIFO, a socket) is refused, so that /dev/null or a pipe is never replaced.
+// file (a directory, a device, a FIFO, a socket) is refused, so that /dev/null or a pipe is never replaced, and so is
+// a read-only one (mode 0444, or one this process may not write), which its owner protected.
 //
 // Temp files are named ".<name>.tandem-tmp.<hostname>.<pid>.<counter>"; one left behind by a killed process is
 // removed by the next writer of the same name on the same host.
@@ -65,10 +66,10 @@ class AtomicFile {
 // AtomicFile(path, caller), write(contents), commit().
 void write_file_atomically(const std::string& path, std::string_view contents, const char* caller);
 
-// Throws Error now when a later AtomicFile(path) would certainly fail: the target's directory is missing or not a
-// directory or not writable (access(W_OK|X_OK)), the target exists and is not a regular file, or the symlink chain
-// is broken/looping. For checking output paths before a long run starts. Passing is no promise (the disk may fill,
-// the directory may go away).
+// Throws Error now when a later AtomicFile(path) would fail: the target's directory is missing or not a directory or
+// not writable (access(W_OK|X_OK)), the target exists and is not a regular file or is read-only, the symlink chain
+// is broken/looping, or the temp file cannot be created there (it is created and removed: the proof). For checking
+// output paths before a long run starts. Passing is no promise (the disk may fill, the directory may go away).
 void check_writable(const std::string& path, const char* caller);
 
 }  // namespace tandem

@@ -111,20 +111,34 @@ class ProgressPrinter : public Callback {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
+// Note [Paced file writes]: a run of many short epochs must not spend its time rewriting its own logs (rewriting and
+// fsyncing the whole file every epoch costs the square of the epochs). So:
+//  - MetricsLogger rewrites its file atomically once, at the start of each fit, and then appends one line per epoch
+//    (a single write of the whole line), fsyncing at most every `sync_interval` and at the last epoch. A process that
+//    dies loses nothing (the lines are in the page cache); a machine that loses power loses at most the lines of the
+//    last interval, and a line torn by it is the file's last, without its newline, which the resume drops.
+//  - PlotWriter rewrites its image atomically at most every `interval`, at the last epoch and at the end of fit (and,
+//    best effort, when it is destroyed): the image is a view of the run, redrawn from the epochs of the run.
+inline constexpr std::chrono::milliseconds kDefaultFileSyncInterval{2000};
+
 // Keeps one JSON object per epoch in a file ("JSON lines"):
 //   {"epoch":3,"epochs":150,"step":36,"train_loss":3011.2,"test_mse":2950.1,"test_r2":0.54,"seconds":0.003}
 // (a classifier's lines hold train_accuracy, test_loss and test_accuracy in place of test_mse and test_r2)
-// The whole file is rewritten atomically (write_file_atomically) at the start of each fit and after every epoch, so
-// a reader, a full disk or a killed run never leaves half a line. The file starts empty unless `append` (a resumed
-// run): then on_fit_begin reads the existing file, if any, and keeps its lines whose "epoch" is at most the
-// trainer's epoch, so that the epochs after the checkpoint, which the resumed run repeats, are listed once. Throws
-// Error when the path cannot be written (checked at construction, see check_writable) and, from on_fit_begin, when
-// the existing file is not JSON lines with an "epoch" each (naming the line).
+// Written as Note [Paced file writes] says: atomically at the start of each fit, then appended. The file starts empty
+// unless `append` (a resumed run): then on_fit_begin reads the existing file, if any, and keeps its lines whose
+// "epoch" is at most the trainer's epoch, so that the epochs after the checkpoint, which the resumed run repeats, are
+// listed once. Throws Error when the path cannot be written (checked at construction, see check_writable) and, from
+// on_fit_begin, when the existing file is not JSON lines with an "epoch" each (naming the line).
 class MetricsLogger : public Callback {
  public:
-  explicit MetricsLogger(const std::string& path, bool append = false);
+  explicit MetricsLogger(const std::string& path, bool append = false,
+                         std::chrono::milliseconds sync_interval = kDefaultFileSyncInterval);
+  ~MetricsLogger() override;
+  MetricsLogger(const MetricsLogger&) = delete;
+  MetricsLogger& operator=(const MetricsLogger&) = delete;
   void on_fit_begin(const Trainer& trainer) override;
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+  void on_fit_end(const Trainer& trainer, const FitResult& result) override;
 
  private:
   struct Line {
@@ -133,23 +147,42 @@ class MetricsLogger : public Callback {
   };
   static std::vector<Line> read_lines(const std::string& path);
   void write_lines() const;
+  void sync();
+  void close_file() noexcept;
 
   std::string path_;
   bool append_;
+  std::chrono::milliseconds sync_interval_;
   std::vector<Line> lines_;  // the file's contents, in order
+  int fd_ = -1;              // the file, open for appending, between on_fit_begin and on_fit_end
+  std::chrono::steady_clock::time_point last_sync_;
 };
 
-// Draws the run as an SVG image (svg_chart.h), rewritten atomically (write_file_atomically) after every epoch: the
-// loss per epoch (train: the epoch's mean batch loss; test: the test set's, when there is one) beside the metric
-// (a classifier's train and test accuracy; a regression's test R^2). A resumed run draws the epochs it runs. Throws
-// Error when the path cannot be written (checked at construction, see check_writable).
+// Draws the run as an SVG image (svg_chart.h), rewritten atomically (write_file_atomically) as Note [Paced file
+// writes] says: the loss per epoch on a log scale (train: the epoch's mean batch loss; test: the test set's, when
+// there is one) beside the metric (a classifier's train and test accuracy; a regression's test R^2). A resumed run
+// draws the epochs it runs. Throws Error when the path cannot be written (checked at construction, see
+// check_writable).
 class PlotWriter : public Callback {
  public:
-  explicit PlotWriter(std::string path);
+  explicit PlotWriter(std::string path, std::chrono::milliseconds interval = kDefaultFileSyncInterval);
+  ~PlotWriter() override;
+  PlotWriter(const PlotWriter&) = delete;
+  PlotWriter& operator=(const PlotWriter&) = delete;
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
+  void on_fit_end(const Trainer& trainer, const FitResult& result) override;
 
  private:
+  void draw();
+
   std::string path_;
+  std::chrono::milliseconds interval_;
+  std::chrono::steady_clock::time_point last_draw_;
+  bool drawn_once_ = false;
+  bool pending_ = false;  // epochs not drawn yet
+  bool classifier_ = false;
+  bool has_test_ = false;
+  std::string loss_name_;
   std::vector<double> epochs_, train_loss_, test_loss_, train_metric_, test_metric_;
 };
 
