@@ -254,6 +254,19 @@ TEST_F(LaunchInfoFromEnvironment, RanksMustFallInsideTheirSizes) {
   EXPECT_ERROR(LaunchInfo::from_environment(), "RANK is not set but expected it with torchrun-style variables");
 }
 
+TEST_F(LaunchInfoFromEnvironment, SizesAreBoundedBeforeAnythingIsAllocatedForThem) {
+  set("RANK", "0");
+  set("TANDEM_INIT_METHOD", "file:///tmp/r");
+  for (const char* size : {"65537", "200000000", "2147483647"}) {
+    set("WORLD_SIZE", size);
+    EXPECT_ERROR(LaunchInfo::from_environment(), std::string("LaunchInfo::from_environment: the size is ") + size +
+                                                     " but tandem runs at most 65536 "
+                                                     "processes");
+  }
+  set("WORLD_SIZE", "65536");
+  EXPECT_EQ(LaunchInfo::from_environment().size, 65536);
+}
+
 TEST_F(LaunchInfoFromEnvironment, OneOfOpenMpisPairAloneIsAnError) {
   set("OMPI_COMM_WORLD_RANK", "0");
   EXPECT_ERROR(LaunchInfo::from_environment(), "OMPI_COMM_WORLD_SIZE is not set");

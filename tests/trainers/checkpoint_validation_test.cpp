@@ -51,6 +51,16 @@ class CheckpointValidation : public ::testing::Test {
     return edited_;
   }
   std::string with_state(const nlohmann::json& state) { return with_metadata(state.dump()); }
+  // Writes `edited` with the checksum of its edited data recorded, as a file crafted to pass the checksum would be
+  // (Note [Checkpoint checksums]): the checks of its structure must still refuse it.
+  void save_sealed(TensorFile edited) {
+    nlohmann::json state = nlohmann::json::parse(edited.metadata.at("tandem.trainer"));
+    if (state.contains("checksum")) {
+      state["checksum"] = checkpoint_checksum(edited);
+      edited.metadata["tandem.trainer"] = state.dump();
+    }
+    save_tensors(edited.tensors, edited_, edited.metadata);
+  }
   // The error of resuming a fresh seed net from `path`, whose parameters must be left untouched.
   std::string resume_error(const std::string& path, TrainerOptions options = seed_options()) {
     Trainer fresh = seed_net(std::move(options));
@@ -218,8 +228,77 @@ TEST_F(CheckpointValidation, NonFiniteWeightsAreBlamedOnTheFile) {
   }
   save_tensors(edited.tensors, edited_, edited.metadata);
   const std::string message = resume_error(edited_);
-  EXPECT_CONTAINS(message, "holds nan at element 7 of parameter 1.weight; the checkpoint is corrupt");
+  EXPECT_CONTAINS(message, "' is damaged: its data's checksum is ");
+  EXPECT_CONTAINS(message, " when it was written (changed, or cut short, since)");
   EXPECT_EQ(message.find("learning rate"), std::string::npos) << message;
+  // A version 4 file has no checksum: non-finite values are what tells damage there.
+  nlohmann::json state = state_;
+  state["version"] = 4;
+  state.erase("checksum");
+  edited.metadata["tandem.trainer"] = state.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "holds nan at element 7 of parameter 1.weight; the checkpoint is corrupt");
+}
+
+// Note [Checkpoint checksums]: values are not taken for damage. A model whose buffer holds -inf on purpose (a mask)
+// and NaN (a statistic not computed yet) resumes from the checkpoint tandem wrote, with those values.
+TEST_F(CheckpointValidation, ACheckpointTandemWroteAlwaysLoadsWhateverItsValues) {
+  struct Masked : nn::Cloneable<Masked> {
+    Masked() {
+      register_module("fc", fc);
+      register_buffer("mask", mask);
+    }
+    Tensor forward(const Tensor& x) override { return fc->forward(x); }
+    std::shared_ptr<nn::Linear> fc = std::make_shared<nn::Linear>(10, 1);
+    Tensor mask = Tensor::from_vector({-INFINITY, 0.0f, NAN}, {3});
+  };
+  const std::string path = testing::scratch_path("masked.safetensors");
+  manual_seed(0);
+  Trainer trainer(std::make_shared<Masked>(), seed_options(1));
+  trainer.fit(diabetes().train);
+  trainer.save_checkpoint(path);
+  manual_seed(0);
+  Trainer resumed(std::make_shared<Masked>(), seed_options(1));
+  resumed.load_checkpoint(path);
+  const std::vector<float> mask = resumed.model()->named_buffers().at(0).second.to_vector();
+  EXPECT_EQ(mask[0], -INFINITY);
+  EXPECT_TRUE(std::isnan(mask[2]));
+  EXPECT_EQ(resumed.epoch(), 1);
+  std::remove(path.c_str());
+}
+
+// The optimizer state of a run follows its step count: Adam counts of other values, or a momentum buffer missing for
+// one parameter, are not a checkpoint of this run.
+TEST_F(CheckpointValidation, OptimizerStateThatDoesNotFollowTheStepsIsRefused) {
+  TensorFile edited = file_;
+  for (auto& [name, tensor] : edited.tensors) {
+    if (name == "optimizer.1.momentum_buffer") name = "unused";
+  }
+  std::erase_if(edited.tensors, [](const auto& entry) { return entry.first == "unused"; });
+  save_sealed(edited);
+  EXPECT_CONTAINS(resume_error(edited_),
+                  "holds a momentum buffer for 0.weight but none for 0.bias; every step "
+                  "updates every trainable parameter");
+
+  const std::string adam_path = testing::scratch_path("adam_steps.safetensors");
+  TrainerOptions adam = seed_options();
+  adam.optimizer =
+      CustomOptimizer{"adamw", [](std::vector<Tensor> parameters) {
+                        return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = 0.01});
+                      }};
+  Trainer adam_run = seed_net(adam);
+  adam_run.fit(diabetes().train);
+  adam_run.save_checkpoint(adam_path);
+  TensorFile adam_file = load_tensors(adam_path);
+  nlohmann::json optimizer = nlohmann::json::parse(adam_file.metadata.at("tandem.optimizer"));
+  optimizer["steps"] = {1, 2, 3, 4};
+  adam_file.metadata["tandem.optimizer"] = optimizer.dump();
+  save_sealed(adam_file);
+  EXPECT_CONTAINS(resume_error(edited_, adam),
+                  "holds optim::AdamW state whose parameter 0.weight has taken 1 steps, "
+                  "but the trainer " +
+                      std::to_string(adam_run.step()));
+  std::remove(adam_path.c_str());
 }
 
 TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
@@ -228,7 +307,7 @@ TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
   for (auto& [name, tensor] : edited.tensors) {
     if (name == "optimizer.3.momentum_buffer") tensor = Tensor::zeros({2});
   }
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_),
                   "holds an optimizer state that does not fit the optimizer: optim::SGD::"
                   "load_state_dict: momentum_buffer of parameter 3 has shape [2] but the "
@@ -236,12 +315,12 @@ TEST_F(CheckpointValidation, LoadingIsAllOrNothing) {
 
   edited = file_;
   edited.tensors.emplace_back("model.2.weight", Tensor::zeros({1}));
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "has a model tensor for 2.weight which the model does not have");
 
   edited = file_;
   edited.tensors.erase(edited.tensors.begin() + 1);
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "has no parameter 0.bias");
 }
 
@@ -255,6 +334,7 @@ TEST_F(CheckpointValidation, Version3MomentumBuffersAreCheckedAllOrNothing) {
   }
   nlohmann::json metadata = state_;
   metadata["version"] = 3;
+  metadata.erase("checksum");
   version3.metadata["tandem.trainer"] = metadata.dump();
 
   TensorFile edited = version3;
@@ -291,59 +371,65 @@ TEST_F(CheckpointValidation, CorruptOptimizerStateIsRefused) {
     }
   }
   save_tensors(edited.tensors, edited_, edited.metadata);
+  EXPECT_CONTAINS(resume_error(edited_), "' is damaged: its data's checksum is ");
+  nlohmann::json version4 = state_;
+  version4["version"] = 4;
+  version4.erase("checksum");
+  edited.metadata["tandem.trainer"] = version4.dump();
+  save_tensors(edited.tensors, edited_, edited.metadata);
   EXPECT_CONTAINS(resume_error(edited_),
                   "holds inf at element 3 of optimizer state momentum_buffer of parameter 1.weight; the checkpoint is "
                   "corrupt");
 
   edited = file_;
   edited.metadata.erase("tandem.optimizer");
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "holds no optimizer state (no \"tandem.optimizer\" metadata)");
 
   nlohmann::json optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
   edited = file_;
   optimizer["kind"] = "optim::Adam";
   edited.metadata["tandem.optimizer"] = optimizer.dump();
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "got the state of \"optim::Adam\" version 1 but expected \"optim::SGD\"");
 
   optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
   optimizer["steps"].erase(3);
   edited = file_;
   edited.metadata["tandem.optimizer"] = optimizer.dump();
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "the tensor \"optimizer.3.momentum_buffer\" is not named optimizer.");
 
   optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
   optimizer["steps"] = {1, 2, 3, 4, 5};
   edited = file_;
   edited.metadata["tandem.optimizer"] = optimizer.dump();
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "got the state of 5 parameters for 4");
 
   optimizer = nlohmann::json::parse(file_.metadata.at("tandem.optimizer"));
   optimizer["steps"][0] = -1;
   edited = file_;
   edited.metadata["tandem.optimizer"] = optimizer.dump();
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "steps[0] is -1 but expected an integer in [0, ");
 
   edited = file_;
   edited.tensors.emplace_back("momentum.0.weight", Tensor::zeros({20, 10}));
-  save_tensors(edited.tensors, edited_, edited.metadata);
-  EXPECT_CONTAINS(resume_error(edited_), "has an unexpected tensor \"momentum.0.weight\" for a version 4 checkpoint");
+  save_sealed(edited);
+  EXPECT_CONTAINS(resume_error(edited_), "has an unexpected tensor \"momentum.0.weight\" for a version 5 checkpoint");
 
   edited = file_;
   for (auto& [name, tensor] : edited.tensors) {
     if (name == "optimizer.0.momentum_buffer") name = "optimizer.0.exp_avg";
   }
-  save_tensors(edited.tensors, edited_, edited.metadata);
+  save_sealed(edited);
   EXPECT_CONTAINS(resume_error(edited_), "has the slot \"exp_avg\" but expected at most one \"momentum_buffer\"");
 
   nlohmann::json state = state_;
-  state["version"] = 5;
+  state["version"] = 6;
   EXPECT_CONTAINS(resume_error(with_state(state)),
-                  "version 5 but expected \"tandem-trainer-checkpoint\" version 3 to 4");
+                  "version 6 but expected \"tandem-trainer-checkpoint\" version 3 to 5");
 }
 
 TEST_F(CheckpointValidation, AnotherSetupIsRefusedWithTheDifferences) {

@@ -72,6 +72,28 @@ TEST(ClassificationMetrics, AccuracyCrossEntropyAndConfusion) {
   EXPECT_ERROR(classification_metrics(scores, {0, 1}, 2), "6 scores for 2 rows of 2 classes");
 }
 
+// Above kMaxConfusionClasses classes the matrix is not kept (it would be 8 bytes times the classes squared per
+// evaluation); accuracy and cross-entropy are computed as for fewer classes.
+TEST(ClassificationMetrics, NoConfusionMatrixAboveItsBound) {
+  for (const int64_t classes : {kMaxConfusionClasses, kMaxConfusionClasses + 1}) {
+    SCOPED_TRACE(classes);
+    std::vector<float> scores(static_cast<size_t>(2 * classes), 0.0f);
+    scores[3] = 1.0f;                                 // row 0 predicts class 3
+    scores[static_cast<size_t>(classes) + 5] = 1.0f;  // row 1 predicts class 5
+    const ClassificationMetrics m = classification_metrics(scores, {3, 4}, classes);
+    EXPECT_DOUBLE_EQ(m.accuracy, 0.5);
+    const double one_hot = std::log(static_cast<double>(classes - 1) + std::exp(1.0));  // logsumexp of a row
+    EXPECT_NEAR(m.cross_entropy, (one_hot - 1.0 + one_hot) / 2.0, 1e-9);
+    if (classes <= kMaxConfusionClasses) {
+      ASSERT_EQ(m.confusion.size(), static_cast<size_t>(classes));
+      EXPECT_EQ(m.confusion[3][3], 1);
+      EXPECT_EQ(m.confusion[4][5], 1);
+    } else {
+      EXPECT_TRUE(m.confusion.empty());
+    }
+  }
+}
+
 TEST(ClassCrossEntropy, MatchesTheHostMetricAndChecksShapes) {
   const std::vector<float> scores = {2.0f, 0.0f, -1.0f, 1.0f, -1.0f, 3.0f};
   const Tensor loss =

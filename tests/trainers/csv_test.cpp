@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -220,6 +221,30 @@ TEST(Csv, ReadCsvNamesTheFile) {
   std::ofstream(path, std::ios::trunc) << "a,b\n";
   EXPECT_ERROR(read_csv(path), path + " has a header but no data rows");
   std::remove(path.c_str());
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_TEST_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_TEST_ADDRESS_SANITIZER 1
+#endif
+#endif
+
+// A file larger than the machine's memory (a sparse 1 TiB file, which takes no disk) is an Error naming it, not a
+// bare std::bad_alloc.
+TEST(Csv, AFileTooLargeForMemoryIsAnErrorNamingIt) {
+#ifdef TANDEM_TEST_ADDRESS_SANITIZER
+  GTEST_SKIP() << "AddressSanitizer ends the process on an allocation it cannot serve instead of throwing";
+#else
+  // With overcommit always on (mode 1), the allocation would succeed and the read fill the memory instead.
+  if (std::ifstream("/proc/sys/vm/overcommit_memory").get() == '1') GTEST_SKIP() << "memory overcommit is always on";
+  const std::string path = testing::scratch_path("huge.csv");
+  std::ofstream(path) << "a,b\n1,2\n";
+  std::filesystem::resize_file(path, uintmax_t{1} << 40);
+  EXPECT_ERROR(read_csv(path), "read_csv: '" + path + "' (1099511627776 bytes): out of memory while reading it");
+  std::filesystem::remove(path);
+#endif
 }
 
 TEST(Csv, ReadCsvRefusesDirectoriesFifosAndDevicesWithoutBlocking) {

@@ -1,6 +1,8 @@
 #include "tandem/trainers/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,6 +10,7 @@
 
 #include "json/untrusted_json.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 #include "tandem/nn/serialize.h"
 
 namespace tandem::trainers {
@@ -15,10 +18,13 @@ namespace {
 
 constexpr const char* kMetadataKey = "tandem.trainer";
 constexpr const char* kFormat = "tandem-trainer-checkpoint";
-// 3: the generator's device streams; 4: the model's buffers and the optimizer's state by name (checkpoint.h).
+// 3: the generator's device streams; 4: the model's buffers and the optimizer's state by name; 5: the checksum of
+// the data (checkpoint.h).
 constexpr int64_t kOldestVersion = 3;
 constexpr std::string_view kModelPrefix = "model.";
-constexpr std::string_view kMomentumPrefix = "momentum.";  // version 3
+constexpr std::string_view kMomentumPrefix = "momentum.";          // version 3
+constexpr const char* kOptimizerMetadataKey = "tandem.optimizer";  // optim::write_optimizer_state's
+constexpr int64_t kFirstVersionWithChecksum = 5;
 // Bounds of the metadata: far above any real run, low enough that a hostile file cannot make us allocate much.
 constexpr size_t kMaxFeatures = 1'000'000;
 constexpr size_t kMaxSetupFacts = 1'000;
@@ -124,8 +130,9 @@ class MetadataReader {
 void read_metadata(const std::string& text, const std::string& path, Checkpoint& checkpoint) {
   const MetadataReader read("load_checkpoint: '" + path + "': metadata " + kMetadataKey + ": ");
   const Json state = json::parse_untrusted(text, read.where());
-  read.expect_object(state, "the metadata",
-                     {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "setup"});
+  read.expect_object(
+      state, "the metadata",
+      {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "setup", "checksum"});
   const std::string format = read.string(state, "format");
   const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
   TANDEM_CHECK(
@@ -134,6 +141,16 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
       kCheckpointVersion,
       version < kOldestVersion && format == kFormat ? " (written by an older tandem; retrain or convert it)" : "");
   checkpoint.version = static_cast<int64_t>(version);
+  const bool with_checksum = checkpoint.version >= kFirstVersionWithChecksum;
+  TANDEM_CHECK(with_checksum || !state.contains("checksum"), read.where(), "a version ", version,
+               " checkpoint has a checksum, which only version ", kFirstVersionWithChecksum, " and later have");
+  if (with_checksum) {
+    checkpoint.recorded_checksum = read.string(state, "checksum");
+    TANDEM_CHECK(checkpoint.recorded_checksum.size() == 16 &&
+                     checkpoint.recorded_checksum.find_first_not_of("0123456789abcdef") == std::string::npos,
+                 read.where(), "checksum is \"", excerpt(checkpoint.recorded_checksum),
+                 "\" but expected 16 lowercase hexadecimal digits");
+  }
 
   // Exact in a float64, and so far from int64's end that training on from it never overflows.
   constexpr uint64_t kMaxCounter = uint64_t{1} << 53;
@@ -167,6 +184,37 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
 
 }  // namespace
 
+// Note [Checkpoint checksums]: a checkpoint records, when it is written, an FNV-1a hash of its data: every tensor in
+// name order (its name, dtype, shape and bytes) and the optimizer's metadata. A resume computes it again and refuses
+// a file whose data changed since (a damaged disk, a truncated copy, a hand edit), before anything is applied. So no
+// value is taken for a sign of damage: a buffer that holds -inf or NaN on purpose (a causal mask) loads as it was
+// written. Files of versions before 5 have no checksum; for them the resume still refuses non-finite values.
+std::string checkpoint_checksum(const TensorFile& file) {
+  const std::vector<std::pair<std::string, Tensor>>& tensors = file.tensors;
+  const std::map<std::string, std::string>& metadata = file.metadata;
+  std::vector<const std::pair<std::string, Tensor>*> sorted;
+  for (const auto& entry : tensors) sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  Fnv1a hash;
+  const auto add_text = [&](const std::string& text) {
+    hash.add(text);
+    hash.add("", 1);  // a NUL after each text, so that ("ab", "c") and ("a", "bc") differ
+  };
+  for (const auto* entry : sorted) {
+    const Tensor& tensor = entry->second;
+    add_text(entry->first);
+    add_text(dtype_name(tensor.dtype()));
+    for (const int64_t extent : tensor.shape()) hash.add(&extent, sizeof(extent));
+    const Tensor host = tensor.to(Device::cpu()).contiguous();
+    hash.add(host.data_ptr(), static_cast<size_t>(host.numel()) * element_size(host.dtype()));
+  }
+  const auto optimizer = metadata.find(kOptimizerMetadataKey);
+  add_text(optimizer == metadata.end() ? std::string() : optimizer->second);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
+  return hex;
+}
+
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
   TANDEM_CHECK(checkpoint.version == kCheckpointVersion && checkpoint.momentum_buffers.empty(),
                "save_checkpoint: got a version ", checkpoint.version, " checkpoint",
@@ -196,6 +244,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
         {"target_mean", s.target_mean},
         {"target_scale", s.target_scale}}},
       {"setup", checkpoint.setup},
+      {"checksum", checkpoint_checksum(file)},
   };
   file.metadata[kMetadataKey] = state.dump();
   save_tensors(file.tensors, path, file.metadata);
@@ -208,6 +257,7 @@ Checkpoint load_checkpoint(const std::string& path) {
                "' is a tensor file but not a trainer checkpoint (no \"", kMetadataKey, "\" metadata)");
   Checkpoint checkpoint;
   read_metadata(entry->second, path, checkpoint);
+  if (checkpoint.version >= kFirstVersionWithChecksum) checkpoint.checksum = checkpoint_checksum(file);
   const bool with_optimizer_state = checkpoint.version >= 4;
   if (with_optimizer_state) checkpoint.optimizer = optim::read_optimizer_state(file, "load_checkpoint: '" + path + "'");
   for (auto& [name, tensor] : file.tensors) {

@@ -98,7 +98,8 @@ ClassificationMetrics classification_metrics(const std::vector<float>& scores, c
                " classes but expected ", classes.size() * static_cast<size_t>(num_classes));
   ClassificationMetrics metrics;
   metrics.rows = static_cast<int64_t>(classes.size());
-  metrics.confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
+  const bool confusion = num_classes <= kMaxConfusionClasses;
+  if (confusion) metrics.confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
   int64_t correct = 0;
   double loss = 0.0;
   for (size_t r = 0; r < classes.size(); ++r) {
@@ -111,7 +112,7 @@ ClassificationMetrics classification_metrics(const std::vector<float>& scores, c
     for (int64_t c = 0; c < num_classes; ++c) sum += std::exp(static_cast<double>(row[c]) - row[predicted]);
     loss += std::log(sum) + row[predicted] - row[actual];
     correct += predicted == actual;
-    ++metrics.confusion[actual][predicted];
+    if (confusion) ++metrics.confusion[actual][predicted];
   }
   metrics.accuracy = static_cast<double>(correct) / static_cast<double>(metrics.rows);
   metrics.cross_entropy = loss / static_cast<double>(metrics.rows);

@@ -3,6 +3,9 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <new>
+#include <string>
 #include <unordered_map>
 
 #include "io/byte_source.h"
@@ -283,7 +286,15 @@ CsvTable parse_csv(std::string_view text, std::string_view source, const CsvOpti
 CsvTable read_csv(const std::string& path) { return read_csv(path, CsvOptions{}); }
 
 CsvTable read_csv(const std::string& path, const CsvOptions& options) {
-  return parse(read_regular_file(path), path, options, "read_csv");
+  try {
+    return parse(read_regular_file(path), path, options, "read_csv");
+  } catch (const std::bad_alloc&) {
+    std::error_code error;
+    const uintmax_t bytes = std::filesystem::file_size(path, error);
+    TANDEM_FAIL("read_csv: '", path, "'", error ? "" : " (" + std::to_string(bytes) + " bytes)",
+                ": out of memory while reading it (its text and the parsed values take about three times the file's "
+                "size); read a smaller part, or on a machine with more memory");
+  }
 }
 
 }  // namespace tandem::trainers

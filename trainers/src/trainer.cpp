@@ -663,7 +663,7 @@ std::vector<Expected> expected(const std::vector<std::pair<std::string, Tensor>>
 // undefined for names the checkpoint does not hold. `stored_kind` names the checkpoint's tensors in messages.
 std::vector<Tensor> matched(const std::vector<Expected>& slots,
                             const std::vector<std::pair<std::string, Tensor>>& stored, const char* stored_kind,
-                            const std::string& path) {
+                            const std::string& path, bool check_values) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
   std::vector<Tensor> values(slots.size());
@@ -677,7 +677,7 @@ std::vector<Tensor> matched(const std::vector<Expected>& slots,
                  " in the model");
     TANDEM_CHECK(tensor.dtype() == slot.tensor.dtype(), "Trainer::load_checkpoint: ", slot.kind, " ", name, " is ",
                  tensor.dtype(), " in '", path, "' but ", slot.tensor.dtype(), " in the model");
-    check_finite(tensor, std::string(slot.kind) + " " + name, path);
+    if (check_values) check_finite(tensor, std::string(slot.kind) + " " + name, path);
     values[found->second] = tensor;
   }
   return values;
@@ -693,6 +693,40 @@ void check_finite(const optim::OptimizerState& state, const std::vector<std::pai
       check_finite(tensor, "optimizer state " + slot + " of parameter " + parameter, path);
     }
   }
+}
+
+// The optimizer state of a Trainer's run follows its step count: every step updates every trainable parameter (each
+// has a gradient view), so Adam's and AdamW's counts equal the trainer's step (0 for frozen parameters), and SGD has
+// a momentum buffer either for every trainable parameter or, before its first step, for none.
+void check_state_follows_the_steps(const optim::OptimizerState& state, const std::string& optimizer_kind, int64_t step,
+                                   const std::vector<std::pair<std::string, Tensor>>& parameters,
+                                   const std::string& path) {
+  // Another kind or count is the optimizer's load_state_dict to name.
+  if (state.kind != optimizer_kind || state.parameters.size() != parameters.size()) return;
+  const bool adam = state.kind == "optim::Adam" || state.kind == "optim::AdamW";
+  std::optional<size_t> with_buffer;
+  std::optional<size_t> without_buffer;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const bool trainable = parameters[i].second.requires_grad();
+    const int64_t steps = state.parameters[i].step;
+    if (adam) {
+      TANDEM_CHECK(steps == (trainable ? step : 0), "Trainer::load_checkpoint: '", path, "' holds ", state.kind,
+                   " state whose parameter ", parameters[i].first, " has taken ", steps, " steps, but the trainer ",
+                   step, (trainable ? "" : " and the parameter is frozen (0 expected)"),
+                   "; every step updates every trainable parameter, so the file is not a checkpoint of this run");
+    }
+    if (state.kind == "optim::SGD" && trainable) {
+      std::optional<size_t>& first = state.parameters[i].tensors.empty() ? without_buffer : with_buffer;
+      if (!first) first = i;
+    }
+  }
+  if (with_buffer && without_buffer) {
+    TANDEM_FAIL("Trainer::load_checkpoint: '", path, "' holds a momentum buffer for ", parameters[*with_buffer].first,
+                " but none for ", parameters[*without_buffer].first,
+                "; every step updates every trainable parameter, so the file is not a checkpoint of this run");
+  }
+  TANDEM_CHECK(!(with_buffer && step == 0), "Trainer::load_checkpoint: '", path,
+               "' holds momentum buffers at step 0, before any step could make them");
 }
 
 }  // namespace
@@ -731,14 +765,24 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   std::vector<Expected> slots = expected(parameters, "parameter");
   for (Expected& slot : expected(buffers, "buffer")) slots.push_back(std::move(slot));
-  const std::vector<Tensor> values = matched(slots, checkpoint.model_state, "model tensor", path);
+  // Note [Checkpoint checksums] in checkpoint.cpp: a checksum, when the file has one, tells damage; older files are
+  // checked for the values a run never saves instead.
+  const bool with_checksum = !checkpoint.recorded_checksum.empty();
+  const std::vector<Tensor> values = matched(slots, checkpoint.model_state, "model tensor", path, !with_checksum);
   for (size_t i = 0; i < slots.size(); ++i) {
     TANDEM_CHECK(values[i].defined(), "Trainer::load_checkpoint: '", path, "' has no ", slots[i].kind, " ",
                  slots[i].name);
   }
   const std::vector<Tensor> momentum_buffers =
-      matched(expected(parameters, "momentum buffer"), checkpoint.momentum_buffers, "momentum buffer", path);
-  if (!version3) check_finite(checkpoint.optimizer, parameters, path);
+      matched(expected(parameters, "momentum buffer"), checkpoint.momentum_buffers, "momentum buffer", path, true);
+  if (!version3) {
+    if (!with_checksum) check_finite(checkpoint.optimizer, parameters, path);
+    check_state_follows_the_steps(checkpoint.optimizer, optimizer_->state_dict().kind, checkpoint.step, parameters,
+                                  path);
+  }
+  TANDEM_CHECK(checkpoint.checksum == checkpoint.recorded_checksum, "Trainer::load_checkpoint: '", path,
+               "' is damaged: its data's checksum is ", checkpoint.checksum, " but it recorded ",
+               checkpoint.recorded_checksum, " when it was written (changed, or cut short, since)");
   try {
     if (version3) {
       optimizer_->set_state(momentum_buffers);

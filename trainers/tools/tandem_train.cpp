@@ -164,8 +164,10 @@ void write_summary(const std::string& path, const FitResult& result, const Train
     summary["train_loss"] = train.cross_entropy;
     summary["test_loss"] = test ? nlohmann::ordered_json(test->cross_entropy) : nullptr;
     summary["classes"] = trainer.options().classes.labels();
-    summary["confusion_matrix"] = test ? nlohmann::ordered_json(test->confusion) : nullptr;  // [actual][predicted]
-    summary["train_confusion_matrix"] = train.confusion;
+    // [actual][predicted]; null above kMaxConfusionClasses classes, which bounds what the summary holds.
+    const bool matrices = !train.confusion.empty();
+    summary["confusion_matrix"] = test && matrices ? nlohmann::ordered_json(test->confusion) : nullptr;
+    summary["train_confusion_matrix"] = matrices ? nlohmann::ordered_json(train.confusion) : nullptr;
     summary["train_rows"] = train.rows;
     summary["test_rows"] = test ? test->rows : 0;
   } else {

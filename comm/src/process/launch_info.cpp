@@ -209,6 +209,8 @@ std::optional<LaunchInfo> from_torchrun() {
 }
 
 void check_ranges(const LaunchInfo& info) {
+  TANDEM_CHECK(info.size <= LaunchInfo::kMaxProcesses, kFn, ": the size is ", info.size, " but tandem runs at most ",
+               LaunchInfo::kMaxProcesses, " processes (the rendezvous and the device exchange hold a record each)");
   if (info.size > 0) {
     TANDEM_CHECK(info.rank < info.size, kFn, ": the rank is ", info.rank, " but the size is ", info.size,
                  " (expected rank < size)");

@@ -74,10 +74,13 @@ struct LaunchInfo {
   std::string job_id;
 
   // Errors: variables that are not decimal integers or out of range (rank >= size, local_rank >= local_size,
-  // size < 1); torchrun-style variables without TANDEM_INIT_METHOD when WORLD_SIZE > 1; an init method that is not
+  // size < 1 or above kMaxProcesses); torchrun-style variables without TANDEM_INIT_METHOD when WORLD_SIZE > 1; an init method that is not
   // file:///absolute/path; a job id with other characters or longer. The message names the variable and quotes its
   // value.
   static LaunchInfo from_environment();
+  // The most processes of one job: far above any machine count tandem is for, and a bound on what a rank allocates
+  // for the others (a WORLD_SIZE of 2^31 - 1 is an Error, not a failed allocation).
+  static constexpr int kMaxProcesses = 1 << 16;
 };
 
 struct ProcessGroupOptions {

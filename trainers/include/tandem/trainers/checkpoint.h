@@ -2,7 +2,9 @@
 // Training checkpoints: everything needed to continue a run exactly where it stopped, in one safetensors file (see
 // nn/serialize.h), written atomically (a temporary file renamed over the path).
 //
-// Version 4 (what save_checkpoint writes):
+// Version 5 (what save_checkpoint writes): version 4's contents, and in the trainer metadata the checksum of the
+// data (Note [Checkpoint checksums] in checkpoint.cpp), which a resume verifies before it applies anything.
+// Version 4 (still read):
 //   - "model.<name>": the model's state_dict(), its parameters and its buffers (BatchNorm's running statistics);
 //   - the optimizer's state by name, as optim::write_optimizer_state embeds it: tensors "optimizer.<index>.<slot>"
 //     and the metadata entry "tandem.optimizer" (any optimizer: SGD's momentum, Adam's moments and step counts);
@@ -29,7 +31,7 @@
 
 namespace tandem::trainers {
 
-inline constexpr int64_t kCheckpointVersion = 4;
+inline constexpr int64_t kCheckpointVersion = 5;
 
 struct Checkpoint {
   int64_t version = kCheckpointVersion;  // of the file read; save_checkpoint writes kCheckpointVersion only
@@ -44,15 +46,23 @@ struct Checkpoint {
   uint64_t shuffle_state = 0;  // DataLoader::shuffle_state() before the next epoch
   Standardizer standardizer;
   SetupFacts setup;  // Trainer::setup() when it was written
+  // Version 5 and later, as load_checkpoint read them: the checksum the file recorded when it was written, and the
+  // checksum of the data it holds now; they differ for a file damaged since (save_checkpoint computes its own).
+  std::string recorded_checksum;
+  std::string checksum;
 };
 
-// Writes `checkpoint` as version 4. Errors: a checkpoint of another version or with momentum_buffers (version 3's
-// form, which is read but never written); write_optimizer_state's and save_tensors' errors.
+// Writes `checkpoint` as version 5 (with the checksum of its data). Errors: a checkpoint of another version or with
+// momentum_buffers (version 3's form, which is read but never written); write_optimizer_state's and save_tensors'
+// errors.
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
-// Throws Error when the file cannot be read or is not a trainer checkpoint of version 3 or 4. The metadata (the
+// Throws Error when the file cannot be read or is not a trainer checkpoint of version 3, 4 or 5. The metadata (the
 // trainer's and the optimizer's) is validated field by field (types, ranges, lengths, no unknown fields) and every
 // tensor name must belong to the version's layout; the tensors are checked against a model and an optimizer by
 // Trainer::load_checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
+// The checksum a version 5 checkpoint records of its data, computed for `file` (Note [Checkpoint checksums] in
+// checkpoint.cpp): for tools that edit a checkpoint on purpose and must record the checksum of what they wrote.
+std::string checkpoint_checksum(const TensorFile& file);
 
 }  // namespace tandem::trainers

@@ -11,9 +11,12 @@
 
 namespace tandem::trainers {
 
-// The most classes a target column may hold: far above any table this layer is for, and a bound on the confusion
-// matrix (kMaxClasses^2 counters).
+// The most classes a target column may hold: far above any table this layer is for.
 inline constexpr int64_t kMaxClasses = 10000;
+// The most classes a confusion matrix is kept for: 1000^2 counters (8 MB, a few MB of JSON in a summary). Above it
+// the matrix is left empty (ClassificationMetrics::confusion), so that an accepted class count never costs
+// gigabytes per evaluation.
+inline constexpr int64_t kMaxConfusionClasses = 1000;
 
 // The classes of a data set: its distinct target values, each an integer, in increasing order. Class i stands for
 // the label labels()[i]; a classifier scores the classes in this order, and its outputs are class indices 0..C-1.
@@ -49,7 +52,8 @@ class ClassLabels {
 struct ClassificationMetrics {
   double accuracy = 0.0;       // the fraction of rows whose highest-scoring class is their class
   double cross_entropy = 0.0;  // mean over the rows of -log softmax(scores)[class]
-  // confusion[actual][predicted]: rows of class `actual` predicted as `predicted`; C x C, summing to `rows`.
+  // confusion[actual][predicted]: rows of class `actual` predicted as `predicted`; C x C, summing to `rows`. Empty
+  // for more than kMaxConfusionClasses classes.
   std::vector<std::vector<int64_t>> confusion;
   int64_t rows = 0;
 };
