@@ -70,6 +70,15 @@ TEST(TandemTrain, DefaultsReachTheLeastSquaresFit) {
   EXPECT_EQ(result.at("devices").get<std::vector<std::string>>(), devices);
   EXPECT_GT(result.at("seconds").get<double>(), 0.0);
   EXPECT_GT(result.at("setup_seconds").get<double>(), 0.0);  // the set-up before that clock
+  // The run's setup beside its results: the hyperparameters as its checkpoints record them.
+  const nlohmann::json& setup = result.at("setup");
+  EXPECT_EQ(setup.at("lr"), "0.01");
+  EXPECT_EQ(setup.at("batch_size"), "64");
+  EXPECT_EQ(setup.at("epochs"), "100");
+  EXPECT_EQ(setup.at("optimizer"), "sgd");
+  EXPECT_EQ(setup.at("target"), "target");
+  EXPECT_EQ(setup.at("test_fraction"), "0.2");
+  EXPECT_NE(setup.at("train_data").get<std::string>().find("354 rows x 10 features"), std::string::npos);
   EXPECT_NE(run.output.find("epoch 100/100  train_loss "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("test:  mse "), std::string::npos) << run.output;
 }
@@ -339,12 +348,26 @@ TEST(TandemTrain, ResumeRefusesAnotherSetupUnlessAllowed) {
                               "checkpoint, 0.02 now"),
             std::string::npos)
       << other.output;
-  EXPECT_NE(other.output.find("--allow-change lr,epochs"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("--allow-change lr allows changing the learning rate"), std::string::npos)
+      << other.output;
   EXPECT_EQ(run_tool("--quiet --epochs 2 --resume " + checkpoint + " --activation relu").status, 1);
   EXPECT_EQ(run_tool("--quiet --epochs 2 --resume " + checkpoint + " --target bmi").status, 1);
   ToolRun allowed = run_tool("--quiet --epochs 3 --resume " + checkpoint + " --lr 0.02 --allow-change lr,epochs");
   EXPECT_EQ(allowed.status, 0) << allowed.output;
   EXPECT_NE(allowed.output.find("done: 3 epochs"), std::string::npos) << allowed.output;
+  // More epochs need no flag: the everyday resume.
+  ToolRun longer = run_tool("--quiet --epochs 4 --resume " + checkpoint);
+  EXPECT_EQ(longer.status, 0) << longer.output;
+  EXPECT_NE(longer.output.find("done: 4 epochs"), std::string::npos) << longer.output;
+  // A schedule over the epochs changes with them: still refused.
+  const std::string cosine = testing::scratch_path("cosine.safetensors");
+  ASSERT_EQ(run_tool("--quiet --epochs 2 --lr-schedule cosine --checkpoint " + cosine).status, 0);
+  ToolRun reshaped = run_tool("--quiet --epochs 4 --lr-schedule cosine --resume " + cosine);
+  EXPECT_EQ(reshaped.status, 1);
+  EXPECT_NE(reshaped.output.find("lr_schedule: cosine (t_max 2) in the checkpoint, cosine (t_max 4) now"),
+            std::string::npos)
+      << reshaped.output;
+  std::filesystem::remove(cosine);
 }
 
 // Starts tandem-train with `arguments` (no shell in between, so a signal reaches it) and returns its pid.

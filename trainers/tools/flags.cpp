@@ -41,13 +41,15 @@ constexpr TaskDefaults kClassificationDefaults{50, Optimizer::AdamW, 0.002, 1.0,
 
 // The learning rate and weight decay an optimizer gets unless --lr / --weight-decay say otherwise: the task's when it
 // is the task's optimizer, else PyTorch's defaults for Adam and AdamW and the seed net's lr for SGD.
+constexpr double kAdamLr = 1e-3;            // PyTorch's Adam and AdamW lr
+constexpr double kAdamWWeightDecay = 1e-2;  // PyTorch's AdamW weight_decay
 double default_lr(Optimizer optimizer, const TaskDefaults& task) {
   if (optimizer == task.optimizer) return task.lr;
-  return optimizer == Optimizer::SGD ? kRegressionDefaults.lr : 1e-3;
+  return optimizer == Optimizer::SGD ? kRegressionDefaults.lr : kAdamLr;
 }
 double default_weight_decay(Optimizer optimizer, const TaskDefaults& task) {
   if (optimizer == task.optimizer) return task.weight_decay;
-  return optimizer == Optimizer::AdamW ? 1e-2 : 0.0;
+  return optimizer == Optimizer::AdamW ? kAdamWWeightDecay : 0.0;
 }
 
 void check(bool ok, const std::string& message) {
@@ -286,31 +288,43 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--timeout", timeout,
                  "Under a launcher: seconds a collective may take before the whole job ends with an error")
       ->capture_default_str();
+  // The defaults in the help come from the tables above, their one home.
+  const TaskDefaults& r = kRegressionDefaults;
+  const TaskDefaults& c = kClassificationDefaults;
   CLI::Option* epochs_option =
       app.add_option("--epochs", epochs,
-                     "Epochs in all (a resumed run continues up to this; default: 100 for regression, 50 for "
-                     "classification)");
+                     "Epochs in all (a resumed run continues up to this; default: " + std::to_string(r.epochs) +
+                         " for regression, " + std::to_string(c.epochs) + " for classification)");
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
-  CLI::Option* optimizer_option = app.add_option(
-      "--optimizer", optimizer, "sgd|adam|adamw (default: sgd for regression, adamw for classification)");
-  CLI::Option* lr_option = app.add_option("--lr", lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
+  CLI::Option* optimizer_option =
+      app.add_option("--optimizer", optimizer,
+                     "sgd|adam|adamw (default: " + to_string(r.optimizer) + " for regression, " +
+                         to_string(c.optimizer) + " for classification)");
+  CLI::Option* lr_option = app.add_option(
+      "--lr", lr,
+      "Learning rate (default: " + text(r.lr) + " for regression's " + to_string(r.optimizer) + ", " + text(c.lr) +
+          " for classification's " + to_string(c.optimizer) + "; other optimizers: " + text(kRegressionDefaults.lr) +
+          " for sgd, " + text(kAdamLr) + " for adam/adamw)");
   CLI::Option* momentum_option = app.add_option("--momentum", momentum, "SGD momentum")->capture_default_str();
   CLI::Option* weight_decay_option =
-      app.add_option("--weight-decay", weight_decay_text, "Weight decay (default: 0.01 for adamw, else 0)");
+      app.add_option("--weight-decay", weight_decay_text,
+                     "Weight decay (default: " + text(c.weight_decay) + " for classification's " +
+                         to_string(c.optimizer) + "; otherwise " + text(kAdamWWeightDecay) + " for adamw, else 0)");
   CLI::Option* schedule_option =
       app.add_option("--lr-schedule", lr_schedule,
                      "none, step:S:GAMMA, cosine, warmup:N, warmup:N+cosine or warmup:N+step:S:GAMMA (per epoch; "
-                     "default: none for regression, cosine for classification)");
+                     "default: " +
+                         std::string(r.lr_schedule) + " for regression, " + c.lr_schedule + " for classification)");
   CLI::Option* hidden_option = app.add_option("--hidden", hidden, "Width of the one hidden layer (--layers N)");
   CLI::Option* layers_option =
       app.add_option("--layers", layers,
-                     "Hidden widths, comma-separated: 128,64 (default: 20 for regression, 128 for "
-                     "classification)")
+                     "Hidden widths, comma-separated: 128,64 (default: " + std::string(r.layers) + " for regression, " +
+                         c.layers + " for classification)")
           ->excludes(hidden_option);
   CLI::Option* activation_option =
       app.add_option("--activation", activation,
-                     "none|relu|tanh after each hidden layer (default: none for regression, a linear net; relu for "
-                     "classification)");
+                     "none|relu|tanh after each hidden layer (default: " + std::string(r.activation) +
+                         " for regression, " + c.activation + " for classification)");
   app.add_option("--dropout", dropout,
                  "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
       ->capture_default_str();
@@ -333,7 +347,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
       ->needs(checkpoint);
   CLI::Option* resume = app.add_option("--resume", flags.resume, "Continue from this checkpoint (of the same setup)")
                             ->check(CLI::ExistingFile);
-  app.add_option("--allow-change", allow_change, "Let the resumed run change these (comma-separated): lr, epochs")
+  app.add_option("--allow-change", allow_change,
+                 "Let the resumed run change these (comma-separated): lr (epochs may always change)")
       ->needs(resume);
   app.add_option("--metrics", flags.metrics,
                  "One JSON line per epoch (a resumed run keeps the lines up to its checkpoint)");

@@ -189,6 +189,7 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["step_mode"] = result.steps_captured() ? "captured" : "eager";
   if (!result.steps_captured()) summary["eager_reason"] = result.eager_reason;
   summary["captured_steps"] = result.captured_steps;
+  summary["setup"] = trainer.setup();  // the run's hyperparameters and data, as its checkpoints record them
   write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }
 
@@ -215,7 +216,7 @@ void resume(Trainer& trainer, const std::string& path) {
   try {
     trainer.load_checkpoint(path);
   } catch (const SetupMismatch& e) {
-    throw SetupMismatch(std::string(e.what()) + "; --allow-change lr,epochs allows changing those two");
+    throw SetupMismatch(std::string(e.what()) + "; --allow-change lr allows changing the learning rate");
   }
 }
 
@@ -238,7 +239,10 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.precision = flags.precision;
   options.capture = flags.capture;
   options.setup = setup_facts(flags, data);
+  // Resuming to more epochs is the everyday case: allowed always. A change it brings along (a cosine schedule's
+  // t_max) is still a difference of another fact, and refused.
   options.resume_may_change = flags.allow_change;
+  options.resume_may_change.insert("epochs");
   const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();
   Trainer trainer(make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout), options);
   if (flags.resume) resume(trainer, *flags.resume);

@@ -14,18 +14,17 @@ namespace tandem::comm::cuda_copies {
 // each copy on the compute stream of its source device (copy_on_source_streams): a scatter's copies one after another
 // on the source's stream, a gather's on the streams of their sources (the part already on the destination as a
 // kernel there). Above it the copies run on the communication streams, where copies from one source overlap
-// (copy_on_comm_streams). Measured on 2 H200s joined by NVLink (host wall clock per call, back-to-back calls):
-//  - every cross-device wait (an event recorded on one device's stream, waited for on another's) costs about 2.6 us,
-//    a wait between two streams of one device about 1.1 us. The fork through the communication streams takes a
-//    wait from each end's compute stream and one back into each, so it cost a 4 KiB gather about 9 us over raw peer
-//    copies; on the sources' streams a gather or scatter between two GPUs needs one cross-device wait each way, the
-//    least that orders the copy after the producers and earlier users of both blocks (Note [Stream-ordered reuse]).
-//  - a copy that pushes (issued on its source's device) took 3.9 us where one that pulls (issued on its
-//    destination's) took 7.5 us at 4 KiB, and 89 against 97 us at 32 MiB; so a gather does not pull its parts onto
-//    the destination's stream.
-//  - serializing copies costs at most the time of all but the longest: a few microseconds up to a few MiB at
-//    NVLink's ~390 GB/s, where the fork costs more than that; above it a scatter's copies to several GPUs gain
-//    from running side by side.
+// (copy_on_comm_streams). Why (the figures, measured on 2 H200s joined by NVLink: docs/benchmarks.md, "Design
+// measurements"):
+//  - every cross-device wait (an event recorded on one device's stream, waited for on another's) costs a few
+//    microseconds, more than a wait between two streams of one device. The fork through the communication streams
+//    takes a wait from each end's compute stream and one back into each; on the sources' streams a gather or scatter
+//    between two GPUs needs one cross-device wait each way, the least that orders the copy after the producers and
+//    earlier users of both blocks (Note [Stream-ordered reuse]).
+//  - a copy that pushes (issued on its source's device) is faster than one that pulls (issued on its destination's),
+//    small and large; so a gather does not pull its parts onto the destination's stream.
+//  - serializing copies costs at most the time of all but the longest: a few microseconds up to a few MiB, where the
+//    fork costs more than that; above it a scatter's copies to several GPUs gain from running side by side.
 // comm_bench measures both sides of the threshold against raw peer copies.
 inline constexpr size_t kSourceStreamCopyBytes = size_t{4} << 20;  // 4 MiB
 

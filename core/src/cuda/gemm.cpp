@@ -194,13 +194,12 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // Note [TF32 operands along k]: a linear layer's weight gradient g^T x reads both operands across their rows: k is
 // the batch, and a = g^T is the transpose of the row-major output gradient (strided along k), as b = x is (k its row
 // index). Hopper's TF32 tensor-core instructions read operands from shared memory only laid out along k (CUTLASS
-// lists its Hopper TF32 kernels for that layout alone; 16-bit types take either), and on an H200 cuBLAS's TF32
-// kernel for this pair of layouts ran 533 us for a [4096, 4096] x [4096, 4096] product where the input gradient's
-// product of the same size, whose a is row-major, ran 338 us. So for a TF32 product whose a is a transposed view and
-// whose output is wide enough to pay for it, a is first copied row-major (a tiled transpose, Note [Transposing
-// copies] in kernels.cu: 45 us for 64 MiB) and the product reads the copy (335 us). cuBLASLt has no bias-gradient
-// epilogue for a row-major a (a row-sum kernel of its own took 37 us, the epilogue's 25), so the copy's pass sums the
-// rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's width n decides.
+// lists its Hopper TF32 kernels for that layout alone; 16-bit types take either), and cuBLAS's TF32 kernel for this
+// pair of layouts is much slower than for a row-major a (docs/benchmarks.md, "Design measurements"). So for a TF32
+// product whose a is a transposed view and whose output is wide enough to pay for it, a is first copied row-major (a
+// tiled transpose, Note [Transposing copies] in kernels.cu) and the product reads the copy. cuBLASLt has no
+// bias-gradient epilogue for a row-major a, and a row-sum kernel of its own is slower than the epilogue, so the
+// copy's pass sums the rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's width n decides.
 // float32 and bfloat16 products read either layout at full speed and are left alone.
 constexpr int64_t kTf32CopyMinColumns = 1024;
 

@@ -463,13 +463,13 @@ __device__ void short_and_tiny_product_kernel(SmallProduct short_one, SmallProdu
 // ---- optimizer ----------------------------------------------------------------------------------------------
 
 // Note [Updates four elements at a time]: an optimizer update is bound by memory (SGD with momentum moves 20 bytes
-// per element). With 4-byte loads and stores the multi-tensor SGD kernel moved about 3.0 TB/s on an H200 (446 us for
-// the 67 M parameters of a 4 x Linear(4096) MLP), where the elementwise kernels' 16-byte ones move 4.2 TB/s. So where
-// every array of a tensor's update starts on a 16-byte boundary, a thread takes groups of four elements (one float4
-// load or store per array), then the last n % 4 elements one at a time; otherwise one at a time throughout. The rule
-// runs per element either way, so the results are bitwise the same; that update takes 320 us. The bodies capture by
-// value: a reference into the kernel's parameters (a multi-tensor kernel's entries) held by a closure made every
-// thread copy them all to local memory first (a 3.5 KiB stack frame; 8.4 ms for the same update).
+// per element), and 4-byte loads and stores reach a good deal less of the memory's bandwidth than the elementwise
+// kernels' 16-byte ones (docs/benchmarks.md, "Design measurements"). So where every array of a tensor's update starts
+// on a 16-byte boundary, a thread takes groups of four elements (one float4 load or store per array), then the last
+// n % 4 elements one at a time; otherwise one at a time throughout. The rule runs per element either way, so the
+// results are bitwise the same. The bodies capture by value: a reference into the kernel's parameters (a multi-tensor
+// kernel's entries) held by a closure made every thread copy them all to local memory first (a 3.5 KiB stack frame,
+// many times slower).
 template <int kWidth>
 struct Lanes {
   float v[kWidth];

@@ -55,8 +55,8 @@ constexpr size_t kMaxPlans = 256;
 // costs more than the split saves; those products ask the heuristic for unsplit algorithms only and take the first of
 // its ranking that really is one (checked against each algorithm's configuration). Where k is long, a split is what
 // makes a tiny output fast: without one a single block walks all of k, and splits added in place in the output
-// (CUBLASLT_REDUCTION_SCHEME_INPLACE) serialize the blocks, each waiting for the one before (measured on an H200: the
-// seed net's [20, 10] weight gradient over k = 4096 went from about 5 us to a few hundred); so those keep the
+// (CUBLASLT_REDUCTION_SCHEME_INPLACE) serialize the blocks, each waiting for the one before (the seed net's weight
+// gradient became many times slower: docs/benchmarks.md, "Design measurements"); so those keep the
 // heuristic's first choice, split and reduction kernel included, as do all larger products (a wide MLP's 4096-wide
 // layers; a tiny output over a long k never gets here: Note [Tiny products] in kernels.h, nor a product with k <= 32,
 // at most 2^20 output elements and no row sums: Note [Short products]). A short-k product with row

@@ -1,6 +1,7 @@
 #pragma once
-// Trainer: fits a regression model with a data-parallel optimizer (SGD unless another is given) on a list of devices,
-// minimizing a loss (the mean squared error unless another is given).
+// Trainer: fits a model, a regression or a classifier (TrainerOptions::task), with a data-parallel optimizer (SGD
+// unless another is given) on a list of devices or over the processes of a group, minimizing a loss (the mean squared
+// error for a regression, cross-entropy for a classifier, unless another is given).
 //
 //   auto split = trainers::train_test_split(trainers::make_dataset(trainers::read_csv("data.csv")), 0.2);
 //   manual_seed(0);
