@@ -338,6 +338,37 @@ TEST(TandemTrain, MissingValuesAreAnErrorOrDroppedRows) {
   EXPECT_EQ(run_tool("--missing sometimes").status, 2);
 }
 
+// Data as users have it: a semicolon-separated file with a text column that is not among --features is read (the
+// column is skipped unread), and --standardize off trains on the features as they are, which the setup records.
+TEST(TandemTrain, DelimitersTextColumnsAndStandardization) {
+  const std::string data = testing::scratch_path("semicolons.csv");
+  const std::string summary = testing::scratch_path("semicolons.json");
+  {
+    std::ofstream file(data);
+    file << "name;x1;x2;y\n";
+    for (int i = 0; i < 60; ++i)
+      file << "row " << i << ";" << i % 7 << ";" << i % 5 << ";" << 2 * (i % 7) + i % 5 << "\n";
+  }
+  const std::string common = "--quiet --epochs 3 --devices cpu:0 --data " + data + " --summary-json " + summary;
+  ToolRun comma = run_tool(common);
+  EXPECT_EQ(comma.status, 1) << comma.output;  // one column "name;x1;x2;y" of text
+  ToolRun text = run_tool(common + " --delimiter ';'");
+  EXPECT_EQ(text.status, 1);
+  EXPECT_NE(text.output.find("(name): \"row 0\" is not a finite number"), std::string::npos) << text.output;
+  ToolRun run = run_tool(common + " --delimiter ';' --features x1,x2");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(read_json(summary).at("setup").at("features"), "x1,x2");
+  EXPECT_FALSE(read_json(summary).at("setup").contains("standardize_features"));
+  ToolRun raw = run_tool(common + " --delimiter ';' --features x1,x2 --standardize off");
+  ASSERT_EQ(raw.status, 0) << raw.output;
+  EXPECT_EQ(read_json(summary).at("setup").at("standardize_features"), "false");
+  EXPECT_EQ(read_json(summary).at("setup").at("standardize_target"), "false");
+  EXPECT_EQ(run_tool(common + " --delimiter ';;'").status, 2);
+  EXPECT_EQ(run_tool(common + " --standardize maybe").status, 2);
+  std::filesystem::remove(data);
+  std::filesystem::remove(summary);
+}
+
 TEST(TandemTrain, ResumeRefusesAnotherSetupUnlessAllowed) {
   const std::string checkpoint = testing::scratch_path("setup.safetensors");
   ASSERT_EQ(run_tool("--quiet --epochs 2 --checkpoint " + checkpoint).status, 0);

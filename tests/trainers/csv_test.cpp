@@ -199,6 +199,45 @@ TEST(Csv, MessagesQuoteAtMostAnExcerptOfHugeText) {
   }
 }
 
+// CsvOptions::delimiter: semicolons, tabs (TSV: only spaces are trimmed) or pipes between fields; quotes protect a
+// delimiter inside a field; a quote, line end or space cannot be one.
+TEST(Csv, OtherDelimiters) {
+  CsvOptions semicolons;
+  semicolons.delimiter = ';';
+  CsvTable table = parse_csv("\"a;1\";b\n1.5;2\n3; 4\n", "data.csv", semicolons);
+  EXPECT_EQ(table.columns, (std::vector<std::string>{"a;1", "b"}));
+  EXPECT_EQ(table.values, (std::vector<double>{1.5, 2, 3, 4}));
+  EXPECT_ERROR(parse_csv("a;b\n1,5;2\n", "data.csv", semicolons), "\"1,5\" is not a finite number");
+  CsvOptions tabs;
+  tabs.delimiter = '\t';
+  table = parse_csv("a\tb\n 1 \t2\n\t3\n", "data.tsv", {.missing = MissingValues::DropRow, .delimiter = '\t'});
+  EXPECT_EQ(table.values, (std::vector<double>{1, 2}));
+  EXPECT_EQ(table.dropped_rows, 1);  // the empty first cell of the last row
+  EXPECT_ERROR(parse_csv("a,b\n1,2\n", "data.tsv", tabs), "\"1,2\" is not a finite number");
+  for (const char bad : {'"', '\n', '\r', ' '}) {
+    CsvOptions options;
+    options.delimiter = bad;
+    EXPECT_ERROR(parse_csv("a\n1\n", "data.csv", options), "cannot separate fields");
+  }
+}
+
+// CsvOptions::keep_column: the columns it leaves out are skipped unread, so text and gaps there are no error and
+// drop no row; the table keeps the whole header.
+TEST(Csv, SkippedColumnsAreNotRead) {
+  CsvOptions options;
+  options.keep_column = [](const std::string& name, size_t, size_t) { return name != "notes"; };
+  const CsvTable table = parse_csv("x,notes,y\n1,first row,2\n3,,4\n", "data.csv", options);
+  EXPECT_EQ(table.columns, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(table.header, (std::vector<std::string>{"x", "notes", "y"}));
+  EXPECT_EQ(table.values, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_ERROR(parse_csv("x,notes,y\n1,2\n", "data.csv", options), "line 2 has 2 cells but the header has 3");
+  options.keep_column = [](const std::string&, size_t index, size_t count) { return index + 1 == count; };
+  EXPECT_EQ(parse_csv("a,b\nt,5\n", "data.csv", options).values, (std::vector<double>{5}));
+  options.keep_column = [](const std::string&, size_t, size_t) { return false; };
+  EXPECT_ERROR(parse_csv("a,b\n1,2\n", "data.csv", options), "data.csv: keep_column keeps none of its 2 columns");
+  EXPECT_ERROR(parse_csv("x,notes\n1,text\n", "data.csv"), "(notes): \"text\" is not a finite number");
+}
+
 TEST(Csv, ReadCsvParsesARegularFileWithOptions) {
   const std::string path = testing::scratch_path("missing.csv");
   std::ofstream(path, std::ios::binary) << "\xEF\xBB\xBF\"a\",b\r\n1,2\r\nNA,3\r\n";

@@ -565,6 +565,26 @@ TEST(Trainer, MetricsLoggerAppendsAndDropsATornLastLine) {
   for (const std::string& path : {link, metrics, checkpoint}) std::filesystem::remove(path);
 }
 
+// TrainerOptions::standardize_features false: the model sees the features as they are (an identity standardizer),
+// and a checkpoint's setup says so.
+TEST(Trainer, FeaturesAsTheyAreWhenStandardizationIsOff) {
+  TrainerOptions options;
+  options.devices = {Device::cpu(0)};
+  options.epochs = 1;
+  options.sgd.lr = 1e-5;  // the raw features are in the hundreds
+  options.standardize_features = false;
+  manual_seed(0);
+  Trainer trainer(make_mlp(10, 20), options);
+  trainer.fit(diabetes().train);
+  ASSERT_TRUE(trainer.standardizer().has_value());
+  for (const double mean : trainer.standardizer()->feature_mean) EXPECT_EQ(mean, 0.0);
+  for (const double scale : trainer.standardizer()->feature_scale) EXPECT_EQ(scale, 1.0);
+  EXPECT_NE(trainer.standardizer()->target_scale, 1.0);  // the target is still standardized
+  EXPECT_EQ(trainer.setup().at("standardize_features"), "false");
+  options.standardize_features = true;
+  EXPECT_FALSE(Trainer(make_mlp(10, 20), options).setup().contains("standardize_features"));
+}
+
 TEST(Trainer, ProgressPrinterLinesAndBar) {
   std::ostringstream plain;
   Trainer trainer = seed_net_trainer({Device::cpu(0)}, 2);

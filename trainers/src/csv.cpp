@@ -18,7 +18,8 @@ constexpr size_t kMaxColumns = 1'000'000;
 constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 constexpr std::array<std::string_view, 8> kMissingTokens = {"NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?"};
 
-bool is_blank(char c) { return c == ' ' || c == '\t'; }
+// Spaces and tabs around a field are trimmed, except a tab that is the delimiter.
+bool is_blank(char c, char delimiter) { return c == ' ' || (c == '\t' && delimiter != '\t'); }
 bool is_line_end(char c) { return c == '\n' || c == '\r'; }
 
 bool is_missing(std::string_view cell) {
@@ -63,7 +64,8 @@ struct Field {
 };
 
 // Note [CSV scanner states]
-// next() reads one field with a small state machine over the bytes of the text:
+// next() reads one field with a small state machine over the bytes of the text (the delimiter is CsvOptions::delimiter,
+// a comma by default; "comma" below stands for it):
 //   FieldStart     spaces and tabs are skipped; '"' opens a quoted field (-> Quoted); a comma, a line end or the end
 //                  of the text gives an empty field; anything else starts an unquoted field (-> Unquoted).
 //   Unquoted       runs to the next comma, line end or the end of the text; a '"' is an error.
@@ -77,7 +79,8 @@ struct Field {
 // unescaped into one buffer that the next call reuses.
 class Scanner {
  public:
-  Scanner(std::string_view text, const Locator& where) : text_(text), where_(where) {}
+  Scanner(std::string_view text, const Locator& where, char delimiter)
+      : text_(text), where_(where), delimiter_(delimiter) {}
 
   bool done() const { return position_ >= text_.size(); }
 
@@ -91,16 +94,16 @@ class Scanner {
     bool escapes = false;
     for (; position_ < text_.size(); ++position_) {
       const char c = text_[position_];
-      if (c == ',' || is_line_end(c)) {
+      if (c == delimiter_ || is_line_end(c)) {
         if (state == State::Quoted) {
           if (c == '\n' || (c == '\r' && !next_is('\n'))) ++line_;
           continue;
         }
-        return finish(field, begin, end, escapes, c == ',' ? 1 : consume_line_end());
+        return finish(field, begin, end, escapes, c == delimiter_ ? 1 : consume_line_end());
       }
       switch (state) {
         case State::FieldStart:
-          if (is_blank(c)) {
+          if (is_blank(c, delimiter_)) {
             begin = end = position_ + 1;
           } else if (c == '"') {
             field.quoted = true;
@@ -112,7 +115,7 @@ class Scanner {
           }
           break;
         case State::Unquoted:
-          if (!is_blank(c)) end = position_ + 1;
+          if (!is_blank(c, delimiter_)) end = position_ + 1;
           TANDEM_CHECK(c != '"', where_.caller(), ": ", where_.cell(field.line, field.column),
                        ": a quote inside the unquoted field \"", excerpt(rest_of_field(begin)),
                        "\" (quote the whole field)");
@@ -131,8 +134,8 @@ class Scanner {
           }
           [[fallthrough]];
         case State::AfterQuoted:
-          TANDEM_CHECK(is_blank(c), where_.caller(), ": ", where_.cell(field.line, field.column), ": text \"",
-                       excerpt(rest_of_field(position_)), "\" after the closing quote of a quoted field");
+          TANDEM_CHECK(is_blank(c, delimiter_), where_.caller(), ": ", where_.cell(field.line, field.column),
+                       ": text \"", excerpt(rest_of_field(position_)), "\" after the closing quote of a quoted field");
           state = State::AfterQuoted;
           break;
       }
@@ -147,7 +150,8 @@ class Scanner {
 
   // The text from `begin` to the next comma, line end or the end of the text.
   std::string_view rest_of_field(size_t begin) const {
-    return text_.substr(begin, text_.find_first_of(",\r\n", begin) - begin);
+    const char ends[] = {delimiter_, '\r', '\n', '\0'};
+    return text_.substr(begin, text_.find_first_of(ends, begin) - begin);
   }
 
   // Counts the line end (CR, LF or CRLF) at position_ and returns its length.
@@ -161,7 +165,7 @@ class Scanner {
   Field finish(Field field, size_t begin, size_t end, bool escapes, size_t separator) {
     field.text = text_.substr(begin, end - begin);
     if (escapes) field.text = unescape(field.text);
-    field.ends_record = separator == 0 || text_[position_] != ',';
+    field.ends_record = separator == 0 || text_[position_] != delimiter_;
     position_ += separator;
     column_ = field.ends_record ? 1 : column_ + 1;
     return field;
@@ -179,6 +183,7 @@ class Scanner {
 
   std::string_view text_;
   const Locator& where_;
+  const char delimiter_;
   size_t position_ = 0;
   int64_t line_ = 1;
   size_t column_ = 1;
@@ -212,15 +217,28 @@ void read_header(Scanner& scanner, const Locator& where, CsvTable& table) {
     auto [previous, inserted] = seen.emplace(field.text, field.column);
     TANDEM_CHECK(inserted, where.caller(), ": ", where.line(field.line), ": column name \"", excerpt(field.text),
                  "\" appears twice in the header (columns ", previous->second, " and ", field.column, ")");
-    table.columns.emplace_back(field.text);
+    table.header.emplace_back(field.text);
     if (field.ends_record) return;
     field = scanner.next();
   }
 }
 
-// Reads the data records after the header, converting each cell as it is scanned.
-void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options, CsvTable& table) {
-  const size_t width = table.columns.size();
+// The header's columns that options.keep_column keeps, and table.columns made of their names.
+std::vector<char> kept_columns(const Locator& where, const CsvOptions& options, CsvTable& table) {
+  std::vector<char> keep(table.header.size(), 1);
+  for (size_t c = 0; c < table.header.size(); ++c) {
+    if (options.keep_column) keep[c] = options.keep_column(table.header[c], c, table.header.size()) ? 1 : 0;
+    if (keep[c]) table.columns.push_back(table.header[c]);
+  }
+  TANDEM_CHECK(!table.columns.empty(), where.caller(), ": ", where.source(), ": keep_column keeps none of its ",
+               table.header.size(), " columns");
+  return keep;
+}
+
+// Reads the data records after the header, converting each kept cell as it is scanned.
+void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options, const std::vector<char>& keep,
+               CsvTable& table) {
+  const size_t width = table.header.size();
   while (!scanner.done()) {
     Field field = scanner.next();
     if (field.is_blank_line()) continue;
@@ -231,7 +249,9 @@ void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options
       TANDEM_CHECK(field.column <= width, where.caller(), ": ", where.line(line), " has at least ", field.column,
                    " cells but the header has ", width, " columns");
       double value = 0.0;
-      if (parse_number(field.text, value)) {
+      if (!keep[field.column - 1]) {
+        // skipped unread
+      } else if (parse_number(field.text, value)) {
         table.values.push_back(value);
       } else {
         TANDEM_CHECK(is_missing(field.text), where.caller(), ": ", where.cell(field.line, field.column), ": \"",
@@ -256,11 +276,15 @@ void read_rows(Scanner& scanner, const Locator& where, const CsvOptions& options
 
 CsvTable parse(std::string_view text, std::string_view source, const CsvOptions& options, const char* caller) {
   if (text.starts_with(kByteOrderMark)) text.remove_prefix(kByteOrderMark.size());
+  const char d = options.delimiter;
+  TANDEM_CHECK(d != '"' && d != '\r' && d != '\n' && d != ' ' && d != '\0', caller, ": the delimiter ",
+               excerpt(std::string_view(&d, 1)), " cannot separate fields (a quote, a line end, a space or NUL)");
   CsvTable table;
-  const Locator where(caller, source, table.columns);
-  Scanner scanner(text, where);
+  const Locator where(caller, source, table.header);
+  Scanner scanner(text, where, d);
   read_header(scanner, where, table);
-  read_rows(scanner, where, options, table);
+  const std::vector<char> keep = kept_columns(where, options, table);
+  read_rows(scanner, where, options, keep, table);
   TANDEM_CHECK(table.rows() > 0 || table.dropped_rows > 0, caller, ": ", source, " has a header but no data rows");
   TANDEM_CHECK(table.rows() > 0, caller, ": ", source, " has no data rows left: all ", table.dropped_rows,
                " rows have a missing value (dropped by MissingValues::DropRow)");

@@ -176,7 +176,13 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   const Dataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : Dataset{};
   const Dataset& train_set = classifier() ? encoded : train;
   const Dataset& test_set = classifier() ? encoded_test : test;
-  if (!standardizer_) standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
+  if (!standardizer_) {
+    standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
+    if (!options_.standardize_features) {
+      std::fill(standardizer_->feature_mean.begin(), standardizer_->feature_mean.end(), 0.0);
+      std::fill(standardizer_->feature_scale.begin(), standardizer_->feature_scale.end(), 1.0);
+    }
+  }
 
   // Note [Set-up before the clock]: what the first epoch would otherwise pay for happens before fit's clock starts,
   // and FitResult::setup_seconds says how long it took: the loader's pinned staging buffers; (warm_up_devices) the
@@ -308,6 +314,7 @@ SetupFacts Trainer::setup() const {
   add("batch_size", std::to_string(options_.batch_size));
   add("shuffle_seed", std::to_string(options_.shuffle_seed));
   add("standardize_target", options_.standardize_target ? "true" : "false");
+  if (!options_.standardize_features) add("standardize_features", "false");
   add("epochs", std::to_string(options_.epochs));
   if (options_.lr_schedule) add("lr_schedule", options_.lr_schedule->name);
   if (classifier()) {

@@ -261,6 +261,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string timeout =
       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(comm::ProcessGroupOptions{}.timeout).count());
   std::string missing = "error";
+  std::string delimiter = ",";
+  std::string standardize = "on";
   std::string activation;
   std::string precision = "fp32";
   std::string capture = "on";
@@ -274,6 +276,11 @@ ParsedFlags parse_flags(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--missing", missing,
                  "Cells that are empty or NA, N/A, NaN, nan, null, NULL, None, ?: error (name the cell) or drop-row")
+      ->capture_default_str();
+  app.add_option("--delimiter", delimiter, "The character between a CSV file's fields: one character, or tab")
+      ->capture_default_str();
+  app.add_option("--standardize", standardize,
+                 "on|off: standardize each feature (and a regression's target) with the training set's statistics")
       ->capture_default_str();
   app.add_option("--task", task,
                  "regression or classification (the target holds integer class labels; at most 10000 classes)")
@@ -391,6 +398,15 @@ ParsedFlags parse_flags(int argc, char** argv) {
     check(missing == "error" || missing == "drop-row",
           "--missing must be error or drop-row, got \"" + excerpt(missing) + "\"");
     flags.csv.missing = missing == "error" ? trainers::MissingValues::Error : trainers::MissingValues::DropRow;
+    check(
+        delimiter == "tab" ||
+            (delimiter.size() == 1 && std::string_view("\" \r\n").find(delimiter[0]) == std::string_view::npos &&
+             delimiter[0] != '\0'),
+        "--delimiter must be one character other than a quote or a space, or tab; got \"" + excerpt(delimiter) + "\"");
+    flags.csv.delimiter = delimiter == "tab" ? '\t' : delimiter[0];
+    check(standardize == "on" || standardize == "off",
+          "--standardize must be on or off, got \"" + excerpt(standardize) + "\"");
+    flags.standardize = standardize == "on";
     validate(flags);
     flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
     flags.precision = parse_value("--precision", [&] { return parse_precision(precision); });

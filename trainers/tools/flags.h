@@ -25,22 +25,23 @@ struct Flags {
   std::optional<std::string> target;  // none: the last column
   std::vector<std::string> features;  // none: every column but the target
   trainers::Task task = trainers::Task::Regression;
-  trainers::CsvOptions csv;           // the missing-value policy
-  comm::LaunchInfo launch;       // how this process was started (a launcher, or none)
+  trainers::CsvOptions csv;     // the missing-value policy and the delimiter
+  bool standardize = true;      // features and (regression) target standardized
+  comm::LaunchInfo launch;      // how this process was started (a launcher, or none)
   std::vector<Device> devices;  // this process's devices (trainers::process_devices)
   int64_t timeout_seconds = 0;  // a collective of the group not done by then ends the job
   int64_t epochs = 0;
   int64_t batch_size = 0;
   Optimizer optimizer = Optimizer::SGD;
   double lr = 0.0;
-  double momentum = 0.0;       // SGD only
+  double momentum = 0.0;  // SGD only
   double weight_decay = 0.0;
-  std::string lr_schedule;     // trainers::parse_lr_schedule's grammar, checked against epochs
+  std::string lr_schedule;      // trainers::parse_lr_schedule's grammar, checked against epochs
   std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
-  double dropout = 0.0;  // after each hidden layer's activation; 0: no Dropout layers
+  double dropout = 0.0;                      // after each hidden layer's activation; 0: no Dropout layers
   Precision precision = Precision::Float32;  // of the model's products (TrainerOptions::precision)
-  bool capture = true;  // training steps as CUDA graphs where possible (TrainerOptions::capture)
+  bool capture = true;                       // training steps as CUDA graphs where possible (TrainerOptions::capture)
   uint64_t seed = 0;
   double test_fraction = 0.0;
   std::optional<std::string> checkpoint;

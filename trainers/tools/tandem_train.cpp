@@ -22,10 +22,19 @@ namespace {
 using namespace trainers;
 
 CsvTable load_table(const Flags& flags) {
-  CsvTable table = flags.data ? read_csv(*flags.data, flags.csv)
-                              : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)", flags.csv);
+  CsvOptions options = flags.csv;
+  // With --features, the columns neither named there nor the target are skipped unread: text or gaps in them are
+  // no error (the target is --target's column, else the header's last).
+  if (!flags.features.empty()) {
+    options.keep_column = [&](const std::string& name, size_t index, size_t count) {
+      const bool target = flags.target ? name == *flags.target : index + 1 == count;
+      return target || std::find(flags.features.begin(), flags.features.end(), name) != flags.features.end();
+    };
+  }
+  CsvTable table = flags.data ? read_csv(*flags.data, options)
+                              : parse_csv(datasets::diabetes_csv(), "diabetes.csv (built in)", options);
   std::string names;
-  for (const std::string& name : table.columns) names += (names.empty() ? "" : ", ") + name;
+  for (const std::string& name : table.header) names += (names.empty() ? "" : ", ") + name;
   const auto check_column = [&](const char* flag, const std::string& wanted) {
     if (std::find(table.columns.begin(), table.columns.end(), wanted) == table.columns.end()) {
       throw UsageError(std::string(flag) + ": no column \"" + excerpt(wanted) + "\" (columns: " + excerpt(names, 400) +
@@ -33,7 +42,7 @@ CsvTable load_table(const Flags& flags) {
     }
   };
   if (flags.target) check_column("--target", *flags.target);
-  const std::string target = flags.target ? *flags.target : table.columns.back();
+  const std::string target = flags.target ? *flags.target : table.header.back();
   for (const std::string& feature : flags.features) {
     check_column("--features", feature);
     if (feature == target) throw UsageError("--features: \"" + excerpt(feature) + "\" is the target column");
@@ -236,6 +245,8 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.task = flags.task;
   if (flags.task == Task::Classification) options.classes = ClassLabels::of(data);
   options.shuffle_seed = flags.seed;
+  options.standardize_features = flags.standardize;
+  if (!flags.standardize) options.standardize_target = false;
   options.precision = flags.precision;
   options.capture = flags.capture;
   options.setup = setup_facts(flags, data);

@@ -199,8 +199,8 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // product whose a is a transposed view and whose output is wide enough to pay for it, a is first copied row-major (a
 // tiled transpose, Note [Transposing copies] in kernels.cu) and the product reads the copy. cuBLASLt has no
 // bias-gradient epilogue for a row-major a, and a row-sum kernel of its own is slower than the epilogue, so the
-// copy's pass sums the rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's width n decides.
-// float32 and bfloat16 products read either layout at full speed and are left alone.
+// copy's pass sums the rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's
+// width n decides. float32 and bfloat16 products read either layout at full speed and are left alone.
 constexpr int64_t kTf32CopyMinColumns = 1024;
 
 // a is a transposed view (Backend::gemm's other operand layout, row-major, reads along k already).
@@ -211,8 +211,8 @@ bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, co
 
 // The product through a row-major copy of a (Note [TF32 operands along k]); the row sums, when asked for, come out
 // of the copy's pass as sums per tile of columns (Note [Transposing copies] in kernels.cu), then one small reduction.
-void product_of_row_major_copy(const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
-                               const Tensor& out, int device) {
+void product_of_row_major_copy(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
+                               int device) {
   const int64_t m = a.size(0);
   const int64_t k = a.size(1);
   const cudaStream_t stream = compute_stream(device);

@@ -2,6 +2,7 @@
 // Reading numeric CSV tables (RFC 4180): a header record of column names, then records of numbers.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,9 +11,10 @@ namespace tandem::trainers {
 
 // A numeric table read from CSV; values are row-major, rows() * columns.size() of them.
 struct CsvTable {
-  std::vector<std::string> columns;
+  std::vector<std::string> columns;  // the columns read (CsvOptions::keep_column), in the file's order
   std::vector<double> values;
-  int64_t dropped_rows = 0;  // rows skipped for a missing value under MissingValues::DropRow
+  int64_t dropped_rows = 0;         // rows skipped for a missing value under MissingValues::DropRow
+  std::vector<std::string> header;  // every column name of the file's header, the skipped ones too
 
   int64_t rows() const { return columns.empty() ? 0 : static_cast<int64_t>(values.size() / columns.size()); }
   double at(int64_t row, int64_t column) const { return values[row * columns.size() + column]; }
@@ -26,14 +28,21 @@ enum class MissingValues {
 
 struct CsvOptions {
   MissingValues missing = MissingValues::Error;
+  // The character between fields: ',' by default; ';', '\t' (TSV), '|' and other single bytes except a quote, CR,
+  // LF and space. With '\t' a tab separates fields and only spaces are trimmed.
+  char delimiter = ',';
+  // Which columns to read, asked once per header column (its name, 0-based index and the header's column count):
+  // the others are skipped unread (text, or missing cells, in them are no error and drop no row). Empty: every
+  // column. Errors: keeping none.
+  std::function<bool(const std::string& name, size_t index, size_t count)> keep_column;
 };
 
 // Parses CSV text.
-// Format: fields are separated by commas and may be enclosed in double quotes; inside quotes "" is a literal quote
-// and commas, CR and LF are data. Records end at LF, CRLF or a lone CR; the last one needs no line end. Blank lines
-// are skipped, and so is a leading UTF-8 byte-order mark. Unquoted fields are trimmed of spaces and tabs; quoted
-// fields keep their inner spaces, and spaces or tabs around the quotes are ignored. The first record holds the
-// column names (at most 1,000,000); every other record holds one finite number per column.
+// Format: fields are separated by commas (CsvOptions::delimiter) and may be enclosed in double quotes; inside quotes
+// "" is a literal quote and delimiters, CR and LF are data. Records end at LF, CRLF or a lone CR; the last one needs no
+// line end. Blank lines are skipped, and so is a leading UTF-8 byte-order mark. Unquoted fields are trimmed of spaces
+// and tabs; quoted fields keep their inner spaces, and spaces or tabs around the quotes are ignored. The first record
+// holds the column names (at most 1,000,000); every other record holds one finite number per column read (keep_column).
 // Throws Error naming `source` and the physical line where the offending record or field starts (columns 1-based)
 // for: an empty text; a header without data rows (or with none left after dropping); an empty or repeated column
 // name; a quote inside an unquoted field; text after a closing quote; a quote that is never closed; a row with more

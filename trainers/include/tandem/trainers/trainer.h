@@ -122,6 +122,9 @@ struct TrainerOptions {
   bool warm_up = true;
   uint64_t shuffle_seed = 0;       // the loader's shuffle order
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
+  // Standardize each feature with the training set's mean and deviation (off: the features as they are, e.g. pixels
+  // already in [0, 1]). Recorded as the setup fact "standardize_features" when off.
+  bool standardize_features = true;
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
   // checkpoints beside its own (see Trainer::setup()); a resume must match them all.
   SetupFacts setup;
