@@ -201,12 +201,8 @@ std::string checkpoint_checksum(const TensorFile& file) {
     hash.add("", 1);  // a NUL after each text, so that ("ab", "c") and ("a", "bc") differ
   };
   for (const auto* entry : sorted) {
-    const Tensor& tensor = entry->second;
     add_text(entry->first);
-    add_text(dtype_name(tensor.dtype()));
-    for (const int64_t extent : tensor.shape()) hash.add(&extent, sizeof(extent));
-    const Tensor host = tensor.to(Device::cpu()).contiguous();
-    hash.add(host.data_ptr(), static_cast<size_t>(host.numel()) * element_size(host.dtype()));
+    add_tensor(hash, entry->second);
   }
   const auto optimizer = metadata.find(kOptimizerMetadataKey);
   add_text(optimizer == metadata.end() ? std::string() : optimizer->second);

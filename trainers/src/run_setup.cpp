@@ -47,15 +47,17 @@ std::string fingerprint(const Dataset& data) {
          data.target_name + ", fnv1a64 " + hex;
 }
 
+void add_tensor(Fnv1a& hash, const Tensor& tensor) {
+  add_name(hash, tensor.defined() ? dtype_name(tensor.dtype()) : "undefined");
+  if (!tensor.defined()) return;
+  for (const int64_t extent : tensor.shape()) hash.add(&extent, sizeof(extent));
+  const Tensor host = tensor.to(Device::cpu()).contiguous();
+  hash.add(host.data_ptr(), static_cast<size_t>(host.numel()) * element_size(host.dtype()));
+}
+
 std::string fingerprint(const std::vector<Tensor>& tensors) {
   Fnv1a hash;
-  for (const Tensor& tensor : tensors) {
-    add_name(hash, tensor.defined() ? dtype_name(tensor.dtype()) : "undefined");
-    if (!tensor.defined()) continue;
-    for (const int64_t extent : tensor.shape()) hash.add(&extent, sizeof(extent));
-    const Tensor host = tensor.to(Device::cpu()).contiguous();
-    hash.add(host.data_ptr(), static_cast<size_t>(host.numel()) * element_size(host.dtype()));
-  }
+  for (const Tensor& tensor : tensors) add_tensor(hash, tensor);
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
   return std::string("fnv1a64 ") + hex;

@@ -11,6 +11,7 @@
 
 #include "tandem/comm/process_group.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fnv1a.h"
 #include "tandem/nn/module.h"
 #include "tandem/trainers/dataset.h"
 
@@ -31,7 +32,10 @@ std::string describe_module(const nn::Module& module);
 std::string fingerprint(const Dataset& data);
 // A double written so that reading it back gives the same value ("0.01", "0.90000000000000002").
 std::string exact_text(double value);
-// A fingerprint of tensors' values (dtype, shape and bytes of each, in order), "fnv1a64 <16 hex digits>".
+// Adds a tensor to a hash: its dtype's name, its shape and its bytes (copied to the host); an undefined tensor adds
+// "undefined". The one rule of fingerprint() and of checkpoints' checksums.
+void add_tensor(Fnv1a& hash, const Tensor& tensor);
+// A fingerprint of tensors' values (add_tensor of each, in order), "fnv1a64 <16 hex digits>".
 std::string fingerprint(const std::vector<Tensor>& tensors);
 
 // Collective over `group`: compares `facts` and `derived` (facts that follow from them, such as fingerprints of the
