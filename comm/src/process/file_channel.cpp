@@ -182,15 +182,25 @@ RendezvousPaths prepare_directories(const LaunchInfo& info) {
   TANDEM_CHECK(!fs::exists(status) || fs::is_directory(status), "comm::make_file_channel: rendezvous path ",
                excerpt(paths.root, 200), " exists and is not a directory but expected a directory (or a path to ",
                "create one at) that every process of the job can reach");
-  const bool created = fs::create_directories(paths.root, error);
-  TANDEM_CHECK(!error && is_directory(paths.root), "comm::make_file_channel: cannot create the rendezvous directory ",
-               excerpt(paths.root, 200), ": ", error.message());
   paths.job_space = paths.root + "/tandem-" + (info.job_id.empty() ? std::string("job") : info.job_id);
-  fs::create_directory(paths.job_space, error);
-  TANDEM_CHECK(!error && is_directory(paths.job_space), "comm::make_file_channel: cannot create ",
-               excerpt(paths.job_space, 200), ": ", error.message());
-  if (created) FileStore(paths.root).set(kCreatedPathKey, {});
-  return paths;
+  // Rank 0 of the job before (a group destroyed just now) may remove a rendezvous directory that a job created
+  // between this process's steps (Note [File rendezvous]: End): then both are made again.
+  for (int attempt = 0;; ++attempt) {
+    const bool created = fs::create_directories(paths.root, error);
+    TANDEM_CHECK(!error && is_directory(paths.root), "comm::make_file_channel: cannot create the rendezvous ",
+                 "directory ", excerpt(paths.root, 200), ": ", error.message());
+    fs::create_directory(paths.job_space, error);
+    if (error == std::errc::no_such_file_or_directory && attempt < 100) continue;
+    TANDEM_CHECK(!error && is_directory(paths.job_space), "comm::make_file_channel: cannot create ",
+                 excerpt(paths.job_space, 200), ": ", error.message());
+    try {
+      if (created) FileStore(paths.root).set(kCreatedPathKey, {});
+    } catch (const Error&) {
+      if (is_directory(paths.root) || attempt >= 100) throw;
+      continue;  // removed again meanwhile
+    }
+    return paths;
+  }
 }
 
 // Removes the job's namespace when it is empty, and then the rendezvous path itself when a process of a job created
