@@ -1,11 +1,8 @@
 #pragma once
 // optim::SGD: stochastic gradient descent with momentum, dampening, weight decay and Nesterov momentum, exactly as
-// torch.optim.SGD:
-//   d = grad + weight_decay * param
-//   buf = d on the first step, else momentum * buf + (1 - dampening) * d          (when momentum != 0)
-//   d = nesterov ? d + momentum * buf : buf                                         (when momentum != 0)
-//   param -= lr * d
-// Each parameter is updated by one fused in-place kernel (tandem::sgd_update); step() never waits for the device.
+// torch.optim.SGD. The rule has one home, tandem::SgdUpdate in tandem/core/fused.h, whose fused in-place kernel
+// (tandem::sgd_update) updates each parameter; SGDOptions are the user's options (doubles, checked), from which each
+// step fills the kernel's SgdUpdate (floats, the first step marked). step() never waits for the device.
 // Parameter groups and set_lr as in optim::Optimizer.
 
 #include <initializer_list>
