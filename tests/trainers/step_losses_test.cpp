@@ -1,4 +1,4 @@
-// The Trainer reads its steps' losses once per epoch (Note [Losses read once per epoch] in callbacks.h): callbacks
+// The Trainer reads its steps' losses once per epoch (Note [Losses read once per epoch] in callback.h): callbacks
 // that need every step's loss still get it, the others can read it on demand, and neither way changes the training
 // or the message of a non-finite loss.
 

@@ -1,5 +1,5 @@
 // Trainer::fit's set-up before its clock and its one read per epoch (Note [Set-up before the clock], Note [Warming
-// the step up on a copy] and Note [One read per epoch] in trainers/src/trainer.cpp): the warm-up on a throwaway copy
+// the step up on a copy] in trainers/src/trainer.cpp, Note [One read per epoch] in trainer_evaluation.cpp): the warm-up on a throwaway copy
 // leaves every result as it is without it, the epoch reports' metrics are those evaluate() gives, and the set-up
 // time is reported.
 

@@ -1,6 +1,7 @@
 #pragma once
 // trainers: CSV data sets, tensor data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
 
+#include "tandem/trainers/callback.h"
 #include "tandem/trainers/callbacks.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/classification.h"

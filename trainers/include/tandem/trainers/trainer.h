@@ -12,7 +12,7 @@
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
 // epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
 // data parallel over the devices (see train_step.h), and the steps' losses are read once per epoch (Note [Losses read
-// once per epoch] in callbacks.h), in the epoch's one read together with the parameter check and the evaluation.
+// once per epoch] in callback.h), in the epoch's one read together with the parameter check and the evaluation.
 // Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
 // (save_checkpoint / load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by
 // name (SGD's momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global
@@ -45,7 +45,7 @@
 #include "tandem/parallel/captured_step.h"
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
-#include "tandem/trainers/callbacks.h"
+#include "tandem/trainers/callback.h"
 #include "tandem/trainers/classification.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/loader.h"
@@ -218,7 +218,7 @@ class Trainer {
     int64_t first_step = 0;  // steps completed before this epoch
   };
   // A data set the epochs evaluate: its standardized features resident on devices[0] (Note [One read per epoch] in
-  // trainer.cpp) and the targets its metrics compare with (a classifier's class indices).
+  // trainer_evaluation.cpp) and the targets its metrics compare with (a classifier's class indices).
   struct EvaluationSet {
     std::vector<Tensor> features;  // batches of kPredictBatch rows
     std::vector<double> targets;
