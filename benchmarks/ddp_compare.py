@@ -5,7 +5,7 @@ Reads the JSON lines of ddp_step_bench (tandem) and torch_ddp_bench.py (PyTorch)
 markdown table of nccl_mpi_allreduce (ProcessGroup::all_reduce beside raw NCCL), and prints:
   1. workload | tandem DDP ms | tandem captured ms | PyTorch DDP ms | ratio   (ratio = tandem's eager step / PyTorch:
      below 1, tandem is faster), one row per workload and process layout; the captured column is tandem's
-     CapturedStep over the same DistributedDataParallel ("eager" after the figure when its steps could not replay);
+     TrainingStep over the same DistributedDataParallel ("eager" after the figure when its steps could not replay);
      PyTorch's DDP has no process driving two GPUs, so those rows have tandem's figures alone;
   2. the all-reduce table as nccl_mpi_allreduce wrote it;
   3. the targets, each met, missed or not measured.

@@ -1,10 +1,10 @@
 // ddp_step_bench: times one step of multi-process data-parallel training, parallel::DistributedDataParallel over a
-// comm::ProcessGroup (forward, MSE, backward with the buckets all-reduced over every process while backward goes
-// on, SGD with momentum 0.9), eager and captured (parallel::CapturedStep over the same kind of DistributedDataParallel:
-// each process replays its step as one CUDA graph), and prints rank 0's median steps as JSON lines (median_ms: eager;
-// captured_median_ms: captured, and captured_replayed false where its steps ran eagerly, as on CPU devices, with the
-// reason on stderr). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's DistributedDataParallel;
-// benchmarks/ddp_suite.sh runs both and prints the comparison.
+// comm::ProcessGroup (forward, MSE, backward with the buckets all-reduced over every process while backward goes on,
+// SGD with momentum 0.9), eager and captured (parallel::TrainingStep over the same kind of DistributedDataParallel,
+// summing its gradients: each process replays its step as one CUDA graph), and prints rank 0's median steps as JSON
+// lines (median_ms: eager; captured_median_ms: captured, and captured_replayed false where its steps ran eagerly, as on
+// CPU devices, with the reason on stderr). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's
+// DistributedDataParallel; benchmarks/ddp_suite.sh runs both and prints the comparison.
 //
 //   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
 //   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 (TANDEM_ALLOW_TF32 unset)
@@ -23,7 +23,7 @@
 // synchronized and a group barrier (so the ranks start together) and ends when every local device is synchronized
 // again; the host wall clock between is the step's time, and rank 0 reports the median. The captured steps are timed
 // the same way on a second model of the same start (its own DistributedDataParallel over the same group), after at
-// least CapturedStep's eager warm-up and its capture (Note [Capturing a step]). Whether cuBLAS may use TF32
+// least TrainingStep's eager warm-up and its capture (Note [Capturing a step]). Whether cuBLAS may use TF32
 // follows TANDEM_ALLOW_TF32, read once per process (Note [TF32] in core/src/cuda/gemm_operand.cpp), so the TF32
 // workload runs in its own launch and the workload list must agree with the environment. (ProcessGroup::all_reduce
 // alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
@@ -32,8 +32,8 @@
 //                  [--steps N] [--jsonl PATH]
 
 #include <tandem/comm/process_group.h>
-#include <tandem/parallel/captured_step.h>
 #include <tandem/parallel/distributed.h>
+#include <tandem/parallel/training_step.h>
 #include <tandem/tandem.h>
 
 #include <algorithm>
@@ -206,15 +206,18 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
       sgd.step();
     });
   }
-  // The same steps captured (CapturedStep weights each replica's loss by its share of the process's rows too).
+  // The same steps captured: TrainingStep weights each replica's loss by its share of the global batch, and the group
+  // sums the gradients over the processes, which gives the same global batch's mean.
   double captured_ms = 0.0;
   bool replayed = false;
   {
-    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group);
+    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group,
+                                          {.reduction = comm::ReduceOp::Sum});
     parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
-    parallel::CapturedStep captured(ddp.replicated(), sgd, nn::mse_loss);
-    const int warmup = std::max(workload.warmup, parallel::CaptureOptions{}.warmup_steps + 1);
-    captured_ms = median_step_ms(*group, warmup, steps, [&] { (void)captured.step_chunks(inputs, targets); });
+    parallel::TrainingStep captured(ddp, sgd, nn::mse_loss);
+    const parallel::TrainingBatch batch{.inputs = inputs, .labels = targets, .global_rows = workload.global_batch};
+    const int warmup = std::max(workload.warmup, parallel::TrainingStepOptions{}.warmup_steps + 1);
+    captured_ms = median_step_ms(*group, warmup, steps, [&] { (void)captured.step(batch); });
     replayed = captured.captured();
     if (!replayed && group->rank() == 0) {
       std::cerr << "ddp_step_bench: " << workload.title

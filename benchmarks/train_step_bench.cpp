@@ -1,13 +1,14 @@
 // train_step_bench: times one data-parallel training step (scatter, forward, MSE, backward, gradient all-reduce, SGD
-// with momentum) on 1 and N GPUs for two workloads, eagerly (trainers::train_step) and captured as one CUDA graph
-// (parallel::CapturedStep), and prints a markdown table of tandem's figures. PyTorch's and LibTorch's figures for the
-// same steps come from benchmarks/torch_train_step.py and benchmarks/libtorch_step/, run in the same session: a
-// reference figure is always measured beside tandem's, never typed in.
+// with momentum) on 1 and N GPUs for two workloads through parallel::TrainingStep, eagerly
+// (TrainingStepOptions::capture false) and captured as one CUDA graph (its default options), and prints a markdown
+// table of tandem's figures. PyTorch's and LibTorch's figures for the same steps come from
+// benchmarks/torch_train_step.py and benchmarks/libtorch_step/, run in the same session: a reference figure is always
+// measured beside tandem's, never typed in.
 //   seed  Linear(10, 20) -> Linear(20, 1), global batch 4096
 //   wide  4 x Linear(4096, 4096) with ReLU between, global batch 8192, float32
 // Method: the inputs and targets start on cuda:0 (in the last column, already cut over the GPUs, chunk i on GPU i, as
-// each rank of a multi-process job holds its own rows: CapturedStep::step_chunks). Two figures per step, each the
-// median over the timed samples after a warm-up:
+// each rank of a multi-process job holds its own rows: TrainingBatch::inputs and labels). Two figures per step, each
+// the median over the timed samples after a warm-up:
 //   synchronized  every GPU is synchronized (cudaDeviceSynchronize) before and after each step; the host wall clock
 //                 between is the step's latency, launch and host work included;
 //   in a loop     the same over a loop of back-to-back steps (20 for the seed net, 4 for the wide MLP), divided by
@@ -98,9 +99,8 @@ Options parse(int argc, char** argv) {
       argc, argv, "train_step_bench", usage,
       {bench::int_flag("--gpus", options.gpus, 1, 1024), bench::text_flag("--markdown", options.markdown),
        bench::text_flag("--dot", options.dot), bench::text_flag("--workload", options.workload),
-       bench::text_flag("--widths", options.widths),
-       bench::text_flag("--jsonl", options.jsonl), bench::int_flag("--batch", options.batch, 1, 1 << 20),
-       bench::text_flag("--precision", options.precision)});
+       bench::text_flag("--widths", options.widths), bench::text_flag("--jsonl", options.jsonl),
+       bench::int_flag("--batch", options.batch, 1, 1 << 20), bench::text_flag("--precision", options.precision)});
   (void)tandem::parse_precision(options.precision);  // refuses an unknown name now
   TANDEM_CHECK(options.workload.empty() || options.workload == "seed" || options.workload == "wide",
                "--workload names ", tandem::excerpt(options.workload), " but expected seed or wide; ", usage);
@@ -130,14 +130,14 @@ Options parse(int argc, char** argv) {
 struct Timing {
   bool captured = false;
   bool loop = false;      // back-to-back steps (Workload::loop per sample) instead of synchronized ones
-  bool resident = false;  // captured only: the batch starts cut over the devices (step_chunks)
+  bool resident = false;  // captured only: the batch starts cut over the devices (TrainingBatch::inputs, labels)
   std::optional<tandem::Precision> precision;
   std::string dot;            // where to write the captured graph (Graphviz); "" for nowhere
   size_t* kernels = nullptr;  // receives the captured graph's kernel count when not null
 };
 
-// Median milliseconds of one step of `workload` on `devices`, eager (train_step) or captured (CapturedStep). A
-// captured step that falls back to the eager one is reported on stderr, with the reason.
+// Median milliseconds of one step of `workload` on `devices` through a parallel::TrainingStep, eager (capture off) or
+// captured. A captured step that falls back to the eager one is reported on stderr, with the reason.
 double time_step(const Workload& workload, const std::vector<tandem::Device>& devices, const Timing& timing) {
   using namespace tandem;
   manual_seed(0);
@@ -152,9 +152,10 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
       timing.loop ? bench::Sampling{.warmup = workload.warmup, .samples = workload.loops, .iterations = workload.loop}
                   : bench::Sampling{.warmup = workload.warmup, .samples = workload.steps};
   if (!timing.captured) {
-    return bench::median_ms_per_call(devices, sampling, [&] { trainers::train_step(replicas, sgd, x, y); });
+    parallel::TrainingStep eager(replicas, sgd, nn::mse_loss, {.capture = false});
+    return bench::median_ms_per_call(devices, sampling, [&] { eager.step({.features = x, .targets = y}); });
   }
-  parallel::CapturedStep step(replicas, sgd, nn::mse_loss);
+  parallel::TrainingStep step(replicas, sgd, nn::mse_loss);
   std::vector<Tensor> x_chunks;
   std::vector<Tensor> y_chunks;
   if (timing.resident) {
@@ -163,9 +164,9 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
   }
   const double ms = bench::median_ms_per_call(devices, sampling, [&] {
     if (timing.resident) {
-      step.step_chunks(x_chunks, y_chunks);
+      step.step({.inputs = x_chunks, .labels = y_chunks});
     } else {
-      step.step(x, y);
+      step.step({.features = x, .targets = y});
     }
   });
   if (!step.captured()) {
@@ -260,8 +261,7 @@ int run(const Options& options) {
     std::cerr << "measured " << workload.name << "\n";
   }
   table << "\n" << kernels.str();
-  std::cout << "tandem: milliseconds per training step (median; eager: trainers::train_step, captured: "
-            << "parallel::CapturedStep)\n\n"
+  std::cout << "tandem: milliseconds per training step (median; eager and captured: parallel::TrainingStep)\n\n"
             << table.str();
   if (!options.markdown.empty()) tandem::write_file_atomically(options.markdown, table.str(), "--markdown");
   return 0;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Step time against model width on a machine with two GPUs, tandem and PyTorch measured in one run (see
 # docs/benchmarks.md): 4 x Linear(W) with ReLU between, global batch 8192, FP32, for each width W:
-#   - $TANDEM_BUILD_DIR/bin/train_step_bench --widths: tandem in one process driving both GPUs, eager
-#     (trainers::train_step) and captured as one CUDA graph (parallel::CapturedStep);
+#   - $TANDEM_BUILD_DIR/bin/train_step_bench --widths: tandem in one process driving both GPUs through
+#     parallel::TrainingStep, eager (capture off) and captured as one CUDA graph;
 #   - benchmarks/torch_ddp_bench.py --widths under torchrun --nproc_per_node 2: PyTorch's DDP, one process per GPU;
 # then benchmarks/width_sweep.py writes OUTDIR/width_sweep.md and OUTDIR/step_time_vs_width.svg.
 #

@@ -21,7 +21,6 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
   };
   collective.run = [group, reduction](std::vector<Tensor>& slices) { group->all_reduce(slices, reduction); };
   collective.spans_processes = true;
-  collective.group = group;
   collective.keeps_sum_on_replica0 = reduction == comm::ReduceOp::Average || group->rank() == 0;
   return collective;
 }

@@ -53,7 +53,7 @@ void ReplicatedOptimizer::finish_replay() {
 }
 
 bool ReplicatedOptimizer::steps_in_backward() const {
-  if (!steps_in_backward_enabled_ || !model_.sums_on_comm_streams()) return false;
+  if (!model_.sums_on_comm_streams()) return false;
   for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) {
     if (!optimizer->steps_parameters_apart()) return false;
   }

@@ -1,4 +1,4 @@
-#include "tandem/parallel/steps_in_backward.h"
+#include "steps_in_backward.h"
 
 #include "tandem/core/error.h"
 

@@ -4,9 +4,9 @@
 //   stall_cuda: as stall, each process on cuda:<local rank>: rank 0 waits for an NCCL all_reduce that never
 //     completes, until its watchdog aborts the communicator and the job. Without a GPU for every process of this host
 //     it prints "failure_probe: skipped: needs N GPUs ..." and exits 0, which expect_job_failure.sh reports as skipped.
-//   stall_captured_cuda: a CapturedStep over DistributedDataParallel on cuda:<local rank>: rank 1 stops calling step
-//     once its step was captured and replayed, rank 0 keeps stepping: its watchdog ends the job in the processes'
-//     exchange before the next captured step (Note [Capturing across processes] in captured_step.h);
+//   stall_captured_cuda: a parallel::TrainingStep over DistributedDataParallel on cuda:<local rank>: rank 1 stops
+//     calling step once its step was captured and replayed, rank 0 keeps stepping: its watchdog ends the job in the
+//     processes' exchange before the next captured step (Note [Capturing across processes] in training_step.h);
 //   stall_replay_cuda: both ranks capture an all_reduce of the group into a graph; rank 1 stops there, rank 0 replays
 //     it and hands the replay to the watchdog (ProcessGroup::watch_replay), which ends the job when the replay's
 //     collective never finishes. These two run with a 5 s timeout; the _cuda modes skip as stall_cuda does.
@@ -17,6 +17,7 @@
 #include <tandem/tandem.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -35,13 +36,16 @@ using namespace tandem;
 int stall_captured(const std::shared_ptr<comm::ProcessGroup>& group) {
   const Device device = group->devices()[0];
   manual_seed(3);
-  parallel::DistributedDataParallel ddp(trainers::make_mlp(10, 20)->clone(device), group);
+  // Summed over the processes, each process's 8 rows weighted by their share of the global batch (TrainingStep's rule).
+  parallel::DistributedDataParallel ddp(trainers::make_mlp(10, 20)->clone(device), group,
+                                        {.reduction = comm::ReduceOp::Sum});
   parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 0.05, .momentum = 0.9});
-  parallel::CapturedStep step(ddp.replicated(), sgd, nn::mse_loss);
+  parallel::TrainingStep step(ddp, sgd, nn::mse_loss);
   const Tensor x = Tensor::ones({8, 10}, device);
   const Tensor y = Tensor::ones({8, 1}, device);
+  const int64_t global_rows = 8 * static_cast<int64_t>(group->size());
   for (int s = 0; s < 1000; ++s) {
-    (void)step.step(x, y);
+    (void)step.step({.features = x, .targets = y, .global_rows = global_rows});
     if (group->rank() == 1 && step.captured()) stop_here();
   }
   group->barrier();

@@ -86,7 +86,7 @@ TEST_P(DistributedTrainer, EqualsOneProcessOnEveryDeviceOfTheGroup) {
   expect_relatively_close(result.train.mse, expected.train.mse, 1e-5, "train mse");
   EXPECT_EQ(result.steps, expected.steps);
   expect_same_parameters(distributed, single, 1e-4, 1e-5);
-  // On GPUs every process replays its steps (Note [Capturing across processes] in captured_step.h).
+  // On GPUs every process replays its steps (Note [Capturing across processes] in training_step.h).
   if (GetParam() == testing::GroupDevices::CUDA) EXPECT_GT(result.captured_steps, 0) << result.eager_reason;
 }
 

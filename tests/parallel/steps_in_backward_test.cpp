@@ -1,8 +1,9 @@
-// Optimizer steps in backward (parallel::StepsInBackward, Note [Optimizer steps in backward]): each bucket's
-// parameters updated as soon as its sum has started give bitwise the parameters and state of the plain step, eager
-// on every device set and captured on 1 and 2 GPUs; the reducer's per-bucket callback; the errors.
+// Optimizer steps in backward (parallel::StepsInBackward, Note [Optimizer steps in backward]): a TrainingStep that
+// updates each bucket's parameters as soon as its sum has started gives bitwise the parameters and state of one that
+// steps after backward (TrainingStepOptions::steps_in_backward false), eager on every device set and captured on 1
+// and 2 GPUs; the reducer's per-bucket callback; the errors.
 
-#include "tandem/parallel/steps_in_backward.h"
+#include "steps_in_backward.h"
 
 #include <cmath>
 #include <functional>
@@ -12,48 +13,51 @@
 
 #include "parallel/parallel_test_helpers.h"
 #include "support/velocity_optimizer.h"
-#include "tandem/parallel/captured_step.h"
+#include "tandem/parallel/training_step.h"
 
 namespace tandem::testing {
 namespace {
 
-using OptimizerFactory =
-    std::function<std::unique_ptr<parallel::ReplicatedOptimizer>(parallel::ReplicatedModule& model)>;
+using OptimizerMaker = std::function<std::unique_ptr<parallel::ReplicatedOptimizer>(parallel::ReplicatedModule& model)>;
 
-std::unique_ptr<parallel::ReplicatedOptimizer> sgd_momentum(parallel::ReplicatedModule& model) {
+std::unique_ptr<parallel::ReplicatedOptimizer> decayed_sgd(parallel::ReplicatedModule& model) {
   return std::make_unique<parallel::ReplicatedSGD>(
       model, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
 }
 
-std::unique_ptr<parallel::ReplicatedOptimizer> adam_amsgrad(parallel::ReplicatedModule& model) {
+std::unique_ptr<parallel::ReplicatedOptimizer> amsgrad_adam(parallel::ReplicatedModule& model) {
   return std::make_unique<parallel::ReplicatedAdam>(model, optim::AdamOptions{.lr = 0.01, .amsgrad = true});
 }
 
-std::unique_ptr<parallel::ReplicatedOptimizer> adamw(parallel::ReplicatedModule& model) {
+std::unique_ptr<parallel::ReplicatedOptimizer> decayed_adamw(parallel::ReplicatedModule& model) {
   return std::make_unique<parallel::ReplicatedAdamW>(model, optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.05});
 }
 
 // A net of two linear layers replicated over `devices` with small buckets (fc2's bias, fc2's weight, fc1's bias,
-// fc1's weight: one bucket each, each summed as soon as backward has produced it), and an optimizer over it.
-struct Training {
-  Training(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer, bool in_backward)
+// fc1's weight: one bucket each, each summed as soon as backward has produced it), an optimizer over it, and a
+// TrainingStep (captured where `capture`) that steps in backward where `in_backward` and the optimizer allows.
+struct BucketedTraining {
+  BucketedTraining(const std::vector<Device>& devices, const OptimizerMaker& make_optimizer, bool in_backward,
+                   bool capture = false)
       : net(make_net(devices[0], 4, 16, 3)),
         model(
             std::make_unique<parallel::ReplicatedModule>(net, devices, parallel::ReplicatedOptions{.bucket_size = 64})),
-        optimizer(make_optimizer(*model)) {
-    optimizer->set_steps_in_backward(in_backward);
-  }
+        optimizer(make_optimizer(*model)),
+        step(std::make_unique<parallel::TrainingStep>(
+            *model, *optimizer, nn::mse_loss,
+            parallel::TrainingStepOptions{.capture = capture, .steps_in_backward = in_backward})) {}
   std::shared_ptr<TwoLayerNet> net;
   std::unique_ptr<parallel::ReplicatedModule> model;
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer;
+  std::unique_ptr<parallel::TrainingStep> step;
 };
 
-std::pair<Tensor, Tensor> batch_of(int step, Device device) {
+std::pair<Tensor, Tensor> bucketed_batch_of(int step, Device device) {
   return {seeded_randn({24, 4}, device, 300 + step), seeded_randn({24, 3}, device, 700 + step)};
 }
 
 // Every replica's parameters and the master optimizer's state, bitwise.
-void expect_same_training(const Training& actual, const Training& expected) {
+void expect_same_training(const BucketedTraining& actual, const BucketedTraining& expected) {
   for (size_t d = 0; d < actual.model->size(); ++d) {
     SCOPED_TRACE("replica " + std::to_string(d));
     expect_parameters_close(*actual.model->replicas()[d], *expected.model->replicas()[d], 0.0, 0.0);
@@ -69,19 +73,23 @@ void expect_same_training(const Training& actual, const Training& expected) {
   }
 }
 
-// Five eager steps (data_parallel_step) with and without steps in backward, the LR changed after each.
-void expect_eager_steps_equal(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer) {
-  Training overlapped(devices, make_optimizer, true);
-  Training plain(devices, make_optimizer, false);
-  EXPECT_FALSE(plain.optimizer->steps_in_backward());
+// Five eager steps with and without steps in backward, the LR changed after each.
+void expect_eager_steps_equal(const std::vector<Device>& devices, const OptimizerMaker& make_optimizer) {
+  BucketedTraining overlapped(devices, make_optimizer, true);
+  BucketedTraining plain(devices, make_optimizer, false);
+  const parallel::StepStrategy overlapped_strategy = overlapped.optimizer->steps_in_backward()
+                                                         ? parallel::StepStrategy::StepsInBackward
+                                                         : parallel::StepStrategy::Eager;
   for (int step = 0; step < 5; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const auto [features, targets] = batch_of(step, devices[0]);
-    for (Training* run : {&overlapped, &plain}) {
-      const Tensor loss = parallel::data_parallel_step(*run->model, *run->optimizer, features, targets);
+    const auto [features, targets] = bucketed_batch_of(step, devices[0]);
+    for (BucketedTraining* run : {&overlapped, &plain}) {
+      const Tensor loss = run->step->step({.features = features, .targets = targets});
       EXPECT_TRUE(std::isfinite(loss.item<float>()));
       for (size_t d = 0; d < run->optimizer->size(); ++d) run->optimizer->optimizer(d).set_lr(0.05 / (2.0 + step));
     }
+    EXPECT_EQ(overlapped.step->strategy(), overlapped_strategy);
+    EXPECT_EQ(plain.step->strategy(), parallel::StepStrategy::Eager);
     expect_same_training(overlapped, plain);
   }
 }
@@ -89,16 +97,16 @@ void expect_eager_steps_equal(const std::vector<Device>& devices, const Optimize
 class StepsInBackwardTest : public EveryDeviceSet {};
 
 TEST_P(StepsInBackwardTest, SgdEqualsThePlainStepBitwise) {
-  Training probe(devices(), sgd_momentum, true);
+  BucketedTraining probe(devices(), decayed_sgd, true);
   // A mix of CPU and CUDA devices sums on the compute streams: it takes the plain step.
   EXPECT_EQ(probe.optimizer->steps_in_backward(), GetParam() != DeviceSet::Mixed);
   EXPECT_EQ(probe.model->bucket_count(), 4u);
-  expect_eager_steps_equal(devices(), sgd_momentum);
+  expect_eager_steps_equal(devices(), decayed_sgd);
 }
 
-TEST_P(StepsInBackwardTest, AdamEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), adam_amsgrad); }
+TEST_P(StepsInBackwardTest, AdamEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), amsgrad_adam); }
 
-TEST_P(StepsInBackwardTest, AdamWEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), adamw); }
+TEST_P(StepsInBackwardTest, AdamWEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), decayed_adamw); }
 
 TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(StepsInBackwardTest);
 
@@ -106,10 +114,10 @@ TANDEM_INSTANTIATE_ON_EVERY_DEVICE_SET(StepsInBackwardTest);
 // optimizer's state, on the compute stream, so finish() takes it), every parameter is updated before finish().
 TEST(StepsInBackward, BucketsAreUpdatedDuringBackwardOnceTheStateExists) {
   const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
-  Training run(devices, sgd_momentum, true);
+  BucketedTraining run(devices, decayed_sgd, true);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const auto [features, targets] = batch_of(step, devices[0]);
+    const auto [features, targets] = bucketed_batch_of(step, devices[0]);
     std::vector<Tensor> before;
     for (const Tensor& parameter : run.net->parameters()) before.push_back(parameter.clone());
     std::set<size_t> started;
@@ -154,16 +162,10 @@ TEST(StepsInBackward, RejectsOptimizersThatCannotAndBadBuckets) {
   steps.bucket_started(1);
   EXPECT_ERROR(steps.bucket_started(1),
                "parallel::StepsInBackward::bucket_started: bucket 1 came twice but expected each bucket once per step");
-  sgd.set_steps_in_backward(false);
-  EXPECT_ERROR(parallel::StepsInBackward(sgd, parallel::StepForm::Eager),
-               "parallel::StepsInBackward: the optimizer does not step in backward");
   EXPECT_ERROR(model.forward_backward(
                    {Tensor::zeros({2, 4})}, [](size_t, const Tensor& y) { return sum(y); }, false,
                    parallel::ReplicaThreads::Workers, {}, [](size_t) {}),
                "parallel::ReplicatedModule::forward_backward: got a bucket callback with reduce false");
-  parallel::ReplicatedModule other(make_net(devices[0]), devices);
-  EXPECT_ERROR(parallel::data_parallel_step(other, sgd, Tensor::zeros({4, 4}), Tensor::zeros({4, 2})),
-               "train_step: the optimizer was built over another ReplicatedModule than the model it steps");
 }
 
 // The reducer calls begin()'s callback once per bucket started during backward, and not at all when the step does
@@ -199,32 +201,35 @@ class StepsInBackwardOnGpus : public ::testing::TestWithParam<int> {
   }
 };
 
-// Eight steps through a CapturedStep each (two eager warm-ups, then replays), one with steps in backward and one
-// without: the same parameters and state, bitwise, and every step after the warm-up replayed.
-void expect_captured_steps_equal(const std::vector<Device>& devices, const OptimizerFactory& make_optimizer) {
-  Training overlapped(devices, make_optimizer, true);
-  Training plain(devices, make_optimizer, false);
-  parallel::CapturedStep overlapped_step(*overlapped.model, *overlapped.optimizer, nn::mse_loss);
-  parallel::CapturedStep plain_step(*plain.model, *plain.optimizer, nn::mse_loss);
+// Eight steps through a captured TrainingStep each (two eager warm-ups, then replays), one with steps in backward and
+// one without: the same parameters and state, bitwise, and every step after the warm-up replayed.
+void expect_captured_steps_equal(const std::vector<Device>& devices, const OptimizerMaker& make_optimizer) {
+  BucketedTraining overlapped(devices, make_optimizer, true, /*capture=*/true);
+  BucketedTraining plain(devices, make_optimizer, false, /*capture=*/true);
+  parallel::TrainingStep& overlapped_step = *overlapped.step;
+  parallel::TrainingStep& plain_step = *plain.step;
   for (int step = 0; step < 8; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const auto [features, targets] = batch_of(step, devices[0]);
-    const float a = overlapped_step.step(features, targets).item<float>();
-    const float b = plain_step.step(features, targets).item<float>();
+    const auto [features, targets] = bucketed_batch_of(step, devices[0]);
+    const float a = overlapped_step.step({.features = features, .targets = targets}).item<float>();
+    const float b = plain_step.step({.features = features, .targets = targets}).item<float>();
     EXPECT_EQ(a, b);
     EXPECT_EQ(overlapped_step.captured(), step >= 2) << overlapped_step.fallback_reason();
-    for (Training* run : {&overlapped, &plain}) {
+    EXPECT_EQ(plain_step.captured(), step >= 2) << plain_step.fallback_reason();
+    for (BucketedTraining* run : {&overlapped, &plain}) {
       for (size_t d = 0; d < run->optimizer->size(); ++d) run->optimizer->optimizer(d).set_lr(0.05 / (2.0 + step));
     }
     expect_same_training(overlapped, plain);
   }
 }
 
-TEST_P(StepsInBackwardOnGpus, EagerSgdEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), sgd_momentum); }
+TEST_P(StepsInBackwardOnGpus, EagerSgdEqualsThePlainStepBitwise) { expect_eager_steps_equal(devices(), decayed_sgd); }
 TEST_P(StepsInBackwardOnGpus, CapturedSgdEqualsThePlainStepBitwise) {
-  expect_captured_steps_equal(devices(), sgd_momentum);
+  expect_captured_steps_equal(devices(), decayed_sgd);
 }
-TEST_P(StepsInBackwardOnGpus, CapturedAdamWEqualsThePlainStepBitwise) { expect_captured_steps_equal(devices(), adamw); }
+TEST_P(StepsInBackwardOnGpus, CapturedAdamWEqualsThePlainStepBitwise) {
+  expect_captured_steps_equal(devices(), decayed_adamw);
+}
 
 INSTANTIATE_TEST_SUITE_P(Gpus, StepsInBackwardOnGpus, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& info) {

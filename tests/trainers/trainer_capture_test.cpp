@@ -1,4 +1,4 @@
-// TrainerOptions::capture: the Trainer's steps through a parallel::CapturedStep. CPU devices never capture (the steps
+// TrainerOptions::capture: the Trainer's steps through a parallel::TrainingStep. CPU devices never capture (the steps
 // are bit-identical with capture on or off, and the reason says why); on GPUs the captured fit equals the eager one
 // to float rounding, and a model with Dropout falls back with its reason.
 
@@ -31,8 +31,8 @@ FitRun fit(const std::function<std::shared_ptr<nn::Module>()>& make, const std::
   Trainer trainer(make(), options);
   FitRun run{.result = trainer.fit(diabetes().train, diabetes().test)};
   for (const Tensor& parameter : trainer.model()->parameters()) run.parameters.push_back(parameter.to_vector());
-  run.graphs = trainer.captured_step().graphs();
-  run.captures = trainer.captured_step().captures();
+  run.graphs = trainer.training_step().graphs();
+  run.captures = trainer.training_step().captures();
   return run;
 }
 

@@ -71,8 +71,8 @@ TEST(TrainerModes, TheWarmUpRunsInTheSameModes) {
   Trainer trainer = make_trainer(model);
   trainer.fit(linear_data(10), linear_data(4));
   // Before the clock, the throwaway copy (whose clones share the counters) takes the two batch shapes' steps three
-  // times (CaptureOptions::warmup_steps + 1) on both replicas, 12 forwards in training mode, and the epoch's end read
-  // evaluates the training and the test set once each in eval mode.
+  // times (TrainingStepOptions::warmup_steps + 1) on both replicas, 12 forwards in training mode, and the epoch's end
+  // read evaluates the training and the test set once each in eval mode.
   EXPECT_EQ(model.doubles->counts->training, 12 + 12);
   EXPECT_EQ(model.doubles->counts->eval, 4 + 2);
   EXPECT_EQ(model.net->training_modes(), std::vector<bool>(3, true));

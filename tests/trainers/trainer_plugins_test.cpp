@@ -199,7 +199,8 @@ TEST(TrainerPlugins, Errors) {
   options.setup.clear();
   options.loss = {"rows", [](const Tensor& output, const Tensor& target) { return output - target; }, 0};
   Trainer per_row = seed_net(options);
-  EXPECT_ERROR(per_row.fit(diabetes().train), "train_step: the loss of replica 0 has shape [64, 1] but expected one");
+  EXPECT_ERROR(per_row.fit(diabetes().train),
+               "parallel::TrainingStep::step: the loss of replica 0 has shape [64, 1] but expected one element");
 }
 
 }  // namespace

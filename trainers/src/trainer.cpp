@@ -4,13 +4,11 @@
 #include <chrono>
 #include <cmath>
 
-#include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/random.h"
 #include "tandem/core/warm_up.h"
-#include "tandem/trainers/train_step.h"
 
 namespace tandem::trainers {
 namespace {
@@ -69,7 +67,7 @@ std::shared_ptr<nn::Module> placed(std::shared_ptr<nn::Module> model, const Trai
   return model;
 }
 
-// Note [Summed, not averaged]: each replica's loss carries its chunk's share of the global batch (train_step.h), so
+// Note [Summed, not averaged]: each replica's loss carries its chunk's share of the global batch (training_step.h), so
 // the gradients are summed over every device of every process, as one process sums its replicas' gradients.
 std::unique_ptr<parallel::DistributedDataParallel> distributed(std::shared_ptr<nn::Module> model,
                                                                const TrainerOptions& options) {
@@ -109,28 +107,31 @@ std::vector<Tensor> batch_part(const TensorBatch& batch, size_t t) {
   return tensors;
 }
 
-// Note [Captured training steps]: with options.capture, fit's steps go through a parallel::CapturedStep over the
-// replicas: after its eager warm-up, each batch shape's step (the full batches', the short last batch's) is captured
-// once as one CUDA graph and replayed, so a step costs the host the loader's asynchronous copies from its pinned
-// staging (TensorDataLoader), their copies into the graph's static buffers, the learning rates' upload and one
-// launch, with no wait: the loss stays on the device and is read once per epoch (Note [Losses read once per epoch]),
-// an LR schedule's new rates reach the replays without a new capture, and an evaluation between epochs (eval mode
-// switched on and back) keeps the graphs (Note [Host state of a captured step] in captured_step.h). Under a group of
-// several processes each process steps on its shard of the global batch (CapturedStep::step_shard, weighted by the
-// global batch's rows as train_step's DistributedDataParallel step is), and the processes decide together which steps
-// replay (Note [Capturing across processes] in captured_step.h): a last global batch that leaves some process short
-// of a row per device runs eagerly everywhere. Where nothing can be captured (CPU devices, capture off:
-// CapturedStep::blocker()) the steps are train_step's, unchanged; where a step's capture fails (Dropout draws its
-// masks on the host) CapturedStep runs it eagerly. FitResult says which happened.
-std::unique_ptr<parallel::CapturedStep> captured_step_for(parallel::ReplicatedModule& model,
+// Note [Captured training steps]: fit's steps go through one parallel::TrainingStep over the replicas (and, with a
+// group, the DistributedDataParallel). With options.capture, after its eager warm-up, each batch shape's step (the
+// full batches', the short last batch's) is captured once as one CUDA graph and replayed, so a step costs the host the
+// loader's asynchronous copies from its pinned staging (TensorDataLoader), their copies into the graph's static
+// buffers, the learning rates' upload and one launch, with no wait: the loss stays on the device and is read once
+// per epoch (Note [Losses read once per epoch]), an LR schedule's new rates reach the replays without a new capture,
+// and an evaluation between epochs (eval mode switched on and back) keeps the graphs (Note [Host state of a captured
+// step] in training_step.h). Under a group of several processes each process steps on its shard of the global batch,
+// weighted by the global batch's rows, and the processes decide together which steps replay (Note [Capturing across
+// processes] in training_step.h): a last global batch that leaves some process short of a row per device runs eagerly
+// everywhere. Where nothing can be captured (CPU devices, capture off: TrainingStep::blocker()) the steps are eager;
+// where a step's capture fails (Dropout draws its masks on the host) it runs eagerly. FitResult says which happened.
+std::unique_ptr<parallel::TrainingStep> training_step_for(parallel::DistributedDataParallel* distributed,
+                                                          parallel::ReplicatedModule& model,
                                                           parallel::ReplicatedOptimizer& optimizer,
                                                           const TrainerOptions& options) {
-  return std::make_unique<parallel::CapturedStep>(model, optimizer, options.loss.function,
-                                                  parallel::CaptureOptions{.enabled = options.capture});
+  const parallel::TrainingStepOptions step_options{.capture = options.capture};
+  if (distributed != nullptr) {
+    return std::make_unique<parallel::TrainingStep>(*distributed, optimizer, options.loss.function, step_options);
+  }
+  return std::make_unique<parallel::TrainingStep>(model, optimizer, options.loss.function, step_options);
 }
 
 // Why none of fit's steps can be captured; "" when they may be.
-std::string capture_blocker(const parallel::CapturedStep& step, const TrainerOptions& options) {
+std::string capture_blocker(const parallel::TrainingStep& step, const TrainerOptions& options) {
   if (!options.capture) return "capture is off (TrainerOptions::capture is false)";
   return step.blocker();
 }
@@ -144,8 +145,9 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       schedules_(schedules_for(*optimizer_, options_)),
-      captured_(captured_step_for(distributed_ ? distributed_->replicated() : *replicas_, *optimizer_, options_)),
-      capture_blocker_(capture_blocker(*captured_, options_)),
+      training_step_(training_step_for(distributed_.get(), distributed_ ? distributed_->replicated() : *replicas_,
+                                       *optimizer_, options_)),
+      capture_blocker_(capture_blocker(*training_step_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
 }
@@ -177,11 +179,12 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   }
 
   // Note [Set-up before the clock]: what the first epoch would otherwise pay for happens before fit's clock starts,
-  // and FitResult::setup_seconds says how long it took: the loader's pinned staging buffers; (warm_up_devices) the
-  // devices' streams, cuBLAS handles and workspaces, peer access and NCCL communicators; the standardized features
-  // of the training and test sets, resident on devices[0] for the evaluations (Note [One read per epoch]); and with
-  // options.warm_up, the step of every batch shape on a throwaway copy (Note [Warming the step up on a copy]) and one
-  // epoch's end read, evaluating the training and test sets, on the state as it is, whose values are dropped.
+  // and FitResult::setup_seconds says how long it took: the loader's pinned staging buffers;
+  // (TrainingStep::warm_up_devices) the devices' streams, cuBLAS handles and workspaces, peer access and NCCL
+  // communicators; the standardized features of the training and test sets, resident on devices[0] for the evaluations
+  // (Note [One read per epoch]); and with options.warm_up, the step of every batch shape on a throwaway copy (Note
+  // [Warming the step up on a copy]) and one epoch's end read, evaluating the training and test sets, on the state as
+  // it is, whose values are dropped.
   TensorDataLoader loader(training_tensors(standardizer_->apply(train_set)),
                           {.batch_size = options_.batch_size,
                            .shuffle = true,
@@ -190,7 +193,7 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
                            .devices = options_.devices,
                            .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler()});
   loader.set_shuffle_state(shuffle_state_);
-  warm_up_devices();
+  training_step_->warm_up_devices();
   const EvaluationSet train_eval{resident_features(train_set), train_set.targets};
   const std::optional<EvaluationSet> test_eval =
       test.rows() > 0 ? std::optional(EvaluationSet{resident_features(test_set), test_set.targets}) : std::nullopt;
@@ -258,32 +261,19 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
 }
 
 Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot) {
+  // The loader's parts: {features, targets} per device. With a slot, the loss is written straight into it.
+  const Tensor loss = training_step_->step({.inputs = batch_part(batch, 0),
+                                            .labels = batch_part(batch, 1),
+                                            .global_rows = batch.global_rows,
+                                            .loss_out = loss_slot});
   if (!capture_blocker_.empty()) {
     modes.eager_reason = capture_blocker_;
-    const Tensor loss = distributed_ ? train_step(*distributed_, *optimizer_, batch, options_.loss.function)
-                                     : train_step(*replicas_, *optimizer_, batch, options_.loss.function);
-    if (!loss_slot.defined()) return loss;
-    NoGradGuard no_grad;
-    Tensor(loss_slot).copy_(loss.reshape(loss_slot.shape()));  // on the device: the host does not wait
-    return loss_slot;
-  }
-  const std::vector<Tensor> inputs = batch_part(batch, 0);  // the loader's parts: {features, targets} per device
-  const std::vector<Tensor> labels = batch_part(batch, 1);
-  // With a slot, a replay copies its loss straight into it.
-  Tensor loss;
-  if (distributed_) {
-    loss = loss_slot.defined() ? captured_->step_shard(inputs, labels, batch.global_rows, loss_slot)
-                               : captured_->step_shard(inputs, labels, batch.global_rows);
-  } else {
-    loss = loss_slot.defined() ? captured_->step_chunks(inputs, labels, loss_slot)
-                               : captured_->step_chunks(inputs, labels);
-  }
-  if (captured_->captured()) {
+  } else if (training_step_->captured()) {
     ++modes.captured;
-  } else if (captured_->warming_up()) {
-    modes.warm_up_reason = captured_->fallback_reason();
+  } else if (training_step_->warming_up()) {
+    modes.warm_up_reason = training_step_->fallback_reason();
   } else {
-    modes.eager_reason = captured_->fallback_reason();
+    modes.eager_reason = training_step_->fallback_reason();
   }
   return loss;
 }
@@ -375,28 +365,20 @@ bool Trainer::reads_each_step_loss() const {
   return global_sum(Tensor::full({1}, wanted ? 1.0f : 0.0f, options_.devices.front())).to_vector().front() > 0.0f;
 }
 
-void Trainer::warm_up_devices() const {
-  if (options_.group && options_.group->size() > 1) {
-    tandem::warm_up(options_.devices);  // the group created its NCCL communicator when it was created
-  } else {
-    comm::warm_up(options_.devices);  // with the communicators of the replicas' gradient sums
-  }
-}
-
 // Note [Warming the step up on a copy]: a fit's first steps pay for what happens once per process or once per batch
 // shape: CUDA loads each kernel at its first launch (lazy module loading), cuBLASLt picks a plan per matrix shape,
 // the caching allocator grows, and the first graph capture and instantiation set up their machinery. Before the
 // clock, warm_up_step takes the step of each batch shape (the full batches' and the short last batch's) on a
 // throwaway copy: the master cloned (training modes and precision included), replicated onto the devices, with an
-// optimizer and a CapturedStep of its own, for enough steps to run the eager warm-up, then capture and replay every
+// optimizer and a TrainingStep of its own, for enough steps to run the eager warm-up, then capture and replay every
 // shape. (Under a group of several processes it takes none: a copy's steps would be collectives of their own, and
-// the processes decide their captures together, Note [Capturing across processes] in captured_step.h.) What it must
-// not change, it does not touch: the model and its replicas, the optimizer and its state, the Trainer's CapturedStep
+// the processes decide their captures together, Note [Capturing across processes] in training_step.h.) What it must
+// not change, it does not touch: the model and its replicas, the optimizer and its state, the Trainer's TrainingStep
 // and its graphs, the counters and the loader's shuffle state (batch() before begin_epoch
 // reads the unshuffled order and draws nothing); the global generator, which a Dropout forward draws from (and a
 // custom layer may draw from in eval mode too, so in the epoch's end read that follows), is restored by fit after
 // both. So a fit's results are those of a fit without it (TrainerOptions::warm_up), exactly. The Trainer's own
-// CapturedStep still takes its eager steps and captures its graphs in the first epoch, with the kernels loaded, the
+// TrainingStep still takes its eager steps and captures its graphs in the first epoch, with the kernels loaded, the
 // plans chosen and the memory cached. It costs a copy of the model per device for as long as it runs.
 void Trainer::warm_up_step(TensorDataLoader& loader) const {
   const int64_t batches = loader.num_batches();
@@ -406,11 +388,13 @@ void Trainer::warm_up_step(TensorDataLoader& loader) const {
   {
     parallel::ReplicatedModule copy(model_->clone(), options_.devices);
     const std::unique_ptr<parallel::ReplicatedOptimizer> optimizer = optimizer_for(copy, options_);
-    const parallel::CaptureOptions capture{.enabled = capture_blocker_.empty()};
-    parallel::CapturedStep step(copy, *optimizer, options_.loss.function, capture);
+    const parallel::TrainingStepOptions capture{.capture = capture_blocker_.empty()};
+    parallel::TrainingStep step(copy, *optimizer, options_.loss.function, capture);
     Tensor loss;
     for (int round = 0; round <= capture.warmup_steps; ++round) {
-      for (const TensorBatch& batch : shapes) loss = step.step_chunks(batch_part(batch, 0), batch_part(batch, 1));
+      for (const TensorBatch& batch : shapes) {
+        loss = step.step({.inputs = batch_part(batch, 0), .labels = batch_part(batch, 1)});
+      }
     }
     (void)loss.to_vector();  // waits for the last step, which follows every earlier one on every device
   }

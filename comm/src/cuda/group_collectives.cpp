@@ -106,7 +106,7 @@ std::optional<unsigned long long> capture_of(const std::vector<cudaStream_t>& st
 // released handles.
 //
 // Note [Collectives inside a graph capture]: a collective issued while its streams are being captured into a CUDA
-// graph (parallel::CapturedStep, Note [Captured graphs] in device_graph.h) runs nothing now: NCCL records its kernels
+// graph (parallel::TrainingStep, Note [Captured graphs] in device_graph.h) runs nothing now: NCCL records its kernels
 // into the graph (the communicator exists since the group's creation, and the eager steps before any capture have
 // connected it), and they run at each replay of the graph. An event recorded behind it belongs to the capture: the
 // host cannot query it (cudaEventQuery fails on it), and it never completes as such. So such a launch is neither
@@ -123,8 +123,8 @@ std::optional<unsigned long long> capture_of(const std::vector<cudaStream_t>& st
 // is marked as issuing while NCCL's host calls run (Note [Watching NCCL's host calls]), so a capture that hangs in
 // NCCL on the host is bounded too. NCCL's rules for graphs (its "Using NCCL with CUDA Graphs"): whether a collective
 // is captured must be the same on every rank, and a graph's replay is collective with the graphs of the ranks that
-// captured with it; parallel::CapturedStep makes that decision with every process (Note [Capturing across
-// processes] in captured_step.h). Graphs must be destroyed before the communicators (Note [Process group
+// captured with it; parallel::TrainingStep makes that decision with every process (Note [Capturing across
+// processes] in training_step.h). Graphs must be destroyed before the communicators (Note [Process group
 // communicators are destroyed]).
 //
 // Note [Watching NCCL's host calls]: NCCL may also wait on the HOST inside a launch: the first collective of a

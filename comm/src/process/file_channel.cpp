@@ -190,7 +190,8 @@ RendezvousPaths prepare_directories(const LaunchInfo& info) {
     TANDEM_CHECK(!error && is_directory(paths.root), "comm::make_file_channel: cannot create the rendezvous ",
                  "directory ", excerpt(paths.root, 200), ": ", error.message());
     fs::create_directory(paths.job_space, error);
-    if (error == std::errc::no_such_file_or_directory && attempt < 100) continue;
+    const bool vanished = error == std::errc::no_such_file_or_directory || (!error && !is_directory(paths.job_space));
+    if (vanished && attempt < 100) continue;
     TANDEM_CHECK(!error && is_directory(paths.job_space), "comm::make_file_channel: cannot create ",
                  excerpt(paths.job_space, 200), ": ", error.message());
     try {
@@ -712,15 +713,21 @@ std::unique_ptr<HostChannel> make_file_channel(const LaunchInfo& info, std::chro
                "this job's processes share and no other job on ",
                excerpt(info.rendezvous_path, 200),
                " uses (torchrun's TORCHELASTIC_RUN_ID, or MASTER_ADDR with MASTER_PORT, count as one)");
-  RendezvousPaths paths = prepare_directories(info);
-  const FileStore space(paths.job_space);
-  try {
-    const uint64_t generation =
-        info.rank == 0 ? lead_rendezvous(info, space, timeout) : join_rendezvous(info, space, timeout);
-    return std::make_unique<FileChannel>(info, std::move(paths), generation, timeout);
-  } catch (...) {
-    remove_unused_directories(paths);  // Note [File rendezvous]: a failed rendezvous leaves nothing of its own
-    throw;
+  // Until this process's first file lies in the job's namespace, rank 0 of the job before may remove the namespace
+  // as empty (Note [File rendezvous]: End); a rendezvous whose namespace vanished under it starts again.
+  for (int attempt = 0;; ++attempt) {
+    RendezvousPaths paths = prepare_directories(info);
+    const FileStore space(paths.job_space);
+    try {
+      const uint64_t generation =
+          info.rank == 0 ? lead_rendezvous(info, space, timeout) : join_rendezvous(info, space, timeout);
+      return std::make_unique<FileChannel>(info, std::move(paths), generation, timeout);
+    } catch (...) {
+      const bool vanished = !is_directory(paths.job_space);  // before the clean-up below, which may remove it
+      remove_unused_directories(paths);  // Note [File rendezvous]: a failed rendezvous leaves nothing of its own
+      if (vanished && attempt < 100) continue;
+      throw;
+    }
   }
 }
 

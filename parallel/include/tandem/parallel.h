@@ -1,11 +1,11 @@
 #pragma once
 // parallel: data parallelism over devices (torch.nn.parallel semantics, see docs/comm.md): differentiable
-// broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel, and the fast
-// training path (ReplicatedModule with its GradientReducer, ReplicatedOptimizer and ReplicatedSGD, the weighted step
-// body, and CapturedStep, which replays that step as one CUDA graph).
+// broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel,
+// DistributedDataParallel, and the fast training path (ReplicatedModule with its GradientReducer, ReplicatedOptimizer
+// and its SGD and Adam forms, and TrainingStep, the one training step: eager, steps in backward, or one CUDA graph).
 
-#include "tandem/parallel/captured_step.h"
 #include "tandem/parallel/data_parallel.h"
+#include "tandem/parallel/distributed.h"
 #include "tandem/parallel/functions.h"
 #include "tandem/parallel/gradient_layout.h"
 #include "tandem/parallel/gradient_reducer.h"
@@ -14,4 +14,4 @@
 #include "tandem/parallel/replicated.h"
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/parallel/scatter_gather.h"
-#include "tandem/parallel/weighted_step.h"
+#include "tandem/parallel/training_step.h"

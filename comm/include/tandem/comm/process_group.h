@@ -28,7 +28,7 @@
 // runs at its replays; the communicator must exist before the capture (it does: the group creates it), every rank
 // must capture, and later replay, the same collectives in the same order, and the graphs must be destroyed before the
 // group. The watchdog cannot watch a recorded collective; the replays are watched instead (watch_replay). NCCL
-// advises one GPU per process for graphs with collectives (parallel::CapturedStep: Note [Capturing across processes]).
+// advises one GPU per process for graphs with collectives (parallel::TrainingStep: Note [Capturing across processes]).
 //
 // Failure handling (Note [A distributed job never hangs] in comm/src/process/watchdog.h): every collective and
 // barrier has a deadline (options.timeout); a watchdog ends the whole job with a message naming the rank and the
@@ -143,8 +143,8 @@ class ProcessGroup {
 
   // Every process's `value`, in rank order, exchanged on the host through the group's channel (MPI or the rendezvous
   // files; no device work, no wait for the devices): for decisions that every process must take alike from facts
-  // that each knows alone (parallel::CapturedStep: whether a step is replayed, captured or run eagerly, Note
-  // [Capturing across processes] in captured_step.h). Collective, bounded by options.timeout like a barrier: when a
+  // that each knows alone (parallel::TrainingStep: whether a step is replayed, captured or run eagerly, Note
+  // [Capturing across processes] in training_step.h). Collective, bounded by options.timeout like a barrier: when a
   // process does not take part in time, the job ends with "<what> did not finish within ...".
   std::vector<uint64_t> exchange(uint64_t value, std::string_view what);
   // The same for a text of any length up to kMaxExchangedText bytes (each process's own): every process's `mine`,
@@ -155,7 +155,7 @@ class ProcessGroup {
   // Hands the device work issued so far on this process's devices' compute streams to the group's watchdog as one
   // launch named `name`, in the sequence of the group's collectives and with their deadline (options.timeout): for
   // work that runs collectives of this group without issuing them through it, a replay of a CUDA graph that captured
-  // them (parallel::CapturedStep calls it right after each replay's launch). A collective issued while its streams
+  // them (parallel::TrainingStep calls it right after each replay's launch). A collective issued while its streams
   // are being captured is recorded into the graph and watched only through such calls (Note [Collectives inside a
   // graph capture] in comm/src/cuda/group_collectives.cpp). When the work does not finish in time (a peer stopped
   // replaying, or died), the job ends with "comm: rank R: <name> #<n> did not finish within T ms". `name` must be a

@@ -172,7 +172,7 @@ class Function {
   // gradient as usual. Errors: no such input; a second write of one input in one backward call.
   // Requires: every read of that leaf's values by this backward call is issued before the write. Once its hooks have
   // run, the leaf may be updated on another stream while backward goes on (parallel's optimizer steps in backward:
-  // Note [Optimizer steps in backward] in tandem/parallel/steps_in_backward.h); so compute, say, the input's gradient
+  // Note [Optimizer steps in backward] in parallel/src/steps_in_backward.h); so compute, say, the input's gradient
   // from the weight first, then write the weight's gradient, as the linear layer does.
   bool write_leaf_gradient(size_t input, const std::function<bool(const Tensor& grad, bool overwrite)>& write);
 

@@ -43,7 +43,7 @@ class Optimizer {
   // and bitwise the same results, and replayable_step_parameters likewise for replayable_step(). So the parameters
   // whose gradients are final can be updated while the others' are still being computed (parallel::ReplicatedOptimizer
   // updates each gradient bucket as soon as it is summed: Note [Optimizer steps in backward] in
-  // tandem/parallel/steps_in_backward.h). A part's update may run on the devices' communication streams
+  // parallel/src/steps_in_backward.h). A part's update may run on the devices' communication streams
   // (UpdateStream::Communication, Note [Updates on the communication stream] in tandem/core/fused.h), as long as it
   // creates no state there: creating state (a first step) allocates and fills on the compute stream.
   // Whether this optimizer can step its parameters apart (the default cannot).
@@ -100,7 +100,7 @@ class Optimizer {
   virtual void set_state(const std::vector<Tensor>& state);
 
   // ---- replayed steps ----
-  // Note [Replayed optimizer steps]: a step captured into a CUDA graph (parallel::CapturedStep) runs the kernels it
+  // Note [Replayed optimizer steps]: a step captured into a CUDA graph (parallel::TrainingStep) runs the kernels it
   // was captured with, with their arguments, at every replay; so step() is split into three parts, whose sequence
   // prepare_replay(), replayable_step(), finish_replay() computes exactly what step() computes:
   //  - prepare_replay(), on the host before each replay: writes the hyper-parameters that change between steps into
@@ -122,7 +122,7 @@ class Optimizer {
   virtual void replayable_step();
   virtual void finish_replay();
   // Changes whenever a replayable optimizer replaces or creates state tensors (a first step, load_state_dict,
-  // set_state), which a captured step must not outlive: parallel::CapturedStep captures again when it changed.
+  // set_state), which a captured step must not outlive: parallel::TrainingStep captures again when it changed.
   uint64_t state_generation() const { return state_generation_; }
 
  protected:

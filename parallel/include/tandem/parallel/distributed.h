@@ -26,9 +26,9 @@
 // rows (the per-device form below takes no inputs then).
 //
 // The per-device form is the fast path of parallel's training steps: forward_replicas / forward_backward with one
-// input per local device and replicated optimizers; parallel::CapturedStep over replicated() captures each process's
+// input per local device and replicated optimizers; parallel::TrainingStep over it captures each process's
 // whole step (its bucket all-reduces included) as one CUDA graph and replays it, the processes deciding together
-// which steps replay (Note [Capturing across processes] in captured_step.h).
+// which steps replay (Note [Capturing across processes] in training_step.h).
 
 #include <cstddef>
 #include <functional>
@@ -108,6 +108,9 @@ class DistributedDataParallel : public nn::Module {
   void sync_parameters();
   // Broadcasts rank 0's master buffers to every process and replica (every forward does, with broadcast_buffers).
   void sync_buffers();
+  // What every forward does first: sync_buffers() when options().broadcast_buffers, the group has several processes
+  // and the module has buffers; nothing otherwise.
+  void broadcast_buffers();
 
   // While the returned guard lives, every form of forward and backward accumulates gradients locally without any
   // collective (gradient accumulation, PyTorch's no_sync()); the first synced backward after it reduces everything
@@ -117,8 +120,6 @@ class DistributedDataParallel : public nn::Module {
   bool syncing() const { return replicated_->syncing(); }
 
  private:
-  void broadcast_buffers();
-
   std::shared_ptr<comm::ProcessGroup> group_;
   DistributedOptions options_;
   std::shared_ptr<nn::Module> module_;  // this process's master, registered as "module"

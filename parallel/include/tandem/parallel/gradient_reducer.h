@@ -75,11 +75,6 @@ struct GradientCollective {
   // sums] in gradient_reducer.cpp). In one process: true. Across processes: a sum keeps them on rank 0 only, an
   // average over the processes on every process.
   bool keeps_sum_on_replica0 = true;
-  // The process group whose collectives `start` and `run` issue (DistributedDataParallel's); null for comm's
-  // in-process ones. Whoever records those collectives into CUDA graphs (CapturedStep) needs it: to decide with the
-  // other processes whether to capture and replay, to keep the group alive until the graphs are gone, and to hand each
-  // replay to the group's watchdog (Note [Capturing across processes] in captured_step.h).
-  std::shared_ptr<comm::ProcessGroup> group;
 };
 
 class GradientReducer {

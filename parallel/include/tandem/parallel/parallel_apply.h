@@ -54,7 +54,7 @@ std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_pt
 
 // Where run_on_devices runs its tasks: each on its device's worker, concurrently (the default); or one after another
 // on the calling thread, each drawing from its device's generator stream (Note [Generator streams]) as the worker
-// would, for work that must be issued from one thread, such as the capture of a CUDA graph (parallel::CapturedStep).
+// would, for work that must be issued from one thread, such as the capture of a CUDA graph (parallel::TrainingStep).
 enum class ReplicaThreads { Workers, Caller };
 
 // The pool itself, for work that is not a module forward: runs tasks[i] on the worker of devices[i] (same rules:

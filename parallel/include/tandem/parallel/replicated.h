@@ -150,10 +150,10 @@ class ReplicatedModule : public nn::Module {
   // With `reduce` false nothing is summed (gradient accumulation): each replica's gradients accumulate in its own
   // buffer, and a later reduction sums everything accumulated; sums already held count once there too.
   // `threads` chooses where the replicas run (parallel_apply.h): on their workers, all at once, or one after another
-  // on the calling thread (what the capture of a CUDA graph needs: parallel::CapturedStep).
+  // on the calling thread (what the capture of a CUDA graph needs: parallel::TrainingStep).
   // `seeds`, when not empty, holds one one-element tensor per input: replica i's backward starts from seeds[i] in
   // place of a one (Tensor::backward's gradient), so that the gradients are those of seeds[i] * loss_i without the
-  // product being taken (Note [Weighting by the seed] in weighted_step.cpp). Errors: also seeds of another count.
+  // product being taken (Note [Weighting by the seed] in parallel/src/replica_losses.h). Errors: also seeds of another count.
   // `bucket_started`, when set, is the reducer's callback for each bucket whose sum starts while backward goes on
   // (GradientReducer::begin: parallel::StepsInBackward updates the bucket's parameters there). Errors: also a
   // callback with `reduce` false.
@@ -206,9 +206,6 @@ class ReplicatedModule : public nn::Module {
   const GradientLayout& gradient_layout() const { return reducer_->layout(); }
   // Whether the gradients are reduced across processes (the module of a DistributedDataParallel).
   bool spans_processes() const { return reducer_->collective().spans_processes; }
-  // The process group the gradients are reduced over (GradientCollective::group): DistributedDataParallel's when its
-  // group has several processes; null otherwise.
-  const std::shared_ptr<comm::ProcessGroup>& group() const { return reducer_->collective().group; }
   // Whether work issued on a device's communication stream right after a bucket's sum has started runs after that
   // sum (Note [Optimizer steps in backward] in steps_in_backward.h): with the in-process collective on CUDA devices,
   // which sums there (comm::all_reduce_async), and on CPU devices, where a sum is done when it returns; not across

@@ -56,13 +56,11 @@ class ReplicatedOptimizer {
   ReplicatedModule& model() const { return model_; }
 
   // ---- steps in backward (Note [Optimizer steps in backward] in steps_in_backward.h) ----
-  // Whether the training steps (data_parallel_step, placed_data_parallel_step, CapturedStep) update each gradient
-  // bucket's parameters as soon as the bucket's sum has started: when enabled (the default), every replica's
-  // optimizer steps its parameters apart (optim::Optimizer::steps_parameters_apart()) and the model's sums allow it
-  // (ReplicatedModule::sums_on_comm_streams()). Otherwise they take the plain step after the whole reduction; both
-  // give bitwise the same parameters.
+  // Whether a TrainingStep may update each gradient bucket's parameters as soon as the bucket's sum has started:
+  // every replica's optimizer steps its parameters apart (optim::Optimizer::steps_parameters_apart()) and the model's
+  // sums allow it (ReplicatedModule::sums_on_comm_streams()). Otherwise it takes the plain step after the whole
+  // reduction (as it does with TrainingStepOptions::steps_in_backward false); both give bitwise the same parameters.
   bool steps_in_backward() const;
-  void set_steps_in_backward(bool enabled) { steps_in_backward_enabled_ = enabled; }
   // On every replica, optim::Optimizer::step_parameters (form Replayable: replayable_step_parameters) of `indices`,
   // with the kernels on `stream`. Errors: as there.
   void step_parameters(const std::vector<size_t>& indices, StepForm form, UpdateStream stream);
@@ -90,7 +88,6 @@ class ReplicatedOptimizer {
   const char* name_;
   ReplicatedModule& model_;
   std::vector<std::unique_ptr<optim::Optimizer>> optimizers_;
-  bool steps_in_backward_enabled_ = true;
 };
 
 // The default: one optim::SGD per replica with the same options.

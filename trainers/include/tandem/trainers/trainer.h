@@ -11,9 +11,9 @@
 //
 // fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
 // epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
-// data parallel over the devices (see train_step.h), and the steps' losses are read once per epoch (Note [Losses read
-// once per epoch] in callback.h), in the epoch's one read together with the parameter check and the evaluation.
-// Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
+// one parallel::TrainingStep over the devices (parallel/training_step.h), and the steps' losses are read once per epoch
+// (Note [Losses read once per epoch] in callback.h), in the epoch's one read together with the parameter check and the
+// evaluation. Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
 // (save_checkpoint / load_checkpoint, checkpoint.h) holds the model's parameters and buffers, the optimizer's state by
 // name (SGD's momentum, Adam's moments and step counts, a custom optimizer's state_dict()), the counters, the global
 // generator's and the loader's states and the standardization, so a fit resumed from it continues exactly as the
@@ -42,9 +42,9 @@
 #include "tandem/nn/module.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
-#include "tandem/parallel/captured_step.h"
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/parallel/training_step.h"
 #include "tandem/trainers/callback.h"
 #include "tandem/trainers/classification.h"
 #include "tandem/trainers/dataset.h"
@@ -53,11 +53,14 @@
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
-#include "tandem/trainers/train_step.h"
+#include "tandem/trainers/tensor_loader.h"
 
 namespace tandem::trainers {
 
-// The loss fit() minimizes: each replica applies `function` to its chunk of a batch (see train_step.h).
+// A training loss: a one-element tensor from a model's output and the targets of the same rows, a mean over the rows.
+using LossFunction = parallel::LossFunction;
+
+// The loss fit() minimizes: each replica applies `function` to its chunk of a batch (parallel::TrainingStep).
 struct Loss {
   std::string name;       // recorded as the setup fact "loss": a resume must use a loss of the same name
   LossFunction function;  // a mean over the rows
@@ -108,11 +111,11 @@ struct TrainerOptions {
   // (nn::Module::set_precision) before it is replicated. Recorded as the setup fact "precision" when it is not
   // Precision::Float32, so that checkpoints of float32 runs keep their facts. None: the model keeps its own.
   std::optional<Precision> precision;
-  // Run the training steps through a parallel::CapturedStep, each one CUDA graph replayed (Note [Captured training
-  // steps] in trainer.cpp): on CUDA devices within one process (a group of one included). Elsewhere, for a step that
-  // cannot be captured (Dropout's host draws), or when false, the steps run eagerly, and FitResult::eager_reason says
-  // why. The results equal the eager steps' to float rounding (exactly on CPU devices, which never capture); not a
-  // setup fact: a checkpoint resumes with either.
+  // Let the training step capture (parallel::TrainingStep's captured strategy), each step one CUDA graph replayed (Note
+  // [Captured training steps] in trainer.cpp): on CUDA devices within one process (a group of one included). Elsewhere,
+  // for a step that cannot be captured (Dropout's host draws), or when false, the steps run eagerly, and
+  // FitResult::eager_reason says why. The results equal the eager steps' to float rounding (exactly on CPU devices,
+  // which never capture); not a setup fact: a checkpoint resumes with either.
   bool capture = true;
   // Before fit's clock, take the step of every batch shape on a throwaway copy of the model, and one epoch's end
   // read, so that the first epoch does not pay for loading kernels, choosing matrix plans, growing the allocator and
@@ -191,9 +194,9 @@ class Trainer {
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
   const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
-  // The step fit() replays where it may capture (Note [Captured training steps] in trainer.cpp): its graphs,
-  // captures and the last step's fallback reason.
-  const parallel::CapturedStep& captured_step() const { return *captured_; }
+  // The step every batch of fit() goes through (Note [Captured training steps] in trainer.cpp): its strategy,
+  // graphs, captures and the last step's fallback reason.
+  const parallel::TrainingStep& training_step() const { return *training_step_; }
   const TrainerOptions& options() const { return options_; }                           // with the devices filled in
   const std::shared_ptr<comm::ProcessGroup>& group() const { return options_.group; }  // null without one
   bool primary() const { return !options_.group || options_.group->rank() == 0; }      // rank 0: runs the callbacks
@@ -232,9 +235,9 @@ class Trainer {
   // One epoch of steps, their losses left on the device unless read_each_step (then each read and checked after its
   // step, Note [Losses read once per epoch]).
   EpochLosses train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
-  // One training step on the batch: replayed by captured_ when it may capture, else eager (train_step). Returns the
-  // step's (local) loss; with a defined `loss_slot` (one float32 element on the first device) the loss is written
-  // there, on the device, and loss_slot is returned.
+  // One training step on the batch (training_step_), counted in `modes`. Returns the step's (local) loss; with a
+  // defined `loss_slot` (one float32 element on the first device) the loss is written there, on the device, and
+  // loss_slot is returned.
   Tensor train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
   // Issues on devices[0] what an epoch's end needs (the global sums of `losses` when defined, the parameters' sums
   // when `parameters`, the outputs for the sets given) and reads it all with one host wait (Note [One read per
@@ -248,7 +251,6 @@ class Trainer {
   // Throws the Error of a non-finite loss of step `batch` (0-based) of the epoch.
   void check_loss(double loss, const EpochLosses& losses, size_t batch) const;
   bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
-  void warm_up_devices() const;       // Note [Set-up before the clock] in trainer.cpp
   // Steps of every batch shape on a throwaway copy of the model (Note [Warming the step up on a copy]); they may
   // draw from the global generator, which the caller restores.
   void warm_up_step(TensorDataLoader& loader) const;
@@ -279,7 +281,7 @@ class Trainer {
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;  // options.lr_schedule over each replica's optimizer
-  std::unique_ptr<parallel::CapturedStep> captured_;            // the steps' graphs (Note [Captured training steps])
+  std::unique_ptr<parallel::TrainingStep> training_step_;       // every step (Note [Captured training steps])
   std::string capture_blocker_;                                 // why no step can be captured; "" when they may be
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;

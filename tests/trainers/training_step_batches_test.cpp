@@ -1,4 +1,5 @@
-// train_step on batches already placed on the devices (a TensorDataLoader's) against the same step on the whole batch.
+// parallel::TrainingStep on batches already placed on the devices (a TensorDataLoader's parts, as the Trainer hands
+// them over) against the same step on the whole batch, and its refusals of misplaced parts.
 
 #include <memory>
 #include <vector>
@@ -28,20 +29,34 @@ std::vector<std::vector<float>> values_of(const std::shared_ptr<nn::Module>& mod
   return values;
 }
 
-TEST(TrainStep, APlacedBatchStepsExactlyAsTheWholeBatch) {
+// A loader's batch as TrainingStep's chunks: part i's features and targets, on device i.
+parallel::TrainingBatch placed_batch(const TensorBatch& batch) {
+  parallel::TrainingBatch placed{.global_rows = batch.global_rows};
+  for (const std::vector<Tensor>& part : batch.parts) {
+    placed.inputs.push_back(part.at(0));
+    placed.labels.push_back(part.at(1));
+  }
+  return placed;
+}
+
+constexpr parallel::TrainingStepOptions kEager{.capture = false};
+
+TEST(TrainingStepBatches, APlacedBatchStepsExactlyAsTheWholeBatch) {
   TensorDataLoader host(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1});
   TensorDataLoader placed(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1, .devices = kDevices});
   parallel::ReplicatedModule scattering(fresh_model(), kDevices);
   parallel::ReplicatedModule given(fresh_model(), kDevices);
   parallel::ReplicatedSGD scattering_sgd(scattering, {.lr = 0.1, .momentum = 0.9});
   parallel::ReplicatedSGD given_sgd(given, {.lr = 0.1, .momentum = 0.9});
+  parallel::TrainingStep scattering_step(scattering, scattering_sgd, nn::mse_loss, kEager);
+  parallel::TrainingStep given_step(given, given_sgd, nn::mse_loss, kEager);
   for (int epoch = 0; epoch < 2; ++epoch) {
     host.begin_epoch();
     placed.begin_epoch();
     for (int64_t b = 0; b < host.num_batches(); ++b) {
       const std::vector<Tensor> whole = host.batch(b).tensors();
-      const Tensor expected = train_step(scattering, scattering_sgd, whole[0], whole[1]);
-      const Tensor loss = train_step(given, given_sgd, placed.batch(b));
+      const Tensor expected = scattering_step.step({.features = whole[0], .targets = whole[1]});
+      const Tensor loss = given_step.step(placed_batch(placed.batch(b)));
       EXPECT_EQ(loss.item(), expected.item());
       EXPECT_EQ(loss.device(), Device::cpu(0));
     }
@@ -49,7 +64,7 @@ TEST(TrainStep, APlacedBatchStepsExactlyAsTheWholeBatch) {
   EXPECT_EQ(values_of(given.module()), values_of(scattering.module()));
 }
 
-TEST(TrainStep, APlacedShardStepsExactlyAsTheScatteredShard) {
+TEST(TrainingStepBatches, APlacedShardStepsExactlyAsTheScatteredShard) {
   const Dataset rows = [] {
     const TensorDataset data = regression_rows();
     const std::vector<float> x = data.tensors()[0].to_vector();
@@ -67,37 +82,42 @@ TEST(TrainStep, APlacedShardStepsExactlyAsTheScatteredShard) {
   parallel::DistributedDataParallel given(fresh_model(), group, sums);
   parallel::ReplicatedSGD scattering_sgd(scattering.replicated(), {.lr = 0.1});
   parallel::ReplicatedSGD given_sgd(given.replicated(), {.lr = 0.1});
+  parallel::TrainingStep scattering_step(scattering, scattering_sgd, nn::mse_loss, kEager);
+  parallel::TrainingStep given_step(given, given_sgd, nn::mse_loss, kEager);
   host.begin_epoch();
   placed.begin_epoch();
   for (int64_t b = 0; b < host.num_batches(); ++b) {
-    const Tensor expected = train_step(scattering, scattering_sgd, host.batch(b));
-    EXPECT_EQ(train_step(given, given_sgd, placed.batch(b)).item(), expected.item());
+    const Batch shard = host.batch(b);
+    const Tensor expected = scattering_step.step({.features = shard.features,
+                                                  .targets = shard.targets,
+                                                  .device_rows = shard.device_rows,
+                                                  .global_rows = shard.global_rows});
+    EXPECT_EQ(given_step.step(placed_batch(placed.batch(b))).item(), expected.item());
   }
   EXPECT_EQ(values_of(given.replicated().module()), values_of(scattering.replicated().module()));
 }
 
-TEST(TrainStep, MisplacedBatchesAreErrors) {
+TEST(TrainingStepBatches, MisplacedBatchesAreErrors) {
   parallel::ReplicatedModule model(fresh_model(), {Device::cpu(0), Device::cpu(1)});
   parallel::ReplicatedSGD sgd(model, {.lr = 0.1});
+  parallel::TrainingStep step(model, sgd);
   const Tensor x = Tensor::zeros({2, 3});
   const Tensor y = Tensor::zeros({2, 1});
   TensorBatch batch{{{x, y}}, {2}, 2};
   TensorBatch wrong_device = batch;
   wrong_device.parts[0] = {x.to(Device::cpu(1)), y.to(Device::cpu(1))};
-  EXPECT_ERROR(train_step(model, sgd, wrong_device),
-               "train_step: part 0 of the batch is on cpu:1 and cpu:1 but expected the model's device cpu:0");
-  TensorBatch three = batch;
-  three.parts[0].push_back(y);
-  EXPECT_ERROR(train_step(model, sgd, three),
-               "train_step: part 0 of the batch holds 3 tensors but expected two (features and targets)");
+  EXPECT_ERROR(step.step(placed_batch(wrong_device)),
+               "parallel::TrainingStep::step: features chunk 0 is on cpu:1 but expected the model's device cpu:0");
   TensorBatch global = batch;
-  global.global_rows = 4;
-  EXPECT_ERROR(train_step(model, sgd, global), "train_step: global_rows is 4 and the batch has 2 rows but expected");
-  TensorBatch miscounted = batch;
-  miscounted.device_rows = {1, 1};
-  EXPECT_ERROR(train_step(model, sgd, miscounted), "train_step: the batch has 1 parts but 2 device_rows entries");
+  global.global_rows = 1;
+  EXPECT_ERROR(step.step(placed_batch(global)),
+               "parallel::TrainingStep::step: global_rows is 1 but this process alone has 2 rows");
   TensorBatch too_many{{{x, y}, {x, y}, {x, y}}, {2, 2, 2}, 6};
-  EXPECT_ERROR(train_step(model, sgd, too_many), "train_step: the batch has rows for 3 devices but the model has 2");
+  EXPECT_ERROR(step.step(placed_batch(too_many)),
+               "parallel::TrainingStep::step: got 3 chunks of features and 3 of targets but expected as many, up to "
+               "the model's 2 devices");
+  // A refused batch takes no step.
+  EXPECT_EQ(values_of(model.module()), values_of(fresh_model()));
 }
 
 }  // namespace

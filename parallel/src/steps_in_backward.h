@@ -1,8 +1,8 @@
 #pragma once
 // StepsInBackward: a ReplicatedOptimizer's step taken bucket by bucket while backward still runs, each bucket's
-// parameters updated as soon as the bucket's gradient sum has started. The training steps use it when the optimizer
-// allows (ReplicatedOptimizer::steps_in_backward()): data_parallel_step, placed_data_parallel_step and
-// CapturedStep's capture (weighted_training_step in weighted_step.h).
+// parameters updated as soon as the bucket's gradient sum has started: TrainingStep's strategy where the optimizer
+// allows (ReplicatedOptimizer::steps_in_backward()) and TrainingStepOptions::steps_in_backward, in its eager steps and
+// in its captures. Internal to parallel.
 //
 //   parallel::StepsInBackward steps(optimizer, parallel::StepForm::Eager);
 //   model.forward_backward(inputs, loss, true, parallel::ReplicaThreads::Workers, {},
@@ -49,11 +49,11 @@
 // their threads; the same reasoning shows that none of them reads what is updated. Callbacks for different buckets
 // may come from several threads at once; they take a lock, so the optimizers are used by one thread at a time.
 // An exception in backward leaves the parameters of the buckets stepped so far updated, the others not.
-// A captured step (CapturedStep) records the same thing with StepForm::Replayable: the learning rate and Adam's
+// A captured step (TrainingStep's captured strategy) records the same thing with StepForm::Replayable: the learning rate and Adam's
 // factors come from device memory, and finish_replay() counts Adam's steps after each replay.
 // All of this holds only where a bucket's sum runs on the devices' communication streams, or is done when it returns
 // (ReplicatedModule::sums_on_comm_streams(): the in-process collective on CUDA devices, or CPU devices); elsewhere
-// the training steps take the plain step. So DistributedDataParallel does not step in backward yet: its process
+// TrainingStep takes the plain step. So DistributedDataParallel does not step in backward yet: its process
 // group sums the buckets on streams of its own, which a device's communication stream does not follow (a later
 // change can order each bucket's update after the group's sum by an event). Nor does a mix of CPU and CUDA devices.
 // The plain API (model.reduce_gradients(); optimizer.step()) is unchanged: a backward that the caller runs itself

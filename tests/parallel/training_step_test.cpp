@@ -1,8 +1,9 @@
-// parallel::CapturedStep: trainers::train_step's step captured as one CUDA graph and replayed, against the eager step
-// from the same start; its fallbacks (CPU devices, Dropout, max_graphs) and the pieces it is built from that run on
-// CPU devices too (replayed optimizer steps, DeviceScalars, DeviceGraph's checks).
+// parallel::TrainingStep: the step captured as one CUDA graph and replayed, against the eager TrainingStep
+// (TrainingStepOptions::capture false) from the same start; its fallbacks (CPU devices, Dropout, max_graphs), its
+// checks of the batch, and the pieces it is built from that run on CPU devices too (replayed optimizer steps,
+// DeviceScalars, DeviceGraph's checks).
 
-#include "tandem/parallel/captured_step.h"
+#include "tandem/parallel/training_step.h"
 
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include "parallel/parallel_test_helpers.h"
 #include "support/one_and_two_gpus.h"
 #include "tandem/comm/comm.h"
-#include "tandem/trainers/train_step.h"
 
 namespace tandem::testing {
 namespace {
@@ -77,21 +77,23 @@ struct RunResult {
   std::vector<std::string> reasons;
 };
 
-// `steps` steps with rows_of(step) rows each, through a CapturedStep or (captured == nullptr) train_step.
-RunResult run(Training& setup, parallel::CapturedStep* captured, int steps, const std::function<int64_t(int)>& rows_of,
+// The eager TrainingStep over a setup: the reference the captured runs are compared against.
+parallel::TrainingStep eager_step(Training& setup) {
+  return parallel::TrainingStep(*setup.model, *setup.optimizer, nn::mse_loss, {.capture = false});
+}
+
+// `steps` steps with rows_of(step) rows each, through `step` (over `setup`).
+RunResult run(Training& setup, parallel::TrainingStep& step, int steps, const std::function<int64_t(int)>& rows_of,
               const AfterStep& after = nullptr) {
   RunResult result;
-  for (int step = 0; step < steps; ++step) {
-    const auto [features, targets] = batch_of(step, rows_of(step), setup.model->devices()[0]);
-    manual_seed(77 + step);  // Dropout's masks: the same draws in both runs
-    const Tensor loss = captured != nullptr ? captured->step(features, targets)
-                                            : trainers::train_step(*setup.model, *setup.optimizer, features, targets);
+  for (int i = 0; i < steps; ++i) {
+    const auto [features, targets] = batch_of(i, rows_of(i), setup.model->devices()[0]);
+    manual_seed(77 + i);  // Dropout's masks: the same draws in both runs
+    const Tensor loss = step.step({.features = features, .targets = targets});
     result.losses.push_back(loss.item<float>());
-    if (captured != nullptr) {
-      result.captured.push_back(captured->captured());
-      result.reasons.push_back(captured->fallback_reason());
-    }
-    if (after) after(setup, step);
+    result.captured.push_back(step.captured());
+    result.reasons.push_back(step.fallback_reason());
+    if (after) after(setup, i);
   }
   return result;
 }
@@ -107,41 +109,89 @@ int64_t constant_rows(int) { return 256; }
 
 // ---- CPU devices: the eager fallback, which CI runs ----------------------------------------------------------
 
-TEST(CapturedStep, FallsBackOnCpuDevicesAndEqualsTrainStepExactly) {
+TEST(TrainingStep, FallsBackOnCpuDevicesAndEqualsTheEagerStepExactly) {
   const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
   Training captured_setup(devices, sgd_momentum);
   Training eager_setup(devices, sgd_momentum);
-  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
-  const RunResult captured = run(captured_setup, &step, 5, constant_rows);
-  const RunResult eager = run(eager_setup, nullptr, 5, constant_rows);
+  parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep reference = eager_step(eager_setup);
+  const RunResult captured = run(captured_setup, step, 5, constant_rows);
+  const RunResult eager = run(eager_setup, reference, 5, constant_rows);
   expect_runs_equal(captured, eager, 0.0);
   expect_parameters_close(*captured_setup.net, *eager_setup.net, 0.0, 0.0);
   EXPECT_FALSE(step.captured());
+  EXPECT_EQ(step.strategy(), parallel::StepStrategy::StepsInBackward);  // CPU devices sum as each bucket is ready
   EXPECT_EQ(step.graphs(), 0u);
   EXPECT_EQ(step.fallback_reason(), "capture needs CUDA devices, but the model runs on cpu:0");
 }
 
-TEST(CapturedStep, DisabledRunsEagerlyWithItsReason) {
+TEST(TrainingStep, CaptureOffRunsEagerlyWithItsReason) {
   const std::vector<Device> devices = {Device::cpu(0)};
   Training setup(devices, adamw);
-  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss, {.enabled = false});
-  run(setup, &step, 3, constant_rows);
+  parallel::TrainingStep step(*setup.model, *setup.optimizer, nn::mse_loss, {.capture = false});
+  run(setup, step, 3, constant_rows);
   EXPECT_FALSE(step.captured());
-  EXPECT_EQ(step.fallback_reason(), "capture is disabled (CaptureOptions::enabled is false)");
+  EXPECT_EQ(step.fallback_reason(), "capture is off (TrainingStepOptions::capture is false)");
+  EXPECT_EQ(step.blocker(), step.fallback_reason());
   EXPECT_EQ(dynamic_cast<optim::AdamW&>(setup.optimizer->optimizer(0)).step_count(0), 3);
 }
 
-TEST(CapturedStep, RejectsBadArguments) {
+TEST(TrainingStep, RejectsBadArguments) {
   const std::vector<Device> devices = {Device::cpu(0)};
   Training setup(devices, sgd_momentum);
-  EXPECT_ERROR(parallel::CapturedStep(*setup.model, *setup.optimizer, nullptr),
-               "parallel::CapturedStep: the loss function is empty");
-  EXPECT_ERROR(parallel::CapturedStep(*setup.model, *setup.optimizer, nn::mse_loss, {.warmup_steps = -1}),
-               "parallel::CapturedStep: warmup_steps is -1 but expected >= 0");
-  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
-  EXPECT_ERROR(step.step(Tensor::zeros({4, 10}), Tensor::zeros({3, 1})),
-               "parallel::CapturedStep::step: features of shape [4, 10] and targets of shape [3, 1] but expected "
+  EXPECT_ERROR(parallel::TrainingStep(*setup.model, *setup.optimizer, nullptr),
+               "parallel::TrainingStep: the loss function is empty");
+  EXPECT_ERROR(parallel::TrainingStep(*setup.model, *setup.optimizer, nn::mse_loss, {.warmup_steps = -1}),
+               "parallel::TrainingStep: warmup_steps is -1 but expected >= 0");
+  Training other(devices, sgd_momentum);
+  EXPECT_ERROR(parallel::TrainingStep(*other.model, *setup.optimizer, nn::mse_loss),
+               "parallel::TrainingStep: the optimizer was built over another ReplicatedModule than the model it steps");
+  parallel::TrainingStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  EXPECT_ERROR(step.step({.features = Tensor::zeros({4, 10}), .targets = Tensor::zeros({3, 1})}),
+               "parallel::TrainingStep::step: features of shape [4, 10] and targets of shape [3, 1] but expected "
                "the same number of rows");
+  parallel::TrainingStep per_row(*setup.model, *setup.optimizer, [](const Tensor& output, const Tensor&) {
+    return output;  // not reduced over the rows
+  });
+  EXPECT_ERROR(per_row.step({.features = Tensor::zeros({4, 10}), .targets = Tensor::zeros({4, 1})}),
+               "parallel::TrainingStep::step: the loss of replica 0 has shape [4, 1] but expected one element");
+}
+
+// The batch's checks, each naming what is wrong; a refused batch takes no step.
+TEST(TrainingStep, RejectsBadBatches) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  Training setup(devices, sgd_momentum);
+  parallel::TrainingStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  const auto [x, y] = batch_of(0, 4, devices[0]);
+  EXPECT_ERROR(step.step({}),
+               "parallel::TrainingStep::step: the batch holds neither features and targets nor chunks, but a model "
+               "that is not reduced across processes needs at least one row");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .inputs = comm::scatter(x, devices)}),
+               "parallel::TrainingStep::step: the batch holds both features and targets and chunks (inputs, "
+               "labels); expected one of the two");
+  EXPECT_ERROR(step.step({.features = x}),
+               "parallel::TrainingStep::step: the batch holds features but no targets; expected both");
+  EXPECT_ERROR(step.step({.targets = y}),
+               "parallel::TrainingStep::step: the batch holds targets but no features; expected both");
+  EXPECT_ERROR(step.step({.features = x.narrow(0, 0, 0), .targets = y.narrow(0, 0, 0)}),
+               "parallel::TrainingStep::step: the batch has no rows; expected at least one");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .device_rows = {1, 1, 2}}),
+               "parallel::TrainingStep::step: the batch has device_rows for 3 devices but the model has 2");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .device_rows = {4, 0}}),
+               "parallel::TrainingStep::step: device_rows holds 0 but expected >= 1");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .device_rows = {2, 3}}),
+               "parallel::TrainingStep::step: device_rows add up to 5 but the batch has 4 rows");
+  EXPECT_ERROR(
+      step.step({.inputs = comm::scatter(x, devices), .labels = comm::scatter(y, devices), .device_rows = {2, 2}}),
+      "parallel::TrainingStep::step: device_rows are for a whole batch (features and targets), but the "
+      "batch holds chunks");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .global_rows = -1}),
+               "parallel::TrainingStep::step: global_rows is -1 but expected >= 0");
+  EXPECT_ERROR(step.step({.features = x, .targets = y, .global_rows = 3}),
+               "parallel::TrainingStep::step: global_rows is 3 but this process alone has 4 rows (expected at least "
+               "those, and at least 1)");
+  Training untouched(devices, sgd_momentum);
+  expect_parameters_close(*setup.net, *untouched.net, 0.0, 0.0);
 }
 
 // ---- replayed optimizer steps, on CPU devices -----------------------------------------------------------------
@@ -237,33 +287,39 @@ TEST(DeviceScalars, UploadsOnCpuDevices) {
   EXPECT_ERROR(DeviceScalars(Device::cpu(0), 0), "DeviceScalars: got a count of 0");
 }
 
-TEST(CapturedStep, WritesTheLossIntoLossOutOnCpuDevices) {
+TEST(TrainingStep, WritesTheLossIntoLossOutOnCpuDevices) {
   const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
   Training slotted_setup(devices, sgd_momentum);
   Training plain_setup(devices, sgd_momentum);
-  parallel::CapturedStep slotted(*slotted_setup.model, *slotted_setup.optimizer, nn::mse_loss);
-  parallel::CapturedStep plain(*plain_setup.model, *plain_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep slotted(*slotted_setup.model, *slotted_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep plain(*plain_setup.model, *plain_setup.optimizer, nn::mse_loss);
   const Tensor losses = Tensor::zeros({4}, devices[0]);
   for (int i = 0; i < 4; ++i) {
     const auto [features, targets] = batch_of(i, 64, devices[0]);
     const Tensor slot = losses.narrow(0, i, 1);
-    const Tensor written =
-        i % 2 == 0 ? slotted.step(features, targets, slot)
-                   : slotted.step_chunks(comm::scatter(features, devices), comm::scatter(targets, devices), slot);
+    const Tensor written = i % 2 == 0 ? slotted.step({.features = features, .targets = targets, .loss_out = slot})
+                                      : slotted.step({.inputs = comm::scatter(features, devices),
+                                                      .labels = comm::scatter(targets, devices),
+                                                      .loss_out = slot});
     EXPECT_TRUE(written.is_same(slot));
-    EXPECT_EQ(losses.to_vector()[static_cast<size_t>(i)], plain.step(features, targets).item<float>());
+    EXPECT_EQ(losses.to_vector()[static_cast<size_t>(i)],
+              plain.step({.features = features, .targets = targets}).item<float>());
   }
   expect_parameters_close(*slotted_setup.net, *plain_setup.net, 0.0, 0.0);
 
   const auto [features, targets] = batch_of(0, 64, devices[0]);
-  EXPECT_ERROR(slotted.step(features, targets, Tensor()),
-               "parallel::CapturedStep::step: loss_out is undefined but expected one float32 element on cpu:0");
-  EXPECT_ERROR(slotted.step(features, targets, Tensor::zeros({2}, devices[0])),
-               "parallel::CapturedStep::step: loss_out is of shape [2] and dtype float32 on cpu:0 but expected one "
+  EXPECT_ERROR(slotted.step({.features = features, .targets = targets, .loss_out = Tensor::zeros({2}, devices[0])}),
+               "parallel::TrainingStep::step: loss_out is of shape [2] and dtype float32 on cpu:0 but expected one "
                "float32 element on cpu:0");
-  EXPECT_ERROR(slotted.step_chunks(comm::scatter(features, devices), comm::scatter(targets, devices),
-                                   Tensor::zeros({1}, devices[1])),
-               "parallel::CapturedStep::step_chunks: loss_out is of shape [1] and dtype float32 on cpu:1 but expected");
+  EXPECT_ERROR(
+      slotted.step(
+          {.features = features, .targets = targets, .loss_out = Tensor::zeros({1}, DType::Int64, devices[0])}),
+      "parallel::TrainingStep::step: loss_out is of shape [1] and dtype int64 on cpu:0 but expected one "
+      "float32 element on cpu:0");
+  EXPECT_ERROR(slotted.step({.inputs = comm::scatter(features, devices),
+                             .labels = comm::scatter(targets, devices),
+                             .loss_out = Tensor::zeros({1}, devices[1])}),
+               "parallel::TrainingStep::step: loss_out is of shape [1] and dtype float32 on cpu:1 but expected");
   // A rejected loss_out takes no step.
   expect_parameters_close(*slotted_setup.net, *plain_setup.net, 0.0, 0.0);
 }
@@ -292,9 +348,10 @@ void expect_captured_equals_eager(const std::vector<Device>& devices, const Opti
                                   size_t expected_graphs) {
   Training captured_setup(devices, make_optimizer);
   Training eager_setup(devices, make_optimizer);
-  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
-  const RunResult captured = run(captured_setup, &step, 20, rows_of, make_after ? make_after() : nullptr);
-  const RunResult eager = run(eager_setup, nullptr, 20, rows_of, make_after ? make_after() : nullptr);
+  parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep reference = eager_step(eager_setup);
+  const RunResult captured = run(captured_setup, step, 20, rows_of, make_after ? make_after() : nullptr);
+  const RunResult eager = run(eager_setup, reference, 20, rows_of, make_after ? make_after() : nullptr);
   expect_runs_equal(captured, eager, 1e-6);
   expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
   for (size_t d = 1; d < devices.size(); ++d)
@@ -302,6 +359,7 @@ void expect_captured_equals_eager(const std::vector<Device>& devices, const Opti
   for (int i = 2; i < 20; ++i) EXPECT_TRUE(captured.captured[i]) << "step " << i << ": " << captured.reasons[i];
   EXPECT_FALSE(captured.captured[0]);
   EXPECT_EQ(captured.reasons[0], "warm-up step 1 of 2");
+  EXPECT_EQ(step.strategy(), parallel::StepStrategy::Captured);
   EXPECT_EQ(step.graphs(), expected_graphs);
 }
 
@@ -327,82 +385,83 @@ AfterStepMaker with_schedule(bool cosine) {
   return [cosine] { return schedule_steps(cosine); };
 }
 
-class CapturedStepOnGpus : public OneAndTwoGpus {};
+class TrainingStepOnGpus : public OneAndTwoGpus {};
 
-TEST_P(CapturedStepOnGpus, SgdMomentumEqualsEager) {
+TEST_P(TrainingStepOnGpus, SgdMomentumEqualsEager) {
   expect_captured_equals_eager(devices(), sgd_momentum, constant_rows, nullptr, 1);
 }
 
-TEST_P(CapturedStepOnGpus, AdamWWithLinearScheduleEqualsEagerWithoutRecapture) {
+TEST_P(TrainingStepOnGpus, AdamWWithLinearScheduleEqualsEagerWithoutRecapture) {
   expect_captured_equals_eager(devices(), adamw, constant_rows, with_schedule(false), 1);
 }
 
-TEST_P(CapturedStepOnGpus, SgdWithCosineScheduleEqualsEager) {
+TEST_P(TrainingStepOnGpus, SgdWithCosineScheduleEqualsEager) {
   expect_captured_equals_eager(devices(), sgd_momentum, constant_rows, with_schedule(true), 1);
 }
 
-TEST_P(CapturedStepOnGpus, ShortLastBatchGetsItsOwnGraph) {
+TEST_P(TrainingStepOnGpus, ShortLastBatchGetsItsOwnGraph) {
   expect_captured_equals_eager(
       devices(), sgd_momentum, [](int step) { return step % 5 == 4 ? 100 : 256; }, nullptr, 2);
 }
 
-TEST_P(CapturedStepOnGpus, AdamStepCountsAdvanceAsEager) {
+TEST_P(TrainingStepOnGpus, AdamStepCountsAdvanceAsEager) {
   Training setup(devices(), adamw);
-  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
-  run(setup, &step, 7, constant_rows);
+  parallel::TrainingStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  run(setup, step, 7, constant_rows);
   EXPECT_TRUE(step.captured());
   for (size_t d = 0; d < setup.optimizer->size(); ++d) {
     EXPECT_EQ(dynamic_cast<optim::AdamW&>(setup.optimizer->optimizer(d)).step_count(0), 7);
   }
 }
 
-TEST_P(CapturedStepOnGpus, CapturesAgainAfterTheOptimizerStateIsReplaced) {
+TEST_P(TrainingStepOnGpus, CapturesAgainAfterTheOptimizerStateIsReplaced) {
   Training captured_setup(devices(), sgd_momentum);
   Training eager_setup(devices(), sgd_momentum);
-  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep reference = eager_step(eager_setup);
   const AfterStep reload = [](Training& training, int i) {
     if (i == 5) training.optimizer->load_state_dict(training.optimizer->state_dict());  // new buffer tensors
   };
-  const RunResult captured = run(captured_setup, &step, 10, constant_rows, reload);
-  const RunResult eager = run(eager_setup, nullptr, 10, constant_rows, reload);
+  const RunResult captured = run(captured_setup, step, 10, constant_rows, reload);
+  const RunResult eager = run(eager_setup, reference, 10, constant_rows, reload);
   expect_runs_equal(captured, eager, 1e-6);
   expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
   EXPECT_TRUE(step.captured());
   EXPECT_EQ(step.graphs(), 1u);
 }
 
-TEST_P(CapturedStepOnGpus, ReturnsAFreshLossEachStep) {
+TEST_P(TrainingStepOnGpus, ReturnsAFreshLossEachStep) {
   Training setup(devices(), sgd_momentum);
-  parallel::CapturedStep step(*setup.model, *setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep step(*setup.model, *setup.optimizer, nn::mse_loss);
   std::vector<Tensor> losses;
   for (int i = 0; i < 5; ++i) {
     const auto [features, targets] = batch_of(i, 256, devices()[0]);
-    losses.push_back(step.step(features, targets));
+    losses.push_back(step.step({.features = features, .targets = targets}));
   }
   EXPECT_TRUE(step.captured());
   const float third = losses[3].item<float>();
   const auto [features, targets] = batch_of(9, 256, devices()[0]);
-  step.step(features, targets);
+  step.step({.features = features, .targets = targets});
   EXPECT_EQ(losses[3].item<float>(), third);
   EXPECT_NE(losses[4].item<float>(), third);
 }
 
 // Batches from the host and from the last GPU (not the graph's origin on two GPUs), the loss written into slots of
 // one tensor: the same losses and parameters as the eager step.
-TEST_P(CapturedStepOnGpus, FedFromAnyDeviceIntoLossSlotsEqualsEager) {
+TEST_P(TrainingStepOnGpus, FedFromAnyDeviceIntoLossSlotsEqualsEager) {
   for (const Device source : {Device::cpu(0), devices().back()}) {
     SCOPED_TRACE(source.str());
     Training captured_setup(devices(), sgd_momentum);
     Training eager_setup(devices(), sgd_momentum);
-    parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+    parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+    parallel::TrainingStep reference = eager_step(eager_setup);
     const Tensor losses = Tensor::zeros({8}, devices()[0]);
     std::vector<float> expected;
     for (int i = 0; i < 8; ++i) {
       const auto [features, targets] = batch_of(i, 256, source);
-      step.step(features, targets, losses.narrow(0, i, 1));
+      step.step({.features = features, .targets = targets, .loss_out = losses.narrow(0, i, 1)});
       EXPECT_EQ(step.captured(), i >= 2) << "step " << i << ": " << step.fallback_reason();
-      expected.push_back(
-          trainers::train_step(*eager_setup.model, *eager_setup.optimizer, features, targets).item<float>());
+      expected.push_back(reference.step({.features = features, .targets = targets}).item<float>());
     }
     const std::vector<float> actual = losses.to_vector();
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -412,12 +471,13 @@ TEST_P(CapturedStepOnGpus, FedFromAnyDeviceIntoLossSlotsEqualsEager) {
   }
 }
 
-TEST_P(CapturedStepOnGpus, DropoutFallsBackAndEqualsEager) {
+TEST_P(TrainingStepOnGpus, DropoutFallsBackAndEqualsEager) {
   Training captured_setup(devices(), sgd_momentum, 0.25);
   Training eager_setup(devices(), sgd_momentum, 0.25);
-  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
-  const RunResult captured = run(captured_setup, &step, 6, constant_rows);
-  const RunResult eager = run(eager_setup, nullptr, 6, constant_rows);
+  parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
+  parallel::TrainingStep reference = eager_step(eager_setup);
+  const RunResult captured = run(captured_setup, step, 6, constant_rows);
+  const RunResult eager = run(eager_setup, reference, 6, constant_rows);
   expect_runs_equal(captured, eager, 1e-6);
   expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
   EXPECT_FALSE(step.captured());
@@ -426,24 +486,25 @@ TEST_P(CapturedStepOnGpus, DropoutFallsBackAndEqualsEager) {
   EXPECT_EQ(captured.reasons[3], captured.reasons[5]);  // later steps of the shape go straight to eager
 }
 
-TEST_P(CapturedStepOnGpus, MoreShapesThanMaxGraphsRunEagerly) {
+TEST_P(TrainingStepOnGpus, MoreShapesThanMaxGraphsRunEagerly) {
   Training captured_setup(devices(), sgd_momentum);
   Training eager_setup(devices(), sgd_momentum);
-  parallel::CapturedStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss, {.max_graphs = 1});
+  parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss, {.max_graphs = 1});
+  parallel::TrainingStep reference = eager_step(eager_setup);
   const auto rows_of = [](int i) { return i % 2 == 0 ? 256 : 128; };
-  const RunResult captured = run(captured_setup, &step, 8, rows_of);
-  const RunResult eager = run(eager_setup, nullptr, 8, rows_of);
+  const RunResult captured = run(captured_setup, step, 8, rows_of);
+  const RunResult eager = run(eager_setup, reference, 8, rows_of);
   expect_runs_equal(captured, eager, 1e-6);
   expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
   EXPECT_EQ(step.graphs(), 1u);
   EXPECT_TRUE(captured.captured[6]);
   EXPECT_FALSE(captured.captured[7]);
   EXPECT_EQ(captured.reasons[7],
-            "1 graphs are held already (CaptureOptions::max_graphs is 1), so the batch of shape [128, 10] runs "
+            "1 graphs are held already (TrainingStepOptions::max_graphs is 1), so the batch of shape [128, 10] runs "
             "eagerly");
 }
 
-TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(CapturedStepOnGpus);
+TANDEM_INSTANTIATE_ON_ONE_AND_TWO_GPUS(TrainingStepOnGpus);
 
 }  // namespace
 }  // namespace tandem::testing

@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "parallel/parallel_test_helpers.h"
-#include "tandem/parallel/captured_step.h"
+#include "tandem/parallel/training_step.h"
 #include "tandem/trainers/models.h"
-#include "tandem/trainers/train_step.h"
 
 namespace tandem::testing {
 namespace {
@@ -31,22 +30,24 @@ struct SeedRun {
   std::vector<float> losses;
 };
 
-// kSteps eager steps (trainers::train_step) of the seed net on `device`, from the start the captured run takes.
+// kSteps eager steps (a TrainingStep with capture off) of the seed net on `device`, from the start the captured run
+// takes.
 SeedRun run_eagerly(Device device) {
   manual_seed(0);
   SeedRun run{trainers::make_mlp(10, 20), {}};
   run.net->to(device);
   parallel::ReplicatedModule model(run.net, {device});
   parallel::ReplicatedSGD sgd(model, {.lr = 0.01, .momentum = 0.9});
+  parallel::TrainingStep eager(model, sgd, nn::mse_loss, {.capture = false});
   for (int i = 0; i < kSteps; ++i) {
-    const Tensor loss = trainers::train_step(model, sgd, seeded_randn({kBatch, 10}, device, 100 + i),
-                                             seeded_randn({kBatch, 1}, device, 900 + i));
+    const Tensor loss = eager.step({.features = seeded_randn({kBatch, 10}, device, 100 + i),
+                                    .targets = seeded_randn({kBatch, 1}, device, 900 + i)});
     run.losses.push_back(loss.item<float>());
   }
   return run;
 }
 
-TEST(CapturedStepKernels, SeedNetStepOnOneGpuTakesFewKernelsAndEqualsTheEagerStep_CUDA) {
+TEST(TrainingStepKernels, SeedNetStepOnOneGpuTakesFewKernelsAndEqualsTheEagerStep_CUDA) {
   TANDEM_REQUIRE_GPUS(1);
   const Device gpu = Device::cuda(0);
   manual_seed(0);
@@ -54,13 +55,13 @@ TEST(CapturedStepKernels, SeedNetStepOnOneGpuTakesFewKernelsAndEqualsTheEagerSte
   net->to(gpu);
   parallel::ReplicatedModule model(net, {gpu});
   parallel::ReplicatedSGD sgd(model, {.lr = 0.01, .momentum = 0.9});
-  parallel::CapturedStep captured(model, sgd, nn::mse_loss);
+  parallel::TrainingStep captured(model, sgd, nn::mse_loss);
   std::vector<float> losses;
   size_t kernels = 0;
   std::string graph_text;
   for (int i = 0; i < kSteps; ++i) {
-    const Tensor loss =
-        captured.step(seeded_randn({kBatch, 10}, gpu, 100 + i), seeded_randn({kBatch, 1}, gpu, 900 + i));
+    const Tensor loss = captured.step(
+        {.features = seeded_randn({kBatch, 10}, gpu, 100 + i), .targets = seeded_randn({kBatch, 1}, gpu, 900 + i)});
     losses.push_back(loss.item<float>());
     if (i >= 2) ASSERT_TRUE(captured.captured()) << "step " << i << ": " << captured.fallback_reason();
     if (i == kSteps - 1) {
