@@ -72,8 +72,12 @@ void Optimizer::check_part(const std::vector<size_t>& indices, const char* calle
 }
 
 void Optimizer::check_gradients(const char* caller) const {
-  const std::string user = std::string(who_) + "::" + caller;
-  for (const Tensor& parameter : parameters_) parameter.check_grad(user);
+  std::string user;  // made only where a parameter carries a check: a plain step allocates nothing here
+  for (const Tensor& parameter : parameters_) {
+    if (!parameter.has_grad_check()) continue;
+    if (user.empty()) user = std::string(who_) + "::" + caller;
+    parameter.check_grad(user);
+  }
 }
 
 std::vector<size_t> Optimizer::every_index() const {

@@ -99,7 +99,7 @@ void DistributedDataParallel::reduce_gradients() {
 void DistributedDataParallel::zero_grad() { replicated_->zero_grad(); }
 
 void DistributedDataParallel::broadcast_buffers() {
-  if (options_.broadcast_buffers && group_->size() > 1 && !module_->named_buffers().empty()) sync_buffers();
+  if (options_.broadcast_buffers && group_->size() > 1 && !module_->buffers().empty()) sync_buffers();
 }
 
 void DistributedDataParallel::sync_parameters() {

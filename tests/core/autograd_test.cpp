@@ -357,12 +357,14 @@ TEST_P(AutogradTest, GradientChecksRefuseGradientsTheirOwnerHasNotMadeReady) {
   Tensor x = Tensor::ones({2}, device()).set_requires_grad();
   bool ready = false;
   x.set_grad_check([&](const std::string& user) { TANDEM_CHECK(ready, user, ": x is not ready"); });
+  EXPECT_TRUE(x.has_grad_check());
   EXPECT_ERROR(x.check_grad("optim::SGD::step"), "optim::SGD::step: x is not ready");
   EXPECT_ERROR(x.set_grad_check([](const std::string&) {}),
                "Tensor::set_grad_check: the tensor's gradient is checked already");
   ready = true;
   x.check_grad("optim::SGD::step");
   x.set_grad_check(nullptr);
+  EXPECT_FALSE(x.has_grad_check());
   ready = false;
   x.check_grad("anyone");  // removed
   EXPECT_ERROR((x * 2.0f).set_grad_check([](const std::string&) {}), "the tensor is the result of an operation");

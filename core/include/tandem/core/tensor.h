@@ -223,6 +223,7 @@ class Tensor {
   void set_grad_check(std::function<void(const std::string& user)> check) const;
   // Runs the check set on this tensor, if any (Note [Gradient checks]); its Error propagates.
   void check_grad(const std::string& user) const;
+  bool has_grad_check() const { return impl_ != nullptr && impl_->grad_check != nullptr; }
 
  private:
   void check_defined(const char* caller) const;
