@@ -184,16 +184,26 @@ RendezvousPaths prepare_directories(const LaunchInfo& info) {
                "create one at) that every process of the job can reach");
   paths.job_space = paths.root + "/tandem-" + (info.job_id.empty() ? std::string("job") : info.job_id);
   // Rank 0 of the job before (a group destroyed just now) may remove a rendezvous directory that a job created
-  // between this process's steps (Note [File rendezvous]: End): then both are made again.
+  // between this process's steps (Note [File rendezvous]: End): then both are made again. A directory removed during
+  // its creation fails it with "no such file" or, where it was seen to exist first, "file exists" (std::filesystem
+  // checks an existing path's type after mkdir refused it).
+  // What counts is that the directory exists afterwards, whoever made it (another process of the job may, at once).
+  const auto vanished = [](const std::error_code& error) {
+    return !error || error == std::errc::no_such_file_or_directory || error == std::errc::file_exists;
+  };
   for (int attempt = 0;; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const bool created = fs::create_directories(paths.root, error);
-    TANDEM_CHECK(!error && is_directory(paths.root), "comm::make_file_channel: cannot create the rendezvous ",
-                 "directory ", excerpt(paths.root, 200), ": ", error.message());
+    if (!is_directory(paths.root)) {
+      if (vanished(error) && attempt < 100) continue;
+      TANDEM_FAIL("comm::make_file_channel: cannot create the rendezvous directory ", excerpt(paths.root, 200), ": ",
+                  error.message());
+    }
     fs::create_directory(paths.job_space, error);
-    const bool vanished = error == std::errc::no_such_file_or_directory || (!error && !is_directory(paths.job_space));
-    if (vanished && attempt < 100) continue;
-    TANDEM_CHECK(!error && is_directory(paths.job_space), "comm::make_file_channel: cannot create ",
-                 excerpt(paths.job_space, 200), ": ", error.message());
+    if (!is_directory(paths.job_space)) {
+      if (vanished(error) && attempt < 100) continue;
+      TANDEM_FAIL("comm::make_file_channel: cannot create ", excerpt(paths.job_space, 200), ": ", error.message());
+    }
     try {
       if (created) FileStore(paths.root).set(kCreatedPathKey, {});
     } catch (const Error&) {
