@@ -59,23 +59,23 @@ std::shared_ptr<nn::Sequential> make_classifier(int64_t inputs, const std::vecto
 }
 
 // The data set's features as a float32 [rows, features] tensor on `device`.
-Tensor features_of(const trainers::Dataset& data, Device device) {
+Tensor features_of(const trainers::TableDataset& data, Device device) {
   const std::vector<float> values(data.features.begin(), data.features.end());
   return Tensor::from_vector(values, {data.rows(), data.num_features()}, device);
 }
 // The class indices of a data set whose targets ClassLabels::encode replaced.
-std::vector<int64_t> classes_of(const trainers::Dataset& encoded) {
+std::vector<int64_t> classes_of(const trainers::TableDataset& encoded) {
   return std::vector<int64_t>(encoded.targets.begin(), encoded.targets.end());
 }
 
 // Pixel counts 0..16 scaled to [0, 1].
-trainers::Dataset scaled_pixels(trainers::Dataset data) {
+trainers::TableDataset scaled_pixels(trainers::TableDataset data) {
   for (double& value : data.features) value /= 16.0;
   return data;
 }
 
 // Accuracy of the master replica in eval mode (Dropout off) over a whole data set.
-double accuracy(parallel::ReplicatedModule& model, const trainers::Dataset& data, int64_t classes) {
+double accuracy(parallel::ReplicatedModule& model, const trainers::TableDataset& data, int64_t classes) {
   const std::shared_ptr<nn::Module>& master = model.module();
   master->eval();
   tandem::NoGradGuard no_grad;
@@ -86,11 +86,11 @@ double accuracy(parallel::ReplicatedModule& model, const trainers::Dataset& data
 
 void train(const std::vector<Device>& devices, const Options& options) {
   const auto start = std::chrono::steady_clock::now();
-  const trainers::Dataset data = trainers::make_dataset(trainers::read_csv(options.data), "label");
+  const trainers::TableDataset data = trainers::make_dataset(trainers::read_csv(options.data), "label");
   const trainers::Split split = trainers::train_test_split(data, 0.2);
   const trainers::ClassLabels labels = trainers::ClassLabels::of(split.train);
-  const trainers::Dataset train_rows = labels.encode(scaled_pixels(split.train));
-  const trainers::Dataset test_rows = labels.encode(scaled_pixels(split.test));
+  const trainers::TableDataset train_rows = labels.encode(scaled_pixels(split.train));
+  const trainers::TableDataset test_rows = labels.encode(scaled_pixels(split.test));
 
   tandem::manual_seed(options.seed);
   auto net = make_classifier(data.num_features(), options.hidden, labels.size(), options.dropout);

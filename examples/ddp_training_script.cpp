@@ -26,8 +26,8 @@ struct Net : nn::Cloneable<Net> {
 };
 
 // 1000 rows of y = sum of the features + noise, the same in every process (the same seed).
-trainers::Dataset make_data() {
-  trainers::Dataset data{{"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9"}, "y", {}, {}};
+trainers::TableDataset make_data() {
+  trainers::TableDataset data{{"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9"}, "y", {}, {}};
   const std::vector<float> x = Tensor::randn({1000, 10}).to_vector();
   const std::vector<float> noise = Tensor::randn({1000}).to_vector();
   for (size_t r = 0; r < 1000; ++r) {
@@ -51,7 +51,7 @@ int main(int argc, char** argv) try {
   const std::shared_ptr<comm::ProcessGroup> group = comm::ProcessGroup::from_environment(devices);
   try {
     manual_seed(0);  // the same data and initial model everywhere (DDP broadcasts rank 0's parameters anyway)
-    const trainers::Dataset data = make_data();
+    const trainers::TableDataset data = make_data();
     auto net = std::make_shared<Net>();
     net->to(devices[0]);
     // Sum: each process's loss carries its share of the global batch, so uneven last batches stay exact.

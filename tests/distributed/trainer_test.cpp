@@ -185,7 +185,7 @@ TEST_P(DistributedTrainer, ProcessesOfDifferentSetupsRefuseToTrainTogether) {
     EXPECT_EQ(trainer.step(), 0);
   }
   {  // the same shape of data, other values
-    Dataset train = diabetes().train;
+    TableDataset train = diabetes().train;
     if (odd_one) train.targets[7] += 1.0;
     Trainer trainer = seed_net_trainer({}, group_, 2);
     EXPECT_ERROR(trainer.fit(train, diabetes().test), "the processes' setups differ: train_data is ");

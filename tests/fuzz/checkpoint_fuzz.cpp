@@ -29,7 +29,7 @@
 namespace tandem::fuzz {
 namespace {
 
-using trainers::Dataset;
+using trainers::TableDataset;
 using trainers::Trainer;
 
 constexpr uint8_t kWholeFileMode = 0x00;
@@ -61,8 +61,8 @@ TensorFile checkpoint_body(const nn::Module& model, int version) {
 }
 
 // The first rows of the diabetes data: what predict() and fit() run on after a checkpoint loads.
-Dataset probe_rows() {
-  Dataset data;
+TableDataset probe_rows() {
+  TableDataset data;
   data.feature_names = {"age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"};
   data.target_name = "target";
   data.features = {59, 2, 32.1, 101.0, 157, 93.2,  38.0, 4.0, 4.8598, 87,  //
@@ -127,7 +127,7 @@ class CheckpointHarness {
   Trainer trainer_;
   TensorFile version4_;
   TensorFile version3_;
-  Dataset probe_;
+  TableDataset probe_;
   std::string scratch_path_;
   MemoryFile whole_file_;
 };

@@ -4,7 +4,7 @@
 
 #include "fuzz_target.h"
 #include "tandem/trainers/csv.h"
-#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/table_dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

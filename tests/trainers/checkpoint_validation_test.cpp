@@ -468,7 +468,7 @@ TEST_F(CheckpointValidation, OtherTrainingDataIsRefusedAtFit) {
   options.resume_may_change = {"epochs"};
   Trainer resumed = seed_net(options);
   resumed.load_checkpoint(good_);
-  const Dataset fewer_rows = diabetes().train.slice(0, 100);
+  const TableDataset fewer_rows = diabetes().train.slice(0, 100);
   EXPECT_ERROR(resumed.fit(fewer_rows), "Trainer::fit: the training data differs from the data of the checkpoint");
   EXPECT_ERROR(resumed.fit(fewer_rows), "354 rows x 10 features, target target, fnv1a64 ");
   EXPECT_EQ(resumed.epoch(), 2);

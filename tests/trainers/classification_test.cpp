@@ -9,17 +9,17 @@
 namespace tandem::trainers {
 namespace {
 
-Dataset labelled(const std::vector<double>& targets) {
-  Dataset data{{"x"}, "label", std::vector<double>(targets.size(), 0.0), targets};
+TableDataset labelled(const std::vector<double>& targets) {
+  TableDataset data{{"x"}, "label", std::vector<double>(targets.size(), 0.0), targets};
   return data;
 }
 
 // Three well separated Gaussian blobs in two features, labelled 10, 20 and 30, rows interleaved.
-Dataset blobs(int64_t rows_per_class, uint64_t seed) {
+TableDataset blobs(int64_t rows_per_class, uint64_t seed) {
   std::mt19937_64 random(seed);
   std::normal_distribution<double> noise(0.0, 0.3);
   const double centres[3][2] = {{0.0, 3.0}, {3.0, -2.0}, {-3.0, -2.0}};
-  Dataset data{{"a", "b"}, "kind", {}, {}};
+  TableDataset data{{"a", "b"}, "kind", {}, {}};
   for (int64_t r = 0; r < rows_per_class; ++r) {
     for (int c = 0; c < 3; ++c) {
       data.features.push_back(centres[c][0] + noise(random));
@@ -35,7 +35,7 @@ TEST(ClassLabels, SortedDistinctLabelsAndTheirIndices) {
   EXPECT_EQ(classes.labels(), (std::vector<int64_t>{-2, 3, 7}));
   EXPECT_EQ(classes.str(), "-2,3,7");
   EXPECT_EQ(classes.index_of(3.0), 1);
-  const Dataset encoded = classes.encode(labelled({7, -2, 3}));
+  const TableDataset encoded = classes.encode(labelled({7, -2, 3}));
   EXPECT_EQ(encoded.targets, (std::vector<double>{2, 0, 1}));
 }
 
@@ -103,7 +103,7 @@ TEST(ClassCrossEntropy, MatchesTheHostMetricAndChecksShapes) {
                "scores of shape [2, 3] and classes of shape [3, 1] but expected [n, classes] and [n, 1]");
 }
 
-TrainerOptions classifier_options(std::vector<Device> devices, const Dataset& data) {
+TrainerOptions classifier_options(std::vector<Device> devices, const TableDataset& data) {
   TrainerOptions options;
   options.devices = std::move(devices);
   options.epochs = 10;
@@ -150,7 +150,7 @@ TEST(ClassifierTrainer, TwoDevicesGiveTheOneDeviceResult) {
 }
 
 TEST(ClassifierTrainer, RefusesMismatchedOptionsAndUnknownTestLabels) {
-  const Dataset data = blobs(4, 3);
+  const TableDataset data = blobs(4, 3);
   TrainerOptions options;
   options.task = Task::Classification;
   EXPECT_ERROR(Trainer(make_mlp(2, {4}, 3, Activation::ReLU), options),
@@ -161,7 +161,7 @@ TEST(ClassifierTrainer, RefusesMismatchedOptionsAndUnknownTestLabels) {
   EXPECT_ERROR(Trainer(make_mlp(2, 4), regression), "options.classes holds 3 labels but task is regression");
   manual_seed(0);
   Trainer trainer(make_mlp(2, {4}, 3, Activation::ReLU), classifier_options({Device::cpu(0)}, data));
-  Dataset test = data.slice(0, 2);
+  TableDataset test = data.slice(0, 2);
   test.targets[1] = 40;
   EXPECT_ERROR(trainer.fit(data, test), "target \"kind\" is 40 in row 2 but expected one of the 3 class labels");
   manual_seed(0);

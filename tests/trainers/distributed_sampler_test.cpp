@@ -9,8 +9,8 @@ namespace tandem::trainers {
 namespace {
 
 // Row r has the single feature r, so every batch row tells which data row it is.
-Dataset rows_and_negatives(int64_t rows) {
-  Dataset data{{"r"}, "y", {}, {}};
+TableDataset rows_and_negatives(int64_t rows) {
+  TableDataset data{{"r"}, "y", {}, {}};
   for (int64_t r = 0; r < rows; ++r) {
     data.features.push_back(static_cast<double>(r));
     data.targets.push_back(static_cast<double>(-r));
@@ -44,7 +44,7 @@ std::string describe(const Layout& layout) {
 // processes' consecutive runs of devices, equals what each process's loader gives and splits by device_rows.
 void expect_same_rows_as_one_process(const Layout& layout) {
   SCOPED_TRACE(describe(layout));
-  const Dataset data = rows_and_negatives(layout.rows);
+  const TableDataset data = rows_and_negatives(layout.rows);
   const int64_t world = layout.processes * layout.devices;
   DataLoader single(data, layout.batch, /*shuffle=*/true, /*seed=*/5);
   single.begin_epoch();
@@ -108,7 +108,7 @@ TEST(DistributedSampler, TheLastBatchLeavesLaterRanksWithoutRows) {
 }
 
 TEST(DistributedSampler, ALoaderWithoutASamplerHasOneShardOfAllRows) {
-  const Dataset data = rows_and_negatives(10);
+  const TableDataset data = rows_and_negatives(10);
   DataLoader loader(data, 4, /*shuffle=*/false, 0);
   loader.begin_epoch();
   const Batch last = loader.batch(2);

@@ -8,8 +8,8 @@ namespace tandem::trainers {
 namespace {
 
 // Row r has features (r, 100 + r) and target 1000 + r, so every batch row tells which data row it is.
-Dataset numbered_rows(int64_t rows) {
-  Dataset data{{"a", "b"}, "y", {}, {}};
+TableDataset numbered_rows(int64_t rows) {
+  TableDataset data{{"a", "b"}, "y", {}, {}};
   for (int64_t r = 0; r < rows; ++r) {
     data.features.push_back(static_cast<double>(r));
     data.features.push_back(100.0 + static_cast<double>(r));
@@ -37,7 +37,7 @@ std::vector<int64_t> rows_of_epoch(DataLoader& loader) {
 }
 
 TEST(DataLoader, EveryRowOnceWithAFinalPartialBatch) {
-  Dataset data = numbered_rows(10);
+  TableDataset data = numbered_rows(10);
   DataLoader loader(data, 4, /*shuffle=*/true, 7);
   EXPECT_EQ(loader.num_batches(), 3);
   std::vector<int64_t> rows = rows_of_epoch(loader);
@@ -52,7 +52,7 @@ TEST(DataLoader, EveryRowOnceWithAFinalPartialBatch) {
 }
 
 TEST(DataLoader, WithoutShufflingRowsKeepTheirOrder) {
-  Dataset data = numbered_rows(5);
+  TableDataset data = numbered_rows(5);
   DataLoader loader(data, 2, /*shuffle=*/false, 7);
   std::vector<int64_t> expected{0, 1, 2, 3, 4};
   EXPECT_EQ(rows_of_epoch(loader), expected);
@@ -60,7 +60,7 @@ TEST(DataLoader, WithoutShufflingRowsKeepTheirOrder) {
 }
 
 TEST(DataLoader, SeedDecidesTheOrderAndEpochsDiffer) {
-  Dataset data = numbered_rows(50);
+  TableDataset data = numbered_rows(50);
   DataLoader a(data, 8, true, 1);
   DataLoader b(data, 8, true, 1);
   DataLoader c(data, 8, true, 2);
@@ -72,7 +72,7 @@ TEST(DataLoader, SeedDecidesTheOrderAndEpochsDiffer) {
 }
 
 TEST(DataLoader, RestoredShuffleStateRepeatsTheFollowingEpochs) {
-  Dataset data = numbered_rows(30);
+  TableDataset data = numbered_rows(30);
   DataLoader first(data, 8, true, 3);
   rows_of_epoch(first);
   const uint64_t state = first.shuffle_state();
@@ -93,7 +93,7 @@ TEST(DataLoader, ShuffleRngIsUniform) {
 }
 
 TEST(DataLoader, DropLastDropsTheShortBatchOnly) {
-  Dataset data = numbered_rows(10);
+  TableDataset data = numbered_rows(10);
   DataLoader kept(data, 4, /*shuffle=*/true, 7);
   DataLoader dropped(data, 4, /*shuffle=*/true, 7, {}, /*drop_last=*/true);
   EXPECT_EQ(kept.num_batches(), 3);
@@ -109,9 +109,9 @@ TEST(DataLoader, DropLastDropsTheShortBatchOnly) {
 }
 
 TEST(DataLoader, BadArgumentsAreErrors) {
-  Dataset data = numbered_rows(3);
+  TableDataset data = numbered_rows(3);
   EXPECT_ERROR(DataLoader(data, 0, true, 0), "DataLoader: batch_size is 0 but expected at least 1");
-  EXPECT_ERROR(DataLoader(numbered_rows(0), 2, true, 0), "DataLoader: the data set has no rows");
+  EXPECT_ERROR(DataLoader(numbered_rows(0), 2, true, 0), "DataLoader: the data set has no examples");
   DataLoader loader(data, 2, false, 0);
   loader.begin_epoch();
   EXPECT_ERROR(loader.batch(2), "DataLoader::batch: index 2 but an epoch has 2 batches");

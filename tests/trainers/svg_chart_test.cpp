@@ -86,7 +86,7 @@ TEST(PlotWriter, RedrawsAtMostEveryIntervalAndAtTheEnd) {
   };
   auto peek = std::make_shared<Peek>();
   peek->path = path;
-  Dataset data{{"x"}, "y", {0, 1, 2, 3}, {0, 1, 2, 3}};
+  TableDataset data{{"x"}, "y", {0, 1, 2, 3}, {0, 1, 2, 3}};
   manual_seed(0);
   Trainer trainer(make_mlp(1, 2), {.devices = {Device::cpu(0)}, .epochs = 4});
   trainer.add_callback(std::make_shared<PlotWriter>(path, std::chrono::hours(1)));
@@ -104,7 +104,7 @@ TEST(PlotWriter, RefusesAnUnwritablePathAndKeepsALinkALink) {
   std::ofstream(target) << "old";
   std::filesystem::remove(link);
   std::filesystem::create_symlink(target, link);
-  Dataset data{{"x"}, "y", {0, 1, 2, 3}, {0, 1, 2, 3}};
+  TableDataset data{{"x"}, "y", {0, 1, 2, 3}, {0, 1, 2, 3}};
   manual_seed(0);
   Trainer trainer(make_mlp(1, 2), {.devices = {Device::cpu(0)}, .epochs = 2});
   trainer.add_callback(std::make_shared<PlotWriter>(link));

@@ -13,32 +13,32 @@ const char* kSmall =
     "4,40,5\n"
     "6,60,5\n";
 
-TEST(Dataset, TargetByNameOrLastColumn) {
+TEST(TableDataset, TargetByNameOrLastColumn) {
   CsvTable table = parse_csv(kSmall);
-  Dataset by_name = make_dataset(table, "y");
+  TableDataset by_name = make_dataset(table, "y");
   EXPECT_EQ(by_name.feature_names, (std::vector<std::string>{"x1", "x2"}));
   EXPECT_EQ(by_name.target_name, "y");
   EXPECT_EQ(by_name.targets, (std::vector<double>{10, 20, 30, 40, 60}));
   EXPECT_EQ(by_name.features, (std::vector<double>{1, 5, 2, 5, 3, 5, 4, 5, 6, 5}));
 
-  Dataset last = make_dataset(table);
+  TableDataset last = make_dataset(table);
   EXPECT_EQ(last.target_name, "x2");
   EXPECT_EQ(last.feature_names, (std::vector<std::string>{"x1", "y"}));
   EXPECT_EQ(last.feature(4, 1), 60.0);
 }
 
-TEST(Dataset, UnknownTargetAndSingleColumnAreErrors) {
+TEST(TableDataset, UnknownTargetAndSingleColumnAreErrors) {
   EXPECT_ERROR(make_dataset(parse_csv(kSmall), "z"),
                "make_dataset: target column \"z\" is not in the table (columns: x1, y, x2)");
   EXPECT_ERROR(make_dataset(parse_csv("a\n1\n")), "the table has 1 columns but expected at least two");
 }
 
-TEST(Dataset, FeatureColumnsByNameInTheGivenOrder) {
+TEST(TableDataset, FeatureColumnsByNameInTheGivenOrder) {
   const CsvTable table = parse_csv(kSmall);
-  const Dataset chosen = make_dataset(table, "y", {"x2"});
+  const TableDataset chosen = make_dataset(table, "y", {"x2"});
   EXPECT_EQ(chosen.feature_names, (std::vector<std::string>{"x2"}));
   EXPECT_EQ(chosen.features, (std::vector<double>{5, 5, 5, 5, 5}));
-  const Dataset swapped = make_dataset(table, "y", {"x2", "x1"});
+  const TableDataset swapped = make_dataset(table, "y", {"x2", "x1"});
   EXPECT_EQ(swapped.feature(0, 0), 5.0);
   EXPECT_EQ(swapped.feature(0, 1), 1.0);
   EXPECT_ERROR(make_dataset(table, "y", {"x3"}),
@@ -48,7 +48,7 @@ TEST(Dataset, FeatureColumnsByNameInTheGivenOrder) {
 }
 
 TEST(Split, LastFractionIsTheTestSet) {
-  Dataset data = make_dataset(parse_csv(kSmall), "y");
+  TableDataset data = make_dataset(parse_csv(kSmall), "y");
   Split split = train_test_split(data, 0.4);
   EXPECT_EQ(split.train.targets, (std::vector<double>{10, 20, 30}));
   EXPECT_EQ(split.test.targets, (std::vector<double>{40, 60}));
@@ -61,7 +61,7 @@ TEST(Split, LastFractionIsTheTestSet) {
 }
 
 TEST(Split, DiabetesSplitsAs354And88) {
-  Dataset data = make_dataset(parse_csv(datasets::diabetes_csv()), "target");
+  TableDataset data = make_dataset(parse_csv(datasets::diabetes_csv()), "target");
   Split split = train_test_split(data, 0.2);
   EXPECT_EQ(split.train.rows(), 354);
   EXPECT_EQ(split.test.rows(), 88);
@@ -70,14 +70,14 @@ TEST(Split, DiabetesSplitsAs354And88) {
 }
 
 TEST(Split, BadFractionsAreErrors) {
-  Dataset data = make_dataset(parse_csv(kSmall));
+  TableDataset data = make_dataset(parse_csv(kSmall));
   EXPECT_ERROR(train_test_split(data, 1.0), "train_test_split: test_fraction is 1 but expected a value in [0, 1)");
   EXPECT_ERROR(train_test_split(data, -0.1), "test_fraction is -0.1");
   EXPECT_ERROR(train_test_split(data, 0.95), "test_fraction 0.95 of 5 rows leaves no training rows");
 }
 
 TEST(Standardizer, UsesTrainingStatisticsForEverySet) {
-  Dataset data = make_dataset(parse_csv(kSmall), "y");
+  TableDataset data = make_dataset(parse_csv(kSmall), "y");
   Split split = train_test_split(data, 0.4);  // train x1 = 1, 2, 3; y = 10, 20, 30
   Standardizer s = Standardizer::fit(split.train);
   const double x_scale = std::sqrt(2.0 / 3.0);  // population standard deviation of 1, 2, 3
@@ -89,13 +89,13 @@ TEST(Standardizer, UsesTrainingStatisticsForEverySet) {
   EXPECT_DOUBLE_EQ(s.target_mean, 20.0);
   EXPECT_DOUBLE_EQ(s.target_scale, y_scale);
 
-  Dataset train = s.apply(split.train);
+  TableDataset train = s.apply(split.train);
   EXPECT_DOUBLE_EQ(train.feature(0, 0), -1.0 / x_scale);
   EXPECT_DOUBLE_EQ(train.feature(2, 0), 1.0 / x_scale);
   EXPECT_DOUBLE_EQ(train.feature(1, 1), 0.0);
   EXPECT_DOUBLE_EQ(train.targets[2], 10.0 / y_scale);
 
-  Dataset test = s.apply(split.test);  // x1 = 4, 6; y = 40, 60, with the training statistics
+  TableDataset test = s.apply(split.test);  // x1 = 4, 6; y = 40, 60, with the training statistics
   EXPECT_DOUBLE_EQ(test.feature(0, 0), 2.0 / x_scale);
   EXPECT_DOUBLE_EQ(test.feature(1, 0), 4.0 / x_scale);
   EXPECT_DOUBLE_EQ(test.targets[1], 40.0 / y_scale);
@@ -103,7 +103,7 @@ TEST(Standardizer, UsesTrainingStatisticsForEverySet) {
 }
 
 TEST(Standardizer, TargetCanStayInItsUnits) {
-  Dataset data = make_dataset(parse_csv(kSmall), "y");
+  TableDataset data = make_dataset(parse_csv(kSmall), "y");
   Standardizer s = Standardizer::fit(data, /*standardize_target=*/false);
   EXPECT_EQ(s.target_mean, 0.0);
   EXPECT_EQ(s.target_scale, 1.0);

@@ -17,7 +17,7 @@ TEST(TensorDataset, RowsOfTensorsOfEveryDtype) {
   EXPECT_EQ(data.size(), 4);
   ASSERT_EQ(data.tensors().size(), 3u);
 
-  const std::vector<Tensor> row = data.get(1);
+  const std::vector<Tensor> row = data.row(1);
   ASSERT_EQ(row.size(), 3u);
   testing::expect_values(row[0], {10, 11, 12}, {3});
   EXPECT_EQ(row[1].shape(), Shape{});
@@ -34,7 +34,7 @@ TEST(TensorDataset, KeepsContiguousDetachedTensors) {
   EXPECT_EQ(data.rows(), 3);
   EXPECT_TRUE(data.tensors()[0].is_contiguous());
   EXPECT_FALSE(data.tensors()[0].requires_grad());
-  testing::expect_values(data.get(2)[0], {3, 6}, {2});
+  testing::expect_values(data.row(2)[0], {3, 6}, {2});
 }
 
 TEST(TensorDataset, BadTensorsAreErrors) {
@@ -47,8 +47,8 @@ TEST(TensorDataset, BadTensorsAreErrors) {
                "TensorDataset: tensor 1 has shape [3, 2] but tensor 0 has shape [4, 3]; expected the same number "
                "of rows (dim 0)");
   const TensorDataset data({four});
-  EXPECT_ERROR(data.get(4), "TensorDataset::get: index 4 but the data set has 4 rows");
-  EXPECT_ERROR(data.get(-1), "TensorDataset::get: index -1 but the data set has 4 rows");
+  EXPECT_ERROR(data.row(4), "TensorDataset::row: index 4 but the data set has 4 rows");
+  EXPECT_ERROR(data.row(-1), "TensorDataset::row: index -1 but the data set has 4 rows");
   if (cuda_device_count() == 0) return;
   EXPECT_ERROR(TensorDataset({four, Tensor::zeros({4}, Device::cuda(0))}),
                "TensorDataset: tensor 1 is on cuda:0 but expected a CPU device");

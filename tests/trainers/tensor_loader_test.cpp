@@ -79,7 +79,7 @@ std::vector<int64_t> sorted(std::vector<int64_t> values) {
 
 TEST(TensorDataLoader, EveryRowOncePerEpochInDataLoadersPermutations) {
   const TensorDataset data = numbered(10);
-  Dataset same_rows{{"x"}, "y", std::vector<double>(10), std::vector<double>(10)};
+  TableDataset same_rows{{"x"}, "y", std::vector<double>(10), std::vector<double>(10)};
   DataLoader reference(same_rows, 4, /*shuffle=*/true, 7);
   TensorDataLoader loader(data, {.batch_size = 4, .shuffle = true, .seed = 7});
   EXPECT_EQ(loader.num_batches(), 3);

@@ -25,8 +25,8 @@ class TrainingDoubles : public nn::Cloneable<TrainingDoubles> {
 };
 
 // y = x0 - 2 x1 + 0.5 on `rows` rows.
-Dataset linear_data(int64_t rows) {
-  Dataset data;
+TableDataset linear_data(int64_t rows) {
+  TableDataset data;
   data.feature_names = {"x0", "x1"};
   data.target_name = "y";
   for (int64_t i = 0; i < rows; ++i) {
@@ -82,7 +82,7 @@ TEST(TrainerModes, PredictionsAreTheEvalModeOnesWhateverTheModelsModeAndThatMode
   ModeModel model;
   Trainer trainer = make_trainer(model);
   trainer.fit(linear_data(10));
-  const Dataset data = linear_data(6);
+  const TableDataset data = linear_data(6);
   const std::vector<double> from_training_mode = trainer.predict(data);
   EXPECT_TRUE(model.net->is_training());
   model.net->eval();

@@ -64,7 +64,7 @@ HandWritten train_by_hand(const LossFunction& loss, int units_power,
   manual_seed(0);
   HandWritten result{make_mlp(10, 20), {}};
   const Standardizer standardizer = Standardizer::fit(diabetes().train);
-  const Dataset data = standardizer.apply(diabetes().train);
+  const TableDataset data = standardizer.apply(diabetes().train);
   DataLoader loader(data, TrainerOptions{}.batch_size, /*shuffle=*/true, TrainerOptions{}.shuffle_seed);
   double to_units = 1.0;
   for (int i = 0; i < units_power; ++i) to_units *= standardizer.target_scale;

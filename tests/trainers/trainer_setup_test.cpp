@@ -1,7 +1,7 @@
 // Trainer::fit's set-up before its clock and its one read per epoch (Note [Set-up before the clock], Note [Warming
-// the step up on a copy] in trainers/src/trainer.cpp, Note [One read per epoch] in trainer_evaluation.cpp): the warm-up on a throwaway copy
-// leaves every result as it is without it, the epoch reports' metrics are those evaluate() gives, and the set-up
-// time is reported.
+// the step up on a copy] in trainers/src/trainer.cpp, Note [One read per epoch] in trainer_evaluation.cpp): the warm-up
+// on a throwaway copy leaves every result as it is without it, the epoch reports' metrics are those evaluate() gives,
+// and the set-up time is reported.
 
 #include <memory>
 #include <vector>
@@ -19,7 +19,7 @@ struct Reports : Callback {
   std::vector<EpochReport> epochs;
 };
 
-struct FitRun {
+struct WarmUpRun {
   FitResult result;
   std::vector<EpochReport> epochs;
   std::vector<std::vector<float>> parameters;
@@ -28,12 +28,12 @@ struct FitRun {
 
 // Fits `make()`'s model (made after seeding with 0) on diabetes with `options`, and keeps what a run changes.
 template <typename Make>
-FitRun fit_seeded(const Make& make, const TrainerOptions& options) {
+WarmUpRun fit_seeded(const Make& make, const TrainerOptions& options) {
   manual_seed(0);
   Trainer trainer(make(), options);
   auto reports = std::make_shared<Reports>();
   trainer.add_callback(reports);
-  FitRun run{.result = trainer.fit(diabetes().train, diabetes().test)};
+  WarmUpRun run{.result = trainer.fit(diabetes().train, diabetes().test)};
   run.epochs = reports->epochs;
   for (const Tensor& parameter : trainer.model()->parameters()) run.parameters.push_back(parameter.to_vector());
   run.generator = generator_state();
@@ -41,7 +41,7 @@ FitRun fit_seeded(const Make& make, const TrainerOptions& options) {
 }
 
 // A ReLU net with Dropout (whose forward draws from the global generator in training mode), seeded with 0.
-FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t epochs) {
+WarmUpRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t epochs) {
   return fit_seeded(
       [] {
         return make_mlp(10, {16, 8}, 1, Activation::ReLU, 0.2);
@@ -49,7 +49,7 @@ FitRun fit_dropout_net(const std::vector<Device>& devices, bool warm_up, int64_t
       {.devices = devices, .epochs = epochs, .warm_up = warm_up});
 }
 
-void expect_identical(const FitRun& with, const FitRun& without) {
+void expect_identical(const WarmUpRun& with, const WarmUpRun& without) {
   EXPECT_EQ(with.parameters, without.parameters);
   EXPECT_EQ(with.generator, without.generator);
   EXPECT_EQ(with.result.train.mse, without.result.train.mse);
@@ -74,15 +74,15 @@ TEST(TrainerSetup, WarmUpLeavesEveryResultAsItIsWithoutIt) {
   for (const std::vector<Device>& devices :
        {std::vector<Device>{Device::cpu(0)}, std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)}}) {
     SCOPED_TRACE(to_string(devices));
-    const FitRun with = fit_dropout_net(devices, true, 4);
-    const FitRun without = fit_dropout_net(devices, false, 4);
+    const WarmUpRun with = fit_dropout_net(devices, true, 4);
+    const WarmUpRun without = fit_dropout_net(devices, false, 4);
     ASSERT_EQ(with.epochs.size(), 4u);
     expect_identical(with, without);
   }
 }
 
 TEST(TrainerSetup, SetupSecondsAreReportedBesideSeconds) {
-  const FitRun run = fit_dropout_net({Device::cpu(0), Device::cpu(1)}, true, 2);
+  const WarmUpRun run = fit_dropout_net({Device::cpu(0), Device::cpu(1)}, true, 2);
   EXPECT_GT(run.result.setup_seconds, 0.0);
   EXPECT_GT(run.result.seconds, 0.0);
 }
@@ -90,7 +90,7 @@ TEST(TrainerSetup, SetupSecondsAreReportedBesideSeconds) {
 // Every epoch's metrics come from its one read (Note [One read per epoch]): they equal what evaluate() and
 // evaluate_classes() read separately at that point, exactly.
 struct CheckedAgainstEvaluate : Callback {
-  CheckedAgainstEvaluate(const Dataset& train, const Dataset& test) : train(train), test(test) {}
+  CheckedAgainstEvaluate(const TableDataset& train, const TableDataset& test) : train(train), test(test) {}
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override {
     ++epochs;
     if (trainer.options().task == Task::Regression) {
@@ -109,8 +109,8 @@ struct CheckedAgainstEvaluate : Callback {
     EXPECT_EQ(report.test_classes->cross_entropy, test_expected.cross_entropy) << "epoch " << report.epoch;
     EXPECT_EQ(report.test_classes->accuracy, test_expected.accuracy) << "epoch " << report.epoch;
   }
-  const Dataset& train;
-  const Dataset& test;
+  const TableDataset& train;
+  const TableDataset& test;
   int epochs = 0;
 };
 
@@ -127,7 +127,7 @@ TEST(TrainerSetup, EpochMetricsEqualEvaluateAtThatEpoch) {
 
 TEST(TrainerSetup, ClassifierEpochMetricsEqualEvaluateClassesAtThatEpoch) {
   // Three classes, labelled 5, -1 and 9, cut from the diabetes rows' bmi.
-  Dataset data = make_dataset(parse_csv(datasets::diabetes_csv()), "target");
+  TableDataset data = make_dataset(parse_csv(datasets::diabetes_csv()), "target");
   for (int64_t row = 0; row < data.rows(); ++row) {
     const double bmi = data.feature(row, 2);
     data.targets[static_cast<size_t>(row)] = bmi < 24 ? 5 : bmi < 29 ? -1 : 9;
@@ -156,8 +156,8 @@ TEST(TrainerSetup, WarmUpLeavesEveryResultAsItIsWithoutIt_MultiCUDA) {
   const auto fit_on_gpus = [&](bool warm_up) {
     return fit_seeded([] { return make_mlp(10, 20); }, {.devices = gpus, .epochs = 5, .warm_up = warm_up});
   };
-  const FitRun with = fit_on_gpus(true);
-  const FitRun without = fit_on_gpus(false);
+  const WarmUpRun with = fit_on_gpus(true);
+  const WarmUpRun without = fit_on_gpus(false);
   EXPECT_TRUE(with.result.steps_captured()) << with.result.eager_reason;
   EXPECT_EQ(with.result.captured_steps, 30 - 2);
   expect_identical(with, without);

@@ -130,7 +130,7 @@ TEST(Trainer, PredictionsAreInTheTargetsUnits) {
 
   // Reference: the two layers applied in float64 to the standardized first test row, then un-standardized.
   auto params = parameter_values(trainer);  // 0.weight [20, 10], 0.bias, 1.weight [1, 20], 1.bias
-  const Dataset& test = diabetes().test;
+  const TableDataset& test = diabetes().test;
   double z = params[3][0];
   for (int h = 0; h < 20; ++h) {
     double hidden = params[1][h];
@@ -642,8 +642,8 @@ TEST(Trainer, BadOptionsAreErrors) {
     EXPECT_ERROR(Trainer(make_mlp(2, 2), {.devices = {Device::cuda(7)}}), "Trainer: device cuda:7 does not exist");
   }
   Trainer trainer(make_mlp(2, 2), {.devices = {Device::cpu(0)}});
-  EXPECT_ERROR(trainer.predict(Dataset{}), "Trainer::predict: no standardization yet");
-  EXPECT_ERROR(trainer.fit(Dataset{}), "Trainer::fit: the training set has no rows");
+  EXPECT_ERROR(trainer.predict(TableDataset{}), "Trainer::predict: no standardization yet");
+  EXPECT_ERROR(trainer.fit(TableDataset{}), "Trainer::fit: the training set has no rows");
 }
 
 }  // namespace

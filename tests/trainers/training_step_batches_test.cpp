@@ -65,11 +65,11 @@ TEST(TrainingStepBatches, APlacedBatchStepsExactlyAsTheWholeBatch) {
 }
 
 TEST(TrainingStepBatches, APlacedShardStepsExactlyAsTheScatteredShard) {
-  const Dataset rows = [] {
+  const TableDataset rows = [] {
     const TensorDataset data = regression_rows();
     const std::vector<float> x = data.tensors()[0].to_vector();
     const std::vector<float> y = data.tensors()[1].to_vector();
-    return Dataset{
+    return TableDataset{
         {"a", "b", "c"}, "y", std::vector<double>(x.begin(), x.end()), std::vector<double>(y.begin(), y.end())};
   }();
   const auto group = comm::ProcessGroup::single(kDevices);

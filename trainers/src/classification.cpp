@@ -34,7 +34,7 @@ ClassLabels::ClassLabels(std::vector<int64_t> labels) : labels_(std::move(labels
   }
 }
 
-ClassLabels ClassLabels::of(const Dataset& data, int64_t max_classes) {
+ClassLabels ClassLabels::of(const TableDataset& data, int64_t max_classes) {
   TANDEM_CHECK(max_classes >= 2 && max_classes <= kMaxClasses, "ClassLabels::of: max_classes is ", max_classes,
                " but expected 2 to ", kMaxClasses);
   std::set<int64_t> seen;
@@ -67,9 +67,9 @@ int64_t ClassLabels::index_of(double label) const {
   return index;
 }
 
-Dataset ClassLabels::encode(const Dataset& data) const {
+TableDataset ClassLabels::encode(const TableDataset& data) const {
   TANDEM_CHECK(!empty(), "ClassLabels::encode: no classes");
-  Dataset encoded = data;
+  TableDataset encoded = data;
   for (int64_t r = 0; r < data.rows(); ++r) {
     const int64_t index = find(data.targets[r]);
     TANDEM_CHECK(index >= 0, "ClassLabels::encode: target \"", excerpt(data.target_name), "\" is ",

@@ -1,7 +1,13 @@
 #include "tandem/trainers/loader.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <set>
+#include <thread>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -41,34 +47,195 @@ int64_t count_batches(int64_t rows, int64_t batch_size, bool drop_last, std::str
   return rows / batch_size + (!drop_last && rows % batch_size != 0);
 }
 
-DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler,
-                       bool drop_last)
-    : data_(data), batch_size_(batch_size), shuffle_(shuffle), sampler_(sampler), rng_(seed) {
-  TANDEM_CHECK(batch_size >= 1, "DataLoader: batch_size is ", batch_size, " but expected at least 1");
-  TANDEM_CHECK(data.rows() >= 1, "DataLoader: the data set has no rows");
-  num_batches_ = count_batches(data.rows(), batch_size, drop_last, "DataLoader");
-  order_ = epoch_order(data.rows(), nullptr);
+// Note [Loader workers]: a batch is a pure function of the epoch's order and its index (make_batch: the sampler's
+// shard of the batch's rows, each example got and the examples collated), so who makes it and when does not change
+// it: the batches, and their order, are the same for any number of workers. With workers, num_workers threads take
+// the epoch's batch indices in order (next) and put each batch (or the exception that making it threw) into `ready`,
+// at most kPrefetchPerWorker * num_workers batches being made or waiting at once (a bounded prefetch: a loop that
+// stops consuming stops the workers too). batch(index) takes its batch from `ready`, waits for it while a worker makes
+// it, or, for a batch no worker took (random access, a batch asked for again), makes it itself, dropping the waiting
+// batches before it and moving the workers past it. begin_epoch() waits for the batches being made (they read the
+// order) and drops the waiting ones before the order changes, so no batch of one epoch is ever given in another.
+// Dataset::get and collate run on several threads at once: they must not change shared state (dataset.h).
+namespace {
+
+constexpr int kMaxWorkers = 64;
+constexpr size_t kPrefetchPerWorker = 2;
+
+}  // namespace
+
+struct DataLoader::State {
+  const Dataset* data;
+  int64_t batch_size;
+  bool shuffle;
+  DistributedSampler sampler;
+  int64_t num_batches = 0;
+  ShuffleRng rng;
+  std::vector<int64_t> order;
+
+  Batch make_batch(int64_t index) const {
+    const int64_t global_rows = std::min(batch_size, data->size() - index * batch_size);
+    Shard shard = sampler.shard(global_rows);
+    const int64_t start = index * batch_size + shard.begin;
+    const int64_t rows = shard.rows();
+    Example batch;
+    if (rows == 0) {  // no rows of this batch for this process: the shapes of one example's batch, with no rows
+      const Example one = data->collate({data->get(order[0])});
+      batch = {one.data.narrow(0, 0, 0), one.target.narrow(0, 0, 0)};
+    } else {
+      std::vector<Example> examples;
+      examples.reserve(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) examples.push_back(data->get(order[static_cast<size_t>(start + r)]));
+      batch = data->collate(examples);
+    }
+    return Batch{std::move(batch.data), std::move(batch.target), std::move(shard.device_rows), global_rows};
+  }
+};
+
+struct DataLoader::Prefetch {
+  struct Made {
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  Prefetch(const State& state, int workers) : state(state), capacity(kPrefetchPerWorker * workers) {
+    next = state.num_batches;  // idle until begin_epoch()
+    for (int w = 0; w < workers; ++w) threads.emplace_back([this] { work(); });
+  }
+  ~Prefetch() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    for (std::thread& thread : threads) thread.join();
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock,
+                   [this] { return stop || (next < state.num_batches && making.size() + ready.size() < capacity); });
+      if (stop) return;
+      const int64_t index = next++;
+      making.insert(index);
+      lock.unlock();
+      Made made;
+      try {
+        made.batch = state.make_batch(index);
+      } catch (...) {
+        made.error = std::current_exception();
+      }
+      lock.lock();
+      making.erase(index);
+      ready.emplace(index, std::move(made));
+      changed.notify_all();
+    }
+  }
+
+  // Before the order changes: no batch is being made, none waits, and the workers are idle.
+  void pause() {
+    std::unique_lock<std::mutex> lock(mutex);
+    next = state.num_batches;
+    changed.wait(lock, [this] { return making.empty(); });
+    ready.clear();
+    changed.notify_all();
+  }
+
+  void start() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      next = 0;
+    }
+    changed.notify_all();
+  }
+
+  Batch take(int64_t index) {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      const auto found = ready.find(index);
+      if (found != ready.end()) {
+        Made made = std::move(found->second);
+        ready.erase(found);
+        changed.notify_all();
+        if (made.error) std::rethrow_exception(made.error);
+        return std::move(made.batch);
+      }
+      if (making.count(index) == 0) break;
+      changed.wait(lock);
+    }
+    // No worker has it: make it here, and move the workers past it.
+    ready.erase(ready.begin(), ready.lower_bound(index));
+    next = std::max(next, index + 1);
+    changed.notify_all();
+    lock.unlock();
+    return state.make_batch(index);
+  }
+
+  const State& state;
+  const size_t capacity;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int64_t next = 0;          // the next batch index a worker takes
+  std::set<int64_t> making;  // being made by a worker
+  std::map<int64_t, Made> ready;
+  bool stop = false;
+  std::vector<std::thread> threads;
+};
+
+DataLoader::DataLoader(const Dataset& data, DataLoaderOptions options)
+    : state_(std::make_unique<State>(
+          State{&data, options.batch_size, options.shuffle, options.sampler, 0, ShuffleRng(options.seed), {}})) {
+  TANDEM_CHECK(options.batch_size >= 1, "DataLoader: batch_size is ", options.batch_size, " but expected at least 1");
+  TANDEM_CHECK(data.size() >= 1, "DataLoader: the data set has no examples");
+  TANDEM_CHECK(options.num_workers >= 0 && options.num_workers <= kMaxWorkers, "DataLoader: num_workers is ",
+               options.num_workers, " but expected 0 to ", kMaxWorkers);
+  state_->num_batches = count_batches(data.size(), options.batch_size, options.drop_last, "DataLoader");
+  state_->order = epoch_order(data.size(), nullptr);
+  if (options.num_workers > 0) prefetch_ = std::make_unique<Prefetch>(*state_, options.num_workers);
 }
 
-void DataLoader::begin_epoch() { order_ = epoch_order(data_.rows(), shuffle_ ? &rng_ : nullptr); }
+DataLoader::DataLoader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, DistributedSampler sampler,
+                       bool drop_last)
+    : DataLoader(
+          data,
+          DataLoaderOptions{
+              .batch_size = batch_size, .shuffle = shuffle, .seed = seed, .drop_last = drop_last, .sampler = sampler}) {
+}
+
+DataLoader::~DataLoader() = default;
+
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+
+DataLoader& DataLoader::operator=(DataLoader&& other) noexcept {
+  prefetch_.reset();  // its workers read state_
+  state_ = std::move(other.state_);
+  prefetch_ = std::move(other.prefetch_);
+  return *this;
+}
+
+void DataLoader::begin_epoch() {
+  if (prefetch_) prefetch_->pause();
+  state_->order = epoch_order(state_->data->size(), state_->shuffle ? &state_->rng : nullptr);
+  if (prefetch_) prefetch_->start();
+}
+
+int64_t DataLoader::num_batches() const { return state_->num_batches; }
+const std::vector<int64_t>& DataLoader::order() const { return state_->order; }
+int64_t DataLoader::batch_size() const { return state_->batch_size; }
+const DistributedSampler& DataLoader::sampler() const { return state_->sampler; }
+int DataLoader::num_workers() const { return prefetch_ ? static_cast<int>(prefetch_->threads.size()) : 0; }
+uint64_t DataLoader::shuffle_state() const { return state_->rng.state(); }
+
+void DataLoader::set_shuffle_state(uint64_t state) {
+  if (prefetch_) prefetch_->pause();  // idle until the next begin_epoch()
+  state_->rng = ShuffleRng(state);
+}
 
 Batch DataLoader::batch(int64_t index) const {
   TANDEM_CHECK(index >= 0 && index < num_batches(), "DataLoader::batch: index ", index, " but an epoch has ",
                num_batches(), " batches");
-  const int64_t global_rows = std::min(batch_size_, data_.rows() - index * batch_size_);
-  Shard shard = sampler_.shard(global_rows);
-  const int64_t start = index * batch_size_ + shard.begin;
-  const int64_t rows = shard.rows();
-  const int64_t width = data_.num_features();
-  std::vector<float> x(rows * width);
-  std::vector<float> y(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t source = order_[start + r];
-    for (int64_t c = 0; c < width; ++c) x[r * width + c] = static_cast<float>(data_.feature(source, c));
-    y[r] = static_cast<float>(data_.targets[source]);
-  }
-  return Batch{Tensor::from_vector(x, {rows, width}), Tensor::from_vector(y, {rows, 1}), std::move(shard.device_rows),
-               global_rows};
+  return prefetch_ ? prefetch_->take(index) : state_->make_batch(index);
 }
 
 }  // namespace tandem::trainers

@@ -35,7 +35,7 @@ std::string describe_module(const nn::Module& module) {
   return one_line(text + ")");
 }
 
-std::string fingerprint(const Dataset& data) {
+std::string fingerprint(const TableDataset& data) {
   Fnv1a hash;
   for (const std::string& name : data.feature_names) add_name(hash, name);
   add_name(hash, data.target_name);

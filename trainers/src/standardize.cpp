@@ -28,7 +28,7 @@ Moments moments(const std::vector<double>& values, int64_t start, int64_t stride
 
 }  // namespace
 
-Standardizer Standardizer::fit(const Dataset& train, bool standardize_target) {
+Standardizer Standardizer::fit(const TableDataset& train, bool standardize_target) {
   TANDEM_CHECK(train.rows() >= 1, "Standardizer::fit: the training set has no rows");
   Standardizer s;
   const int64_t width = train.num_features();
@@ -45,12 +45,12 @@ Standardizer Standardizer::fit(const Dataset& train, bool standardize_target) {
   return s;
 }
 
-Dataset Standardizer::apply(const Dataset& data) const {
+TableDataset Standardizer::apply(const TableDataset& data) const {
   const int64_t width = data.num_features();
   TANDEM_CHECK(width == static_cast<int64_t>(feature_mean.size()) && feature_mean.size() == feature_scale.size(),
                "Standardizer::apply: the data set has ", width, " features but the statistics are for ",
                feature_mean.size(), " (means) and ", feature_scale.size(), " (scales)");
-  Dataset out = data;
+  TableDataset out = data;
   for (int64_t r = 0; r < data.rows(); ++r) {
     for (int64_t c = 0; c < width; ++c) {
       double& x = out.features[r * width + c];

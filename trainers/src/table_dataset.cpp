@@ -1,17 +1,34 @@
-#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/table_dataset.h"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "tandem/core/error.h"
 
 namespace tandem::trainers {
 
-Dataset Dataset::slice(int64_t start, int64_t count) const {
-  TANDEM_CHECK(start >= 0 && count >= 0 && start + count <= rows(), "Dataset::slice: rows [", start, ", ",
+TableDataset::TableDataset(std::vector<std::string> feature_names, std::string target_name,
+                           std::vector<double> features, std::vector<double> targets)
+    : feature_names(std::move(feature_names)),
+      target_name(std::move(target_name)),
+      features(std::move(features)),
+      targets(std::move(targets)) {}
+
+Example TableDataset::get(int64_t index) const {
+  TANDEM_CHECK(index >= 0 && index < rows(), "TableDataset::get: index ", index, " but the data set has ", rows(),
+               " rows");
+  const auto row = features.begin() + index * num_features();
+  const std::vector<float> values(row, row + num_features());
+  return {Tensor::from_vector(values, {num_features()}),
+          Tensor::from_vector({static_cast<float>(targets[static_cast<size_t>(index)])}, {1})};
+}
+
+TableDataset TableDataset::slice(int64_t start, int64_t count) const {
+  TANDEM_CHECK(start >= 0 && count >= 0 && start + count <= rows(), "TableDataset::slice: rows [", start, ", ",
                start + count, ") but the data set has ", rows(), " rows");
   const int64_t width = num_features();
-  Dataset part{feature_names, target_name, {}, {}};
+  TableDataset part{feature_names, target_name, {}, {}};
   part.features.assign(features.begin() + start * width, features.begin() + (start + count) * width);
   part.targets.assign(targets.begin() + start, targets.begin() + start + count);
   return part;
@@ -32,8 +49,8 @@ int64_t column_index(const CsvTable& table, const std::string& name, const char*
 
 }  // namespace
 
-Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& target,
-                     const std::vector<std::string>& features) {
+TableDataset make_dataset(const CsvTable& table, const std::optional<std::string>& target,
+                          const std::vector<std::string>& features) {
   const int64_t width = static_cast<int64_t>(table.columns.size());
   TANDEM_CHECK(width >= 2, "make_dataset: the table has ", width,
                " columns but expected at least two (features and a target)");
@@ -53,7 +70,7 @@ Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& ta
     }
   }
 
-  Dataset data;
+  TableDataset data;
   data.target_name = table.columns[target_column];
   for (int64_t c : feature_columns) data.feature_names.push_back(table.columns[c]);
   data.features.reserve(table.rows() * feature_columns.size());
@@ -65,7 +82,7 @@ Dataset make_dataset(const CsvTable& table, const std::optional<std::string>& ta
   return data;
 }
 
-Split train_test_split(const Dataset& data, double test_fraction) {
+Split train_test_split(const TableDataset& data, double test_fraction) {
   TANDEM_CHECK(test_fraction >= 0.0 && test_fraction < 1.0, "train_test_split: test_fraction is ", test_fraction,
                " but expected a value in [0, 1)");
   const int64_t test_rows = std::llround(test_fraction * static_cast<double>(data.rows()));

@@ -21,8 +21,8 @@ TensorDataset::TensorDataset(std::vector<Tensor> tensors) {
   rows_ = tensors_.front().size(0);
 }
 
-std::vector<Tensor> TensorDataset::get(int64_t index) const {
-  TANDEM_CHECK(index >= 0 && index < rows_, "TensorDataset::get: index ", index, " but the data set has ", rows_,
+std::vector<Tensor> TensorDataset::row(int64_t index) const {
+  TANDEM_CHECK(index >= 0 && index < rows_, "TensorDataset::row: index ", index, " but the data set has ", rows_,
                " rows");
   std::vector<Tensor> row;
   for (const Tensor& tensor : tensors_) {
@@ -30,6 +30,13 @@ std::vector<Tensor> TensorDataset::get(int64_t index) const {
     row.push_back(tensor.narrow(0, index, 1).view(Shape(shape.begin() + 1, shape.end())));
   }
   return row;
+}
+
+Example TensorDataset::get(int64_t index) const {
+  TANDEM_CHECK(tensors_.size() == 2, "TensorDataset::get: the data set holds ", tensors_.size(),
+               " tensors but an Example takes two (data and target); row() gives every tensor's row");
+  std::vector<Tensor> tensors = row(index);
+  return {std::move(tensors[0]), std::move(tensors[1])};
 }
 
 }  // namespace tandem::trainers

@@ -93,14 +93,14 @@ std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::Replica
 
 // The standardized training rows as the loader's tensors: features [rows, features] and targets [rows, 1] in float32,
 // converted from float64 as DataLoader converts them.
-TensorDataset training_tensors(const Dataset& data) {
+TensorDataset training_tensors(const TableDataset& data) {
   const std::vector<float> features(data.features.begin(), data.features.end());
   const std::vector<float> targets(data.targets.begin(), data.targets.end());
   return TensorDataset({Tensor::from_vector(features, {data.rows(), data.num_features()}),
                         Tensor::from_vector(targets, {data.rows(), 1})});
 }
 
-// Dataset tensor `t` (0: features, 1: targets) of each of the batch's parts, one per device.
+// Tensor `t` (0: features, 1: targets) of each of the batch's parts, one per device.
 std::vector<Tensor> batch_part(const TensorBatch& batch, size_t t) {
   std::vector<Tensor> tensors;
   for (const std::vector<Tensor>& part : batch.parts) tensors.push_back(part.at(t));
@@ -157,7 +157,7 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
 }
 
-FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
+FitResult Trainer::fit(const TableDataset& train, const TableDataset& test) {
   const Clock::time_point setup_begin = Clock::now();
   TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
   TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
@@ -166,10 +166,10 @@ FitResult Trainer::fit(const Dataset& train, const Dataset& test) {
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
   if (options_.group) check_same_setup(*options_.group, setup(), facts_of_this_fit(test), "Trainer::fit");
-  const Dataset encoded = classifier() ? options_.classes.encode(train) : Dataset{};
-  const Dataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : Dataset{};
-  const Dataset& train_set = classifier() ? encoded : train;
-  const Dataset& test_set = classifier() ? encoded_test : test;
+  const TableDataset encoded = classifier() ? options_.classes.encode(train) : TableDataset{};
+  const TableDataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : TableDataset{};
+  const TableDataset& train_set = classifier() ? encoded : train;
+  const TableDataset& test_set = classifier() ? encoded_test : test;
   if (!standardizer_) {
     standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
     if (!options_.standardize_features) {

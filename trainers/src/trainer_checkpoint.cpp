@@ -13,7 +13,7 @@
 
 namespace tandem::trainers {
 
-void Trainer::check_same_training_data(const Dataset& train) {
+void Trainer::check_same_training_data(const TableDataset& train) {
   const std::string current = fingerprint(train);
   if (resumed_ && resumed_->train_data != current) {
     TANDEM_FAIL("Trainer::fit: the training data differs from the data of the checkpoint '", resumed_->path,
@@ -24,7 +24,7 @@ void Trainer::check_same_training_data(const Dataset& train) {
 
 // What every process of a group must share for fit to start besides setup() (Note [Setups compared across
 // processes]): the test set (setup() has the training set's fingerprint) and the state the training starts from.
-SetupFacts Trainer::facts_of_this_fit(const Dataset& test) const {
+SetupFacts Trainer::facts_of_this_fit(const TableDataset& test) const {
   SetupFacts facts;
   facts["test data"] = fingerprint(test);
   std::vector<Tensor> state = model_->parameters();

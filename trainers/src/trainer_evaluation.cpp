@@ -18,10 +18,10 @@ constexpr int64_t kPredictBatch = 65536;
 
 }  // namespace
 
-std::vector<Tensor> Trainer::resident_features(const Dataset& data) const {
+std::vector<Tensor> Trainer::resident_features(const TableDataset& data) const {
   std::vector<Tensor> features;
   if (data.rows() == 0) return features;
-  const Dataset standardized = standardizer_->apply(data);
+  const TableDataset standardized = standardizer_->apply(data);
   DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);  // refers to `standardized`
   loader.begin_epoch();
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
@@ -83,7 +83,7 @@ Trainer::EpochValues Trainer::read_epoch_end(const Tensor& losses, bool paramete
   return values;
 }
 
-std::vector<float> Trainer::read_outputs(const Dataset& data, const char* who) const {
+std::vector<float> Trainer::read_outputs(const TableDataset& data, const char* who) const {
   if (data.rows() == 0) return {};
   BatchedRead reads(options_.devices.front());
   const size_t index = reads.add(model_outputs(resident_features(data), output_width(), who));
@@ -105,7 +105,7 @@ ClassificationMetrics Trainer::class_metrics(const std::vector<float>& scores,
                                 options_.classes.size());
 }
 
-std::vector<double> Trainer::predict(const Dataset& data) const {
+std::vector<double> Trainer::predict(const TableDataset& data) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::predict: no standardization yet; call fit() or load_checkpoint()",
                " first");
   const std::vector<float> outputs = read_outputs(data, "Trainer::predict");
@@ -123,7 +123,7 @@ std::vector<double> Trainer::predict(const Dataset& data) const {
   return predictions;
 }
 
-RegressionMetrics Trainer::evaluate(const Dataset& data) const {
+RegressionMetrics Trainer::evaluate(const TableDataset& data) const {
   TANDEM_CHECK(!classifier(), "Trainer::evaluate: the task is classification; use evaluate_classes");
   TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate: the data set has no rows");
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::evaluate: no standardization yet; call fit() or ",
@@ -131,12 +131,12 @@ RegressionMetrics Trainer::evaluate(const Dataset& data) const {
   return regression_metrics_of(read_outputs(data, "Trainer::predict"), data.targets);
 }
 
-ClassificationMetrics Trainer::evaluate_classes(const Dataset& data) const {
+ClassificationMetrics Trainer::evaluate_classes(const TableDataset& data) const {
   TANDEM_CHECK(classifier(), "Trainer::evaluate_classes: the task is regression; use evaluate");
   TANDEM_CHECK(data.rows() >= 1, "Trainer::evaluate_classes: the data set has no rows");
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::evaluate_classes: no standardization yet; call fit() or ",
                "load_checkpoint() first");
-  const Dataset encoded = options_.classes.encode(data);
+  const TableDataset encoded = options_.classes.encode(data);
   return class_metrics(read_outputs(encoded, "Trainer::evaluate_classes"), encoded.targets);
 }
 

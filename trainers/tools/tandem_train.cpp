@@ -117,7 +117,7 @@ std::vector<std::vector<std::string>> rank_devices(comm::ProcessGroup& group) {
   return lists;
 }
 
-void print_banner(const Flags& flags, const CsvTable& table, const Dataset& data, const Split& split,
+void print_banner(const Flags& flags, const CsvTable& table, const TableDataset& data, const Split& split,
                   const Trainer& trainer, int64_t outputs) {
   const std::string dropped =
       table.dropped_rows > 0 ? " (" + std::to_string(table.dropped_rows) + " rows with missing values dropped)" : "";
@@ -205,7 +205,7 @@ void write_summary(const std::string& path, const FitResult& result, const Train
 // What a checkpoint of this tool records beyond the Trainer's own facts (model, optimizer, batch size, epochs and a
 // fingerprint of the training rows): the data's provenance and column choices, which a resume must keep, and for
 // Adam and AdamW (custom optimizers to the Trainer, which records SGD's options only) the lr and the weight decay.
-SetupFacts setup_facts(const Flags& flags, const Dataset& data) {
+SetupFacts setup_facts(const Flags& flags, const TableDataset& data) {
   std::string features;
   for (const std::string& name : data.feature_names) features += (features.empty() ? "" : ",") + name;
   SetupFacts facts = {{"features", features},
@@ -232,7 +232,7 @@ void resume(Trainer& trainer, const std::string& path) {
 int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) {
   const bool primary = group->rank() == 0;  // prints and writes the files
   const CsvTable table = load_table(flags);
-  const Dataset data = make_dataset(table, flags.target, flags.features);
+  const TableDataset data = make_dataset(table, flags.target, flags.features);
   const Split split = train_test_split(data, flags.test_fraction);
 
   manual_seed(flags.seed);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tandem/core/tensor.h"
-#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/table_dataset.h"
 
 namespace tandem::trainers {
 
@@ -28,7 +28,7 @@ class ClassLabels {
   // The labels of `data`'s targets. Errors, naming the target column, the row (1-based among the data rows) and the
   // value: a target that is not an integer or lies beyond +-2^53 (where doubles stop holding every integer); more
   // than max_classes distinct values (naming the first row past the limit); fewer than 2 distinct values.
-  static ClassLabels of(const Dataset& data, int64_t max_classes = kMaxClasses);
+  static ClassLabels of(const TableDataset& data, int64_t max_classes = kMaxClasses);
 
   int64_t size() const { return static_cast<int64_t>(labels_.size()); }
   bool empty() const { return labels_.empty(); }
@@ -37,7 +37,7 @@ class ClassLabels {
   int64_t index_of(double label) const;
   // `data` with every target replaced by its class index. Errors: a target that is not one of the labels, naming
   // the row (1-based) and the value.
-  Dataset encode(const Dataset& data) const;
+  TableDataset encode(const TableDataset& data) const;
   // The labels as "0,1,2" (how checkpoints record the mapping).
   std::string str() const;
 

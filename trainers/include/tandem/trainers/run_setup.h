@@ -13,7 +13,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/fnv1a.h"
 #include "tandem/nn/module.h"
-#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/table_dataset.h"
 
 namespace tandem::trainers {
 
@@ -29,7 +29,7 @@ using SetupFacts = std::map<std::string, std::string>;
 // The module's structure on one line: "Sequential(0: Linear(in_features=10, out_features=20, bias=true), 1: ReLU())".
 std::string describe_module(const nn::Module& module);
 // A fingerprint of a data set's names and values: "353 rows x 10 features, target y, fnv1a64 3b1f...".
-std::string fingerprint(const Dataset& data);
+std::string fingerprint(const TableDataset& data);
 // A double written so that reading it back gives the same value ("0.01", "0.90000000000000002").
 std::string exact_text(double value);
 // Adds a tensor to a hash: its dtype's name, its shape and its bytes (copied to the host); an undefined tensor adds

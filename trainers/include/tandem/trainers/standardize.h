@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "tandem/trainers/dataset.h"
+#include "tandem/trainers/table_dataset.h"
 
 namespace tandem::trainers {
 
@@ -14,9 +14,9 @@ struct Standardizer {
   double target_scale = 1.0;
 
   // Statistics of `train` (at least one row). With standardize_target false the target is left as it is.
-  static Standardizer fit(const Dataset& train, bool standardize_target = true);
+  static Standardizer fit(const TableDataset& train, bool standardize_target = true);
   // Standardizes features and target; the data set must have as many features as the statistics.
-  Dataset apply(const Dataset& data) const;
+  TableDataset apply(const TableDataset& data) const;
   // Back to the target's units: standardized * target_scale + target_mean.
   double target_to_original(double standardized) const { return standardized * target_scale + target_mean; }
 };

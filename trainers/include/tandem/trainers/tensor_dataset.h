@@ -1,19 +1,22 @@
 #pragma once
 // TensorDataset: a data set of host tensors whose rows go together, as PyTorch's torch.utils.data.TensorDataset: row
 // i of the data set is row i (along dim 0) of every tensor, whatever their dtypes (float32 features, int64 labels,
-// bfloat16 inputs). TensorDataLoader (tensor_loader.h) batches it.
+// bfloat16 inputs). TensorDataLoader (tensor_loader.h) batches it. As a Dataset of two tensors, example i is
+// {data: row i of the first, target: row i of the second}.
 //
 //   TensorDataset data({features, labels});  // [1000, 16] float32 and [1000] int64, on the CPU
-//   std::vector<Tensor> row = data.get(3);   // {features row 3 ([16]), labels row 3 ([])}
+//   std::vector<Tensor> row = data.row(3);   // {features row 3 ([16]), labels row 3 ([])}
+//   Example example = data.get(3);           // the same two, as data and target
 
 #include <cstdint>
 #include <vector>
 
 #include "tandem/core/tensor.h"
+#include "tandem/trainers/dataset.h"
 
 namespace tandem::trainers {
 
-class TensorDataset {
+class TensorDataset : public Dataset {
  public:
   // Keeps contiguous, detached handles of `tensors` (no copy for a contiguous tensor: writing its values later
   // changes the data set). Errors: no tensors; a tensor that is undefined, not on a CPU device or 0-dim (naming its
@@ -21,11 +24,13 @@ class TensorDataset {
   explicit TensorDataset(std::vector<Tensor> tensors);
 
   int64_t rows() const { return rows_; }
-  int64_t size() const { return rows_; }  // the rows, as LibTorch's Dataset::size() counts examples
+  int64_t size() const override { return rows_; }  // the rows: one example each
   const std::vector<Tensor>& tensors() const { return tensors_; }
 
   // Row `index` of every tensor: views of shape tensors()[t].shape() without dim 0. Errors: index outside [0, rows).
-  std::vector<Tensor> get(int64_t index) const;
+  std::vector<Tensor> row(int64_t index) const;
+  // Row `index` of the two tensors as {data, target}. Errors: as row(); a data set of other than two tensors.
+  Example get(int64_t index) const override;
 
  private:
   std::vector<Tensor> tensors_;

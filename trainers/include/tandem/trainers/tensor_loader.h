@@ -147,7 +147,8 @@ class TensorDataLoader {
     std::vector<Tensor> buffers;
     StreamMarker copied;
   };
-  // Dataset tensor t's rows indices()[first, first + count) as a new tensor on `device`, staged in `slot` when given.
+  // The data set's tensor t: rows indices()[first, first + count) as a new tensor on `device`, staged in `slot` when
+  // given.
   Tensor gather_rows(size_t t, int64_t first, int64_t count, Device device, StagingSlot* slot) const;
   bool pins_host_batches() const;
 

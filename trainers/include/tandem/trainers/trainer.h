@@ -47,12 +47,12 @@
 #include "tandem/parallel/training_step.h"
 #include "tandem/trainers/callback.h"
 #include "tandem/trainers/classification.h"
-#include "tandem/trainers/dataset.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/lr_schedule.h"
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
+#include "tandem/trainers/table_dataset.h"
 #include "tandem/trainers/tensor_loader.h"
 
 namespace tandem::trainers {
@@ -161,17 +161,17 @@ class Trainer {
   // callback sees that epoch's end, so the last checkpoint written stays the last good one. The losses are checked
   // at the epoch's end (after every step, when a callback needs_step_loss()), so step() then counts the epoch's
   // later steps too.
-  FitResult fit(const Dataset& train, const Dataset& test = {});
+  FitResult fit(const TableDataset& train, const TableDataset& test = {});
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint);
   // a classifier's are the labels (ClassLabels::labels) of the highest-scoring classes.
   // Both run the model in eval mode and give every module its previous mode back afterwards (also on an error), so
   // fit()'s training steps run in the mode the model had (training, unless the caller changed it).
-  std::vector<double> predict(const Dataset& data) const;
-  RegressionMetrics evaluate(const Dataset& data) const;  // regression only
+  std::vector<double> predict(const TableDataset& data) const;
+  RegressionMetrics evaluate(const TableDataset& data) const;  // regression only
   // A classifier's metrics on `data`, whose targets are labels of options.classes. Errors: a regression Trainer; a
   // target that is not one of the labels (naming the row); a model whose output is not [rows, classes].
-  ClassificationMetrics evaluate_classes(const Dataset& data) const;
+  ClassificationMetrics evaluate_classes(const TableDataset& data) const;
 
   // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
   // nothing.
@@ -256,20 +256,20 @@ class Trainer {
   void warm_up_step(TensorDataLoader& loader) const;
   bool classifier() const { return options_.task == Task::Classification; }
   int64_t output_width() const;  // the model's outputs per row: 1, or a classifier's classes
-  SetupFacts facts_of_this_fit(const Dataset& test) const;
+  SetupFacts facts_of_this_fit(const TableDataset& test) const;
   // `data`'s standardized features on devices[0], in batches of kPredictBatch rows (none without rows).
-  std::vector<Tensor> resident_features(const Dataset& data) const;
+  std::vector<Tensor> resident_features(const TableDataset& data) const;
   // The model's outputs for the batches, row-major on devices[0], each checked to be `width` per row (an Error
   // naming `who`); eval mode, no gradients, nothing read.
   Tensor model_outputs(const std::vector<Tensor>& features, int64_t width, const char* who) const;
   // The model's outputs for `data` (not yet standardized), read.
-  std::vector<float> read_outputs(const Dataset& data, const char* who) const;
+  std::vector<float> read_outputs(const TableDataset& data, const char* who) const;
   RegressionMetrics regression_metrics_of(const std::vector<float>& outputs, const std::vector<double>& targets) const;
   ClassificationMetrics class_metrics(const std::vector<float>& scores, const std::vector<double>& class_indices) const;
   Tensor global_sum(const Tensor& local) const;  // local's values summed over the group's processes (on the device)
   template <class Event>
   void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
-  void check_same_training_data(const Dataset& train);
+  void check_same_training_data(const TableDataset& train);
   // Throws unless every parameter's sum (read_epoch_end) is finite, naming the first parameter that is not.
   void check_parameters_finite(const std::vector<float>& sums) const;
   std::string stopped_note() const;  // how a stopped fit left its checkpoints
