@@ -53,18 +53,6 @@ std::vector<int64_t> torch_chunk_rows(int64_t rows, size_t devices) {
 
 }  // namespace
 
-const char* strategy_name(StepStrategy strategy) {
-  switch (strategy) {
-    case StepStrategy::Eager:
-      return "eager";
-    case StepStrategy::StepsInBackward:
-      return "steps in backward";
-    case StepStrategy::Captured:
-      return "captured";
-  }
-  return "unknown";
-}
-
 TrainingStep::TrainingStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            TrainingStepOptions options)
     : TrainingStep(model, nullptr, optimizer, std::move(loss), options) {}

@@ -165,7 +165,6 @@ struct TrainingStepOptions {
 
 // What a step ran.
 enum class StepStrategy { Eager, StepsInBackward, Captured };
-const char* strategy_name(StepStrategy strategy);
 
 class TrainingStep {
  public:
