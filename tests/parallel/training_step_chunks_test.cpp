@@ -1,7 +1,7 @@
 // parallel::TrainingStep fed a batch already cut over the devices (TrainingBatch::inputs and labels, as a
-// TensorDataLoader delivers it): the same step as the whole batch's cut the same way (TrainingBatch::device_rows),
-// for torch.chunk's cut and any other; shards of a global batch weighted by its rows; the checks of the chunks; and
-// graphs that survive an evaluation in eval mode between steps.
+// DataLoader with devices delivers it): the same step as the whole batch's cut the same way
+// (TrainingBatch::device_rows), for torch.chunk's cut and any other; shards of a global batch weighted by its rows; the
+// checks of the chunks; and graphs that survive an evaluation in eval mode between steps.
 
 #include <cmath>
 #include <cstddef>

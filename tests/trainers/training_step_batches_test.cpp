@@ -1,5 +1,5 @@
-// parallel::TrainingStep on batches already placed on the devices (a TensorDataLoader's parts, as the Trainer hands
-// them over) against the same step on the whole batch, and its refusals of misplaced parts.
+// parallel::TrainingStep on batches already placed on the devices (a DataLoader's chunks, as the Trainer hands them
+// over) against the same step on the whole batch, and its refusals of misplaced parts.
 
 #include <memory>
 #include <vector>
@@ -29,21 +29,17 @@ std::vector<std::vector<float>> values_of(const std::shared_ptr<nn::Module>& mod
   return values;
 }
 
-// A loader's batch as TrainingStep's chunks: part i's features and targets, on device i.
-parallel::TrainingBatch placed_batch(const TensorBatch& batch) {
-  parallel::TrainingBatch placed{.global_rows = batch.global_rows};
-  for (const std::vector<Tensor>& part : batch.parts) {
-    placed.inputs.push_back(part.at(0));
-    placed.labels.push_back(part.at(1));
-  }
-  return placed;
+// A loader's batch as TrainingStep's chunks: chunk i's features and targets, on device i.
+parallel::TrainingBatch placed_batch(const Batch& batch) {
+  return {.inputs = batch.inputs, .labels = batch.labels, .global_rows = batch.global_rows};
 }
 
 constexpr parallel::TrainingStepOptions kEager{.capture = false};
 
 TEST(TrainingStepBatches, APlacedBatchStepsExactlyAsTheWholeBatch) {
-  TensorDataLoader host(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1});
-  TensorDataLoader placed(regression_rows(), {.batch_size = 7, .shuffle = true, .seed = 1, .devices = kDevices});
+  const TensorDataset rows = regression_rows();
+  DataLoader host(rows, {.batch_size = 7, .shuffle = true, .seed = 1});
+  DataLoader placed(rows, {.batch_size = 7, .shuffle = true, .seed = 1, .devices = kDevices});
   parallel::ReplicatedModule scattering(fresh_model(), kDevices);
   parallel::ReplicatedModule given(fresh_model(), kDevices);
   parallel::ReplicatedSGD scattering_sgd(scattering, {.lr = 0.1, .momentum = 0.9});
@@ -54,8 +50,8 @@ TEST(TrainingStepBatches, APlacedBatchStepsExactlyAsTheWholeBatch) {
     host.begin_epoch();
     placed.begin_epoch();
     for (int64_t b = 0; b < host.num_batches(); ++b) {
-      const std::vector<Tensor> whole = host.batch(b).tensors();
-      const Tensor expected = scattering_step.step({.features = whole[0], .targets = whole[1]});
+      const Batch whole = host.batch(b);
+      const Tensor expected = scattering_step.step({.features = whole.features, .targets = whole.targets});
       const Tensor loss = given_step.step(placed_batch(placed.batch(b)));
       EXPECT_EQ(loss.item(), expected.item());
       EXPECT_EQ(loss.device(), Device::cpu(0));
@@ -74,8 +70,9 @@ TEST(TrainingStepBatches, APlacedShardStepsExactlyAsTheScatteredShard) {
   }();
   const auto group = comm::ProcessGroup::single(kDevices);
   DataLoader host(rows, 4, /*shuffle=*/true, 5, DistributedSampler(*group));
-  TensorDataLoader placed(
-      regression_rows(),
+  const TensorDataset tensors = regression_rows();
+  DataLoader placed(
+      tensors,
       {.batch_size = 4, .shuffle = true, .seed = 5, .devices = kDevices, .sampler = DistributedSampler(*group)});
   const parallel::DistributedOptions sums{.reduction = comm::ReduceOp::Sum};
   parallel::DistributedDataParallel scattering(fresh_model(), group, sums);
@@ -103,16 +100,17 @@ TEST(TrainingStepBatches, MisplacedBatchesAreErrors) {
   parallel::TrainingStep step(model, sgd);
   const Tensor x = Tensor::zeros({2, 3});
   const Tensor y = Tensor::zeros({2, 1});
-  TensorBatch batch{{{x, y}}, {2}, 2};
-  TensorBatch wrong_device = batch;
-  wrong_device.parts[0] = {x.to(Device::cpu(1)), y.to(Device::cpu(1))};
+  const Batch batch{.inputs = {x}, .labels = {y}, .device_rows = {2}, .global_rows = 2};
+  Batch wrong_device = batch;
+  wrong_device.inputs = {x.to(Device::cpu(1))};
+  wrong_device.labels = {y.to(Device::cpu(1))};
   EXPECT_ERROR(step.step(placed_batch(wrong_device)),
                "parallel::TrainingStep::step: features chunk 0 is on cpu:1 but expected the model's device cpu:0");
-  TensorBatch global = batch;
+  Batch global = batch;
   global.global_rows = 1;
   EXPECT_ERROR(step.step(placed_batch(global)),
                "parallel::TrainingStep::step: global_rows is 1 but this process alone has 2 rows");
-  TensorBatch too_many{{{x, y}, {x, y}, {x, y}}, {2, 2, 2}, 6};
+  const Batch too_many{.inputs = {x, x, x}, .labels = {y, y, y}, .device_rows = {2, 2, 2}, .global_rows = 6};
   EXPECT_ERROR(step.step(placed_batch(too_many)),
                "parallel::TrainingStep::step: got 3 chunks of features and 3 of targets but expected as many, up to "
                "the model's 2 devices");

@@ -32,4 +32,12 @@ Example Dataset::collate(const std::vector<Example>& examples) const {
   return {stack(parts_of(examples, &Example::data, "data")), stack(parts_of(examples, &Example::target, "target"))};
 }
 
+Example Dataset::get_batch(const std::vector<int64_t>& indices) const {
+  TANDEM_CHECK(!indices.empty(), "Dataset::get_batch: got no indices but expected at least one");
+  std::vector<Example> examples;
+  examples.reserve(indices.size());
+  for (const int64_t index : indices) examples.push_back(get(index));
+  return collate(examples);
+}
+
 }  // namespace tandem::trainers

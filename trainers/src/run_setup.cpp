@@ -1,7 +1,9 @@
 #include "tandem/trainers/run_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -45,6 +47,21 @@ std::string fingerprint(const TableDataset& data) {
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
   return std::to_string(data.rows()) + " rows x " + std::to_string(data.num_features()) + " features, target " +
          data.target_name + ", fnv1a64 " + hex;
+}
+
+std::string fingerprint(const Dataset& data) {
+  constexpr int64_t kBatch = 4096;  // examples read at once
+  Fnv1a hash;
+  for (int64_t first = 0; first < data.size(); first += kBatch) {
+    std::vector<int64_t> indices(static_cast<size_t>(std::min(kBatch, data.size() - first)));
+    std::iota(indices.begin(), indices.end(), first);
+    const Example batch = data.get_batch(indices);
+    add_tensor(hash, batch.data);
+    add_tensor(hash, batch.target);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
+  return std::to_string(data.size()) + " examples, fnv1a64 " + hex;
 }
 
 void add_tensor(Fnv1a& hash, const Tensor& tensor) {

@@ -24,6 +24,25 @@ Example TableDataset::get(int64_t index) const {
           Tensor::from_vector({static_cast<float>(targets[static_cast<size_t>(index)])}, {1})};
 }
 
+Example TableDataset::get_batch(const std::vector<int64_t>& indices) const {
+  TANDEM_CHECK(!indices.empty(), "TableDataset::get_batch: got no indices but expected at least one");
+  const auto n = static_cast<int64_t>(indices.size());
+  const int64_t width = num_features();
+  Tensor data = Tensor::empty({n, width});
+  Tensor target = Tensor::empty({n, 1});
+  auto* to_data = static_cast<float*>(data.mutable_data_ptr());
+  auto* to_target = static_cast<float*>(target.mutable_data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = indices[static_cast<size_t>(i)];
+    TANDEM_CHECK(index >= 0 && index < rows(), "TableDataset::get_batch: index ", index, " but the data set has ",
+                 rows(), " rows");
+    const auto row = features.begin() + index * width;
+    std::transform(row, row + width, to_data + i * width, [](double value) { return static_cast<float>(value); });
+    to_target[i] = static_cast<float>(targets[static_cast<size_t>(index)]);
+  }
+  return {std::move(data), std::move(target)};
+}
+
 TableDataset TableDataset::slice(int64_t start, int64_t count) const {
   TANDEM_CHECK(start >= 0 && count >= 0 && start + count <= rows(), "TableDataset::slice: rows [", start, ", ",
                start + count, ") but the data set has ", rows(), " rows");

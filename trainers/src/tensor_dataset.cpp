@@ -1,5 +1,7 @@
 #include "tandem/trainers/tensor_dataset.h"
 
+#include <cstring>
+
 #include "tandem/core/error.h"
 
 namespace tandem::trainers {
@@ -32,11 +34,38 @@ std::vector<Tensor> TensorDataset::row(int64_t index) const {
   return row;
 }
 
-Example TensorDataset::get(int64_t index) const {
-  TANDEM_CHECK(tensors_.size() == 2, "TensorDataset::get: the data set holds ", tensors_.size(),
+void TensorDataset::check_pair(const char* who) const {
+  TANDEM_CHECK(tensors_.size() == 2, who, ": the data set holds ", tensors_.size(),
                " tensors but an Example takes two (data and target); row() gives every tensor's row");
+}
+
+Example TensorDataset::get(int64_t index) const {
+  check_pair("TensorDataset::get");
   std::vector<Tensor> tensors = row(index);
   return {std::move(tensors[0]), std::move(tensors[1])};
+}
+
+Example TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  check_pair("TensorDataset::get_batch");
+  TANDEM_CHECK(!indices.empty(), "TensorDataset::get_batch: got no indices but expected at least one");
+  for (const int64_t index : indices) {
+    TANDEM_CHECK(index >= 0 && index < rows_, "TensorDataset::get_batch: index ", index, " but the data set has ",
+                 rows_, " rows");
+  }
+  const auto gather = [&](const Tensor& source) {
+    Shape shape = source.shape();
+    shape[0] = static_cast<int64_t>(indices.size());
+    Tensor batch = Tensor::empty(shape, source.dtype(), source.device());
+    // Rows are whole and contiguous in the data set's tensors, whatever the dtype: copied as bytes.
+    const size_t row_bytes = static_cast<size_t>(source.numel() / rows_) * element_size(source.dtype());
+    const auto* from = static_cast<const char*>(source.data_ptr());
+    auto* to = static_cast<char*>(batch.mutable_data_ptr());
+    for (size_t i = 0; i < indices.size(); ++i) {
+      std::memcpy(to + i * row_bytes, from + static_cast<size_t>(indices[i]) * row_bytes, row_bytes);
+    }
+    return batch;
+  };
+  return {gather(tensors_[0]), gather(tensors_[1])};
 }
 
 }  // namespace tandem::trainers

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "prepared_dataset.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
@@ -100,25 +101,19 @@ TensorDataset training_tensors(const TableDataset& data) {
                         Tensor::from_vector(targets, {data.rows(), 1})});
 }
 
-// Tensor `t` (0: features, 1: targets) of each of the batch's parts, one per device.
-std::vector<Tensor> batch_part(const TensorBatch& batch, size_t t) {
-  std::vector<Tensor> tensors;
-  for (const std::vector<Tensor>& part : batch.parts) tensors.push_back(part.at(t));
-  return tensors;
-}
-
 // Note [Captured training steps]: fit's steps go through one parallel::TrainingStep over the replicas (and, with a
 // group, the DistributedDataParallel). With options.capture, after its eager warm-up, each batch shape's step (the
 // full batches', the short last batch's) is captured once as one CUDA graph and replayed, so a step costs the host the
-// loader's asynchronous copies from its pinned staging (TensorDataLoader), their copies into the graph's static
-// buffers, the learning rates' upload and one launch, with no wait: the loss stays on the device and is read once
-// per epoch (Note [Losses read once per epoch]), an LR schedule's new rates reach the replays without a new capture,
-// and an evaluation between epochs (eval mode switched on and back) keeps the graphs (Note [Host state of a captured
-// step] in training_step.h). Under a group of several processes each process steps on its shard of the global batch,
-// weighted by the global batch's rows, and the processes decide together which steps replay (Note [Capturing across
-// processes] in training_step.h): a last global batch that leaves some process short of a row per device runs eagerly
-// everywhere. Where nothing can be captured (CPU devices, capture off: TrainingStep::blocker()) the steps are eager;
-// where a step's capture fails (Dropout draws its masks on the host) it runs eagerly. FitResult says which happened.
+// loader's asynchronous copies from pinned memory (Note [Pinned staging] in loader.cpp), their copies into the graph's
+// static buffers, the learning rates' upload and one launch, with no wait: the loss stays on the device and is read
+// once per epoch (Note [Losses read once per epoch]), an LR schedule's new rates reach the replays without a new
+// capture, and an evaluation between epochs (eval mode switched on and back) keeps the graphs (Note [Host state of a
+// captured step] in training_step.h). Under a group of several processes each process steps on its shard of the global
+// batch, weighted by the global batch's rows, and the processes decide together which steps replay (Note [Capturing
+// across processes] in training_step.h): a last global batch that leaves some process short of a row per device runs
+// eagerly everywhere. Where nothing can be captured (CPU devices, capture off: TrainingStep::blocker()) the steps are
+// eager; where a step's capture fails (Dropout draws its masks on the host) it runs eagerly. FitResult says which
+// happened.
 std::unique_ptr<parallel::TrainingStep> training_step_for(parallel::DistributedDataParallel* distributed,
                                                           parallel::ReplicatedModule& model,
                                                           parallel::ReplicatedOptimizer& optimizer,
@@ -157,46 +152,76 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
 }
 
+void Trainer::check_fit_start(const std::string& train_data, const std::string& test_data) {
+  TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
+               "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
+  check_same_training_data(train_data);
+  if (options_.group) check_same_setup(*options_.group, setup(), facts_of_this_fit(test_data), "Trainer::fit");
+}
+
 FitResult Trainer::fit(const TableDataset& train, const TableDataset& test) {
   const Clock::time_point setup_begin = Clock::now();
   TANDEM_CHECK(train.rows() >= 1, "Trainer::fit: the training set has no rows");
-  TANDEM_CHECK(epoch_ <= options_.epochs, "Trainer::fit: already at epoch ", epoch_, " but epochs is ", options_.epochs,
-               "; epochs counts all epochs (those before a resume too), so expected at least ", epoch_);
-  check_same_training_data(train);
   TANDEM_CHECK(test.rows() == 0 || test.num_features() == train.num_features(), "Trainer::fit: the test set has ",
                test.num_features(), " features but the training set has ", train.num_features());
-  if (options_.group) check_same_setup(*options_.group, setup(), facts_of_this_fit(test), "Trainer::fit");
+  check_fit_start(fingerprint(train), fingerprint(test));
   const TableDataset encoded = classifier() ? options_.classes.encode(train) : TableDataset{};
   const TableDataset encoded_test = classifier() && test.rows() > 0 ? options_.classes.encode(test) : TableDataset{};
   const TableDataset& train_set = classifier() ? encoded : train;
   const TableDataset& test_set = classifier() ? encoded_test : test;
   if (!standardizer_) {
     standardizer_ = Standardizer::fit(train_set, options_.standardize_target);
-    if (!options_.standardize_features) {
+    if (options_.standardize_features == false) {
       std::fill(standardizer_->feature_mean.begin(), standardizer_->feature_mean.end(), 0.0);
       std::fill(standardizer_->feature_scale.begin(), standardizer_->feature_scale.end(), 1.0);
     }
   }
+  const TensorDataset rows = training_tensors(standardizer_->apply(train_set));
+  const EvaluationSet train_eval{resident_features(train_set), train_set.targets};
+  const std::optional<EvaluationSet> test_eval =
+      test.rows() > 0 ? std::optional(EvaluationSet{resident_features(test_set), test_set.targets}) : std::nullopt;
+  return fit_prepared(rows, train_eval, test_eval, setup_begin);
+}
 
+FitResult Trainer::fit(const Dataset& train) { return fit_examples(train, nullptr); }
+
+FitResult Trainer::fit(const Dataset& train, const Dataset& test) { return fit_examples(train, &test); }
+
+FitResult Trainer::fit_examples(const Dataset& train, const Dataset* test) {
+  const Clock::time_point setup_begin = Clock::now();
+  TANDEM_CHECK(train.size() >= 1, "Trainer::fit: the training set has no examples");
+  const bool tested = test != nullptr && test->size() > 0;
+  check_fit_start(fingerprint(train), tested ? fingerprint(*test) : "no test set");
+  if (!standardizer_) {
+    standardizer_ =
+        Standardizer::fit(train, options_.standardize_features.value_or(false), options_.standardize_target);
+  }
+  const ClassLabels* classes = classifier() ? &options_.classes : nullptr;
+  const detail::PreparedDataset rows(train, *standardizer_, classes);
+  const EvaluationSet train_eval = evaluation_set(rows);
+  const std::optional<EvaluationSet> test_eval =
+      tested ? std::optional(evaluation_set(detail::PreparedDataset(*test, *standardizer_, classes))) : std::nullopt;
+  return fit_prepared(rows, train_eval, test_eval, setup_begin);
+}
+
+FitResult Trainer::fit_prepared(const Dataset& rows, const EvaluationSet& train_eval,
+                                const std::optional<EvaluationSet>& test_eval,
+                                std::chrono::steady_clock::time_point setup_begin) {
   // Note [Set-up before the clock]: what the first epoch would otherwise pay for happens before fit's clock starts,
-  // and FitResult::setup_seconds says how long it took: the loader's pinned staging buffers;
-  // (TrainingStep::warm_up_devices) the devices' streams, cuBLAS handles and workspaces, peer access and NCCL
-  // communicators; the standardized features of the training and test sets, resident on devices[0] for the evaluations
-  // (Note [One read per epoch]); and with options.warm_up, the step of every batch shape on a throwaway copy (Note
-  // [Warming the step up on a copy]) and one epoch's end read, evaluating the training and test sets, on the state as
-  // it is, whose values are dropped.
-  TensorDataLoader loader(training_tensors(standardizer_->apply(train_set)),
-                          {.batch_size = options_.batch_size,
+  // and FitResult::setup_seconds says how long it took: (TrainingStep::warm_up_devices) the devices' streams, cuBLAS
+  // handles and workspaces, peer access and NCCL communicators; the standardized features of the training and test
+  // sets, resident on devices[0] for the evaluations (Note [One read per epoch]); and with options.warm_up, the step of
+  // every batch shape on a throwaway copy (Note [Warming the step up on a copy]) and one epoch's end read, evaluating
+  // the training and test sets, on the state as it is, whose values are dropped.
+  DataLoader loader(rows, {.batch_size = options_.batch_size,
                            .shuffle = true,
                            .seed = options_.shuffle_seed,
+                           .num_workers = options_.num_workers,
                            .pin_memory = true,
                            .devices = options_.devices,
                            .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler()});
   loader.set_shuffle_state(shuffle_state_);
   training_step_->warm_up_devices();
-  const EvaluationSet train_eval{resident_features(train_set), train_set.targets};
-  const std::optional<EvaluationSet> test_eval =
-      test.rows() > 0 ? std::optional(EvaluationSet{resident_features(test_set), test_set.targets}) : std::nullopt;
   const EvaluationSet* test_or_null = test_eval ? &*test_eval : nullptr;
   const bool read_each_step = reads_each_step_loss();
   if (options_.warm_up && epoch_ < options_.epochs) {
@@ -260,12 +285,10 @@ FitResult Trainer::fit(const TableDataset& train, const TableDataset& test) {
   return result;
 }
 
-Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot) {
-  // The loader's parts: {features, targets} per device. With a slot, the loss is written straight into it.
-  const Tensor loss = training_step_->step({.inputs = batch_part(batch, 0),
-                                            .labels = batch_part(batch, 1),
-                                            .global_rows = batch.global_rows,
-                                            .loss_out = loss_slot});
+Tensor Trainer::train_step_on(const Batch& batch, StepModes& modes, const Tensor& loss_slot) {
+  // The loader's chunks, one per device. With a slot, the loss is written straight into it.
+  const Tensor loss = training_step_->step(
+      {.inputs = batch.inputs, .labels = batch.labels, .global_rows = batch.global_rows, .loss_out = loss_slot});
   if (!capture_blocker_.empty()) {
     modes.eager_reason = capture_blocker_;
   } else if (training_step_->captured()) {
@@ -278,7 +301,7 @@ Tensor Trainer::train_step_on(const TensorBatch& batch, StepModes& modes, const 
   return loss;
 }
 
-Trainer::EpochLosses Trainer::train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes) {
+Trainer::EpochLosses Trainer::train_epoch(DataLoader& loader, bool read_each_step, StepModes& modes) {
   loader.begin_epoch();
   const double to_original = loss_to_original();
   const int64_t batches = loader.num_batches();
@@ -294,7 +317,7 @@ Trainer::EpochLosses Trainer::train_epoch(TensorDataLoader& loader, bool read_ea
   // Note [Losses read once per epoch] (callback.h): each step's (local) loss goes to its slot on the first device.
   if (!read_each_step) losses.on_device = Tensor::zeros({batches}, options_.devices.front());
   for (int64_t b = 0; b < batches; ++b) {
-    const TensorBatch batch = loader.batch(b);
+    const Batch batch = loader.batch(b);
     const Tensor slot = read_each_step ? Tensor() : losses.on_device.narrow(0, b, 1);
     const Tensor loss = train_step_on(batch, modes, slot);
     losses.rows.push_back(batch.global_rows);
@@ -380,10 +403,10 @@ bool Trainer::reads_each_step_loss() const {
 // both. So a fit's results are those of a fit without it (TrainerOptions::warm_up), exactly. The Trainer's own
 // TrainingStep still takes its eager steps and captures its graphs in the first epoch, with the kernels loaded, the
 // plans chosen and the memory cached. It costs a copy of the model per device for as long as it runs.
-void Trainer::warm_up_step(TensorDataLoader& loader) const {
+void Trainer::warm_up_step(const DataLoader& loader) const {
   const int64_t batches = loader.num_batches();
   if (batches == 0 || (options_.group && options_.group->size() > 1)) return;
-  std::vector<TensorBatch> shapes = {loader.batch(0)};
+  std::vector<Batch> shapes = {loader.batch(0)};
   if (batches > 1) shapes.push_back(loader.batch(batches - 1));
   {
     parallel::ReplicatedModule copy(model_->clone(), options_.devices);
@@ -392,9 +415,7 @@ void Trainer::warm_up_step(TensorDataLoader& loader) const {
     parallel::TrainingStep step(copy, *optimizer, options_.loss.function, capture);
     Tensor loss;
     for (int round = 0; round <= capture.warmup_steps; ++round) {
-      for (const TensorBatch& batch : shapes) {
-        loss = step.step({.inputs = batch_part(batch, 0), .labels = batch_part(batch, 1)});
-      }
+      for (const Batch& batch : shapes) loss = step.step({.inputs = batch.inputs, .labels = batch.labels});
     }
     (void)loss.to_vector();  // waits for the last step, which follows every earlier one on every device
   }

@@ -13,8 +13,7 @@
 
 namespace tandem::trainers {
 
-void Trainer::check_same_training_data(const TableDataset& train) {
-  const std::string current = fingerprint(train);
+void Trainer::check_same_training_data(const std::string& current) {
   if (resumed_ && resumed_->train_data != current) {
     TANDEM_FAIL("Trainer::fit: the training data differs from the data of the checkpoint '", resumed_->path,
                 "' being resumed: ", resumed_->train_data, " there, ", current, " now");
@@ -24,9 +23,9 @@ void Trainer::check_same_training_data(const TableDataset& train) {
 
 // What every process of a group must share for fit to start besides setup() (Note [Setups compared across
 // processes]): the test set (setup() has the training set's fingerprint) and the state the training starts from.
-SetupFacts Trainer::facts_of_this_fit(const TableDataset& test) const {
+SetupFacts Trainer::facts_of_this_fit(const std::string& test_data) const {
   SetupFacts facts;
-  facts["test data"] = fingerprint(test);
+  facts["test data"] = test_data;
   std::vector<Tensor> state = model_->parameters();
   std::string steps;
   for (const optim::ParameterState& parameter : optimizer_->state_dict().parameters) {
@@ -62,7 +61,7 @@ SetupFacts Trainer::setup() const {
   add("batch_size", std::to_string(options_.batch_size));
   add("shuffle_seed", std::to_string(options_.shuffle_seed));
   add("standardize_target", options_.standardize_target ? "true" : "false");
-  if (!options_.standardize_features) add("standardize_features", "false");
+  if (options_.standardize_features == false) add("standardize_features", "false");
   add("epochs", std::to_string(options_.epochs));
   if (options_.lr_schedule) add("lr_schedule", options_.lr_schedule->name);
   if (classifier()) {

@@ -2,8 +2,10 @@
 // (Note [One read per epoch]), and the metrics of a regression or a classifier computed from them.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "batched_read.h"
+#include "prepared_dataset.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
@@ -28,6 +30,21 @@ std::vector<Tensor> Trainer::resident_features(const TableDataset& data) const {
     features.push_back(loader.batch(b).features.to(options_.devices.front()));
   }
   return features;
+}
+
+Trainer::EvaluationSet Trainer::evaluation_set(const detail::PreparedDataset& data) const {
+  EvaluationSet set;
+  const int64_t size = data.size();
+  for (int64_t first = 0; first < size; first += kPredictBatch) {
+    std::vector<int64_t> indices(static_cast<size_t>(std::min(kPredictBatch, size - first)));
+    std::iota(indices.begin(), indices.end(), first);
+    const Example raw = data.data().get_batch(indices);
+    set.features.push_back(data.data_of(raw.data).to(options_.devices.front()));
+    for (const double target : data.targets_of(raw.target, first)) {
+      set.targets.push_back(classifier() ? static_cast<double>(options_.classes.index_of(target)) : target);
+    }
+  }
+  return set;
 }
 
 Tensor Trainer::model_outputs(const std::vector<Tensor>& features, int64_t width, const char* who) const {

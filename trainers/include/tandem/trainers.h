@@ -17,5 +17,4 @@
 #include "tandem/trainers/svg_chart.h"
 #include "tandem/trainers/table_dataset.h"
 #include "tandem/trainers/tensor_dataset.h"
-#include "tandem/trainers/tensor_loader.h"
 #include "tandem/trainers/trainer.h"

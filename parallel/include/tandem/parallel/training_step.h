@@ -140,7 +140,7 @@ using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& ta
 //    ceil(n / devices) rows, fewer chunks than devices when n is small), as comm::scatter cuts;
 //  - placed: `inputs[i]` and `labels[i]` already on the model's device i, one chunk per device of a prefix of the
 //    devices, each with at least one row and the same dtype and trailing dimensions as chunk 0 (a loader's batch,
-//    trainers::TensorDataLoader's). A process of a group may have none: it has no rows in this global batch and
+//    trainers::DataLoader's with devices). A process of a group may have none: it has no rows in this global batch and
 //    takes part in the gradient sum with zeros.
 // `global_rows`: the rows of the batch every chunk's loss is weighted by (rows_i / global_rows); 0 means this batch's
 // own rows, and across processes it must be the global batch's.

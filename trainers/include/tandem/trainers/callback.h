@@ -63,7 +63,7 @@ struct FitResult {
   // trainers/src/trainer.cpp).
   double seconds = 0.0;
   // Wall time of this fit's set-up before that clock started (Note [Set-up before the clock]): the standardization,
-  // the loader's staging, the devices' warm-up, the evaluation sets' upload and, with TrainerOptions::warm_up, the
+  // the loader's start, the devices' warm-up, the evaluation sets' upload and, with TrainerOptions::warm_up, the
   // throwaway steps and the first epoch's end read.
   double setup_seconds = 0.0;
   // How this fit's training steps ran (TrainerOptions::capture, Note [Captured training steps] in

@@ -12,7 +12,8 @@
 //   };
 //   trainers::Example batch = squares.collate({squares.get(3), squares.get(7)});   // data [2, 1], target [2, 1]
 //
-// get() may be called from several threads at once (a loader's workers): it must not change shared state.
+// get() and get_batch() may be called from several threads at once (a loader's workers): they must not change shared
+// state.
 
 #include <cstdint>
 #include <vector>
@@ -37,6 +38,11 @@ class Dataset {
   // likewise, as PyTorch's default_collate stacks tensors. Errors: no examples; an undefined tensor, or one of
   // another shape or dtype than example 0's (naming the example).
   virtual Example collate(const std::vector<Example>& examples) const;
+  // Examples indices[0], indices[1], ... as one batch, what a loader asks for (as PyTorch's __getitems__): by
+  // default collate() of get() of each. A data set that reads many examples at once faster (TensorDataset,
+  // TableDataset: rows copied straight into the batch) overrides it with the same result. Errors: no indices; get()'s
+  // and collate()'s.
+  virtual Example get_batch(const std::vector<int64_t>& indices) const;
 
  protected:
   Dataset() = default;

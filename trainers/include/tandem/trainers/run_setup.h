@@ -30,6 +30,9 @@ using SetupFacts = std::map<std::string, std::string>;
 std::string describe_module(const nn::Module& module);
 // A fingerprint of a data set's names and values: "353 rows x 10 features, target y, fnv1a64 3b1f...".
 std::string fingerprint(const TableDataset& data);
+// A fingerprint of any data set's examples (their data and targets, dtypes, shapes and values, read in batches):
+// "1797 examples, fnv1a64 3b1f...".
+std::string fingerprint(const Dataset& data);
 // A double written so that reading it back gives the same value ("0.01", "0.90000000000000002").
 std::string exact_text(double value);
 // Adds a tensor to a hash: its dtype's name, its shape and its bytes (copied to the host); an undefined tensor adds

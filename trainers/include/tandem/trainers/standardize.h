@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "tandem/trainers/dataset.h"
 #include "tandem/trainers/table_dataset.h"
 
 namespace tandem::trainers {
@@ -15,6 +16,11 @@ struct Standardizer {
 
   // Statistics of `train` (at least one row). With standardize_target false the target is left as it is.
   static Standardizer fit(const TableDataset& train, bool standardize_target = true);
+  // Statistics of any data set whose examples have data of one number of elements (each element a feature, read as
+  // float32) and one target value: the same two-pass rule as for a table, over the examples in order. Without
+  // standardize_features the feature statistics are the identity (mean 0, scale 1). Errors: no examples; examples of
+  // other sizes than example 0, or targets of more than one value.
+  static Standardizer fit(const Dataset& train, bool standardize_features, bool standardize_target);
   // Standardizes features and target; the data set must have as many features as the statistics.
   TableDataset apply(const TableDataset& data) const;
   // Back to the target's units: standardized * target_scale + target_mean.

@@ -33,6 +33,9 @@ struct TableDataset : Dataset {
   // Row `index`: its features as float32 [num_features()] and its target as float32 [1]. Errors: index outside
   // [0, rows()).
   Example get(int64_t index) const override;
+  // The rows at `indices` as features float32 [n, num_features()] and targets float32 [n, 1], get()'s values
+  // written straight into the batch. Errors: no indices; an index outside [0, rows()).
+  Example get_batch(const std::vector<int64_t>& indices) const override;
 };
 
 // `target` names the target column; without it the last column is the target. `features` names the feature

@@ -1,7 +1,7 @@
 #pragma once
 // TensorDataset: a data set of host tensors whose rows go together, as PyTorch's torch.utils.data.TensorDataset: row
 // i of the data set is row i (along dim 0) of every tensor, whatever their dtypes (float32 features, int64 labels,
-// bfloat16 inputs). TensorDataLoader (tensor_loader.h) batches it. As a Dataset of two tensors, example i is
+// bfloat16 inputs). DataLoader (loader.h) batches it. As a Dataset of two tensors, example i is
 // {data: row i of the first, target: row i of the second}.
 //
 //   TensorDataset data({features, labels});  // [1000, 16] float32 and [1000] int64, on the CPU
@@ -31,8 +31,13 @@ class TensorDataset : public Dataset {
   std::vector<Tensor> row(int64_t index) const;
   // Row `index` of the two tensors as {data, target}. Errors: as row(); a data set of other than two tensors.
   Example get(int64_t index) const override;
+  // Rows `indices` of the two tensors as {data, target}, each a new contiguous tensor whose rows are copied as bytes
+  // (any dtype): get()'s rows stacked. Errors: as get(); no indices.
+  Example get_batch(const std::vector<int64_t>& indices) const override;
 
  private:
+  void check_pair(const char* who) const;  // Errors: other than two tensors
+
   std::vector<Tensor> tensors_;
   int64_t rows_ = 0;
 };

@@ -9,8 +9,14 @@
 //   trainer.add_callback(trainers::ProgressPrinter::to_stdout());
 //   trainers::FitResult result = trainer.fit(split.train, split.test);
 //
-// fit() standardizes features (and, by default, the target) with statistics of the training set, then runs
-// epochs of shuffled batches (a TensorDataLoader: on GPUs copied asynchronously from pinned memory); each step is
+// fit() takes a CSV table (TableDataset) or any Dataset (dataset.h) whose targets hold one value per example:
+//
+//   trainers::TensorDataset train({features, targets});  // float32 [n, ...], float32 or int64 [n]
+//   trainers::FitResult result = trainer.fit(train);       // TrainerOptions::num_workers threads load the batches
+//
+// fit() standardizes features (on by default for tables, off for other data sets: TrainerOptions::
+// standardize_features) and, by default, the target with statistics of the training set, then runs
+// epochs of shuffled batches (a DataLoader: on GPUs copied asynchronously from pinned memory); each step is
 // one parallel::TrainingStep over the devices (parallel/training_step.h), and the steps' losses are read once per epoch
 // (Note [Losses read once per epoch] in callback.h), in the epoch's one read together with the parameter check and the
 // evaluation. Metrics (and losses, see Loss::units_power) are reported in the target's original units. A checkpoint
@@ -30,6 +36,7 @@
 // process computes the same global losses and metrics; rank 0 alone runs the callbacks (progress, metrics files,
 // checkpoints) and writes checkpoints.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,9 +60,12 @@
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
 #include "tandem/trainers/table_dataset.h"
-#include "tandem/trainers/tensor_loader.h"
+#include "tandem/trainers/tensor_dataset.h"
 
 namespace tandem::trainers {
+namespace detail {
+class PreparedDataset;  // prepared_dataset.h
+}
 
 // A training loss: a one-element tensor from a model's output and the targets of the same rows, a mean over the rows.
 using LossFunction = parallel::LossFunction;
@@ -123,11 +133,15 @@ struct TrainerOptions {
   // results are the same either way, exactly; false saves the set-up time where the first epoch's cost does not
   // matter (or the copy's memory: one copy of the model per device while it runs). Not a setup fact.
   bool warm_up = true;
-  uint64_t shuffle_seed = 0;       // the loader's shuffle order
+  uint64_t shuffle_seed = 0;  // the loader's shuffle order
+  // Threads reading the training batches ahead of the steps (DataLoaderOptions::num_workers): the batches, and so
+  // the results, are the same for any number. Not a setup fact.
+  int num_workers = 0;
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Standardize each feature with the training set's mean and deviation (off: the features as they are, e.g. pixels
-  // already in [0, 1]). Recorded as the setup fact "standardize_features" when off.
-  bool standardize_features = true;
+  // already in [0, 1]). None: on for a table (fit over TableDatasets), off for any other Dataset. Recorded as the
+  // setup fact "standardize_features" when set to false.
+  std::optional<bool> standardize_features;
   // Facts of the run that the Trainer cannot see (a data file, column choices, an activation), recorded in
   // checkpoints beside its own (see Trainer::setup()); a resume must match them all.
   SetupFacts setup;
@@ -162,6 +176,15 @@ class Trainer {
   // at the epoch's end (after every step, when a callback needs_step_loss()), so step() then counts the epoch's
   // later steps too.
   FitResult fit(const TableDataset& train, const TableDataset& test = {});
+  // The same over any data set (dataset.h), read through a DataLoader every epoch: each example's data is the model's
+  // input as it is (any shape and dtype: an image [C, H, W], token ids), or standardized element by element when
+  // options.standardize_features is true (off by default here), and its target one value: a regression's target
+  // (standardized with options.standardize_target), or a classifier's label, one of options.classes. Metrics,
+  // checkpoints, resumes and the setup comparison as for tables (the data's fingerprint reads every example once per
+  // fit). Errors: as above; no training examples; a target of more than one value; a label that is not one of the
+  // classes; examples of different sizes when standardizing.
+  FitResult fit(const Dataset& train);
+  FitResult fit(const Dataset& train, const Dataset& test);
 
   // Predictions for `data` in the target's original units (needs the standardization: after fit or a checkpoint);
   // a classifier's are the labels (ClassLabels::labels) of the highest-scoring classes.
@@ -234,11 +257,19 @@ class Trainer {
   };
   // One epoch of steps, their losses left on the device unless read_each_step (then each read and checked after its
   // step, Note [Losses read once per epoch]).
-  EpochLosses train_epoch(TensorDataLoader& loader, bool read_each_step, StepModes& modes);
+  EpochLosses train_epoch(DataLoader& loader, bool read_each_step, StepModes& modes);
+  // What every fit checks first: the epochs left, the training data against a resumed checkpoint's, and under a
+  // group the setups of every process (Note [Setups compared across processes]), given the data's fingerprints.
+  void check_fit_start(const std::string& train_data, const std::string& test_data);
+  FitResult fit_examples(const Dataset& train, const Dataset* test);  // fit over any Dataset; test may be null
+  // The fit itself, on training rows that are the model's inputs and the loss's targets, and the evaluation sets.
+  FitResult fit_prepared(const Dataset& rows, const EvaluationSet& train_eval,
+                         const std::optional<EvaluationSet>& test_eval,
+                         std::chrono::steady_clock::time_point setup_begin);
   // One training step on the batch (training_step_), counted in `modes`. Returns the step's (local) loss; with a
   // defined `loss_slot` (one float32 element on the first device) the loss is written there, on the device, and
   // loss_slot is returned.
-  Tensor train_step_on(const TensorBatch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
+  Tensor train_step_on(const Batch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
   // Issues on devices[0] what an epoch's end needs (the global sums of `losses` when defined, the parameters' sums
   // when `parameters`, the outputs for the sets given) and reads it all with one host wait (Note [One read per
   // epoch] in trainer.cpp).
@@ -253,12 +284,14 @@ class Trainer {
   bool reads_each_step_loss() const;  // whether a callback needs_step_loss(), agreed on by every process
   // Steps of every batch shape on a throwaway copy of the model (Note [Warming the step up on a copy]); they may
   // draw from the global generator, which the caller restores.
-  void warm_up_step(TensorDataLoader& loader) const;
+  void warm_up_step(const DataLoader& loader) const;
   bool classifier() const { return options_.task == Task::Classification; }
   int64_t output_width() const;  // the model's outputs per row: 1, or a classifier's classes
-  SetupFacts facts_of_this_fit(const TableDataset& test) const;
+  SetupFacts facts_of_this_fit(const std::string& test_data) const;  // the test set's fingerprint
   // `data`'s standardized features on devices[0], in batches of kPredictBatch rows (none without rows).
   std::vector<Tensor> resident_features(const TableDataset& data) const;
+  // A prepared data set's data on devices[0] in batches of kPredictBatch examples, and its targets for the metrics.
+  EvaluationSet evaluation_set(const detail::PreparedDataset& data) const;
   // The model's outputs for the batches, row-major on devices[0], each checked to be `width` per row (an Error
   // naming `who`); eval mode, no gradients, nothing read.
   Tensor model_outputs(const std::vector<Tensor>& features, int64_t width, const char* who) const;
@@ -269,7 +302,7 @@ class Trainer {
   Tensor global_sum(const Tensor& local) const;  // local's values summed over the group's processes (on the device)
   template <class Event>
   void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
-  void check_same_training_data(const TableDataset& train);
+  void check_same_training_data(const std::string& train_data);  // the training set's fingerprint
   // Throws unless every parameter's sum (read_epoch_end) is finite, naming the first parameter that is not.
   void check_parameters_finite(const std::vector<float>& sums) const;
   std::string stopped_note() const;  // how a stopped fit left its checkpoints
