@@ -18,9 +18,6 @@
 
 namespace tandem::backend {
 
-enum class BinaryOp { Add, Sub, Mul };
-enum class UnaryOp { Relu, Tanh };
-
 using tandem::AdamParameter;
 using tandem::AdamUpdate;
 using tandem::SgdParameter;
@@ -58,24 +55,13 @@ class Backend {
   // dst = src; same shape, any strides (src may have stride-0 broadcast dims), same device; any dtypes, converted as
   // Note [Conversions] (element_convert.h) says
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
-  // out = a op b; a and b are already expanded to out's shape (their strides may be 0 or arbitrary);
-  // out is contiguous and may be the same memory as a (in-place accumulation)
-  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  // y += alpha * x; both contiguous with equal numel
-  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;
-  // out = s * x; both contiguous with equal numel (out may be x)
-  virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;
-  // out = f(x); contiguous
-  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out) = 0;
-  // out = grad * f'(.): Relu: saved is the input x (f' = x > 0); Tanh: saved is the output y (f' = 1 - y^2)
-  virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) = 0;
   // out[m, n] = a[m, k] @ b[k, n], or out += a @ b with options.accumulate, plus what else `options` asks for, in
   // options.precision. a and b are 2-D and either row-major (stride(1) == 1) or transposed views (stride(0) == 1);
   // with options.a_row_sums, a is contiguous or the transpose of a contiguous tensor. out is contiguous. m, n or k
   // may be 0 (k = 0: the product is zero; the row sums are too).
   virtual void gemm(const Tensor& a, const Tensor& b, const GemmOptions& options, const Tensor& out) = 0;
   // Two products, each as gemm computes it, where neither reads or writes memory that the other writes (its out and
-  // row sums); a backend may run them together (Note [Paired small products] in cuda/kernels.h).
+  // row sums); a backend may run them together (Note [Paired small products] in cuda/small_products.h).
   virtual void gemm_pair(const GemmCall& first, const GemmCall& second) {
     gemm(first.a, first.b, first.options, first.out);
     gemm(second.a, second.b, second.options, second.out);
@@ -89,7 +75,8 @@ class Backend {
   virtual void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) = 0;
   // out (shape {}) = mean((input - target)^2); input, target contiguous with equal shapes
   virtual void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) = 0;
-  // grad_input = grad * 2 / n * (input - target), grad a one-element tensor; all contiguous
+  // grad_input = grad * 2 / n * (input - target), grad a one-element tensor; all contiguous. Not a pointwise
+  // function: the factor 2 * grad / n is formed in double from the grad in device memory.
   virtual void mse_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                             const Tensor& grad_input) = 0;
   // One fused SGD update over a contiguous parameter, its gradient and (when momentum != 0) its momentum buffer.
@@ -121,8 +108,10 @@ class Backend {
   virtual void from_host(const void* host, const Tensor& dst) = 0;
 
   // ---- the general elementwise, reduction and indexing kernels (kernel_ops.h) ----
-  // out = f(inputs...) with f = call's functor; every input is already expanded to out's shape (any strides, 0 on
-  // broadcast dims), as many inputs as arity(call.op); out contiguous.
+  // out = f(inputs...) with f = call's functor: every elementwise function of float32 tensors (arithmetic,
+  // activations and their gradients, in-place accumulation and scaling). Every input is already expanded to out's
+  // shape (any strides, 0 on broadcast dims), as many inputs as arity(call.op); out contiguous. out may be the memory
+  // of an input with out's strides (in place: Tensor::add_ and mul_), no other overlap.
   virtual void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) = 0;
   // x contiguous, viewed as [outer, reduce, inner] with reduce >= 1; values contiguous [outer, inner]; indices
   // (Max and Min only, may be undefined) contiguous [outer, inner], the position along `reduce` as a float.

@@ -1,7 +1,7 @@
 #pragma once
 // The op tables that the CPU and CUDA backends share: every pointwise function as one functor compiled for the host
 // and for the device (so both backends compute the same expression), and the reductions along one dimension.
-// Included by backend.h; the functors are also compiled by nvcc (core/src/cuda/pointwise.cu).
+// Included by backend.h; the functors are also compiled by nvcc (core/src/cuda/elementwise.cu).
 
 #include <math.h>
 
@@ -16,19 +16,24 @@ namespace tandem::backend {
 // first and compute g * f'(.) from what the op saved (its input x or its output y).
 enum class Pointwise : uint8_t {
   // f(x)
-  Exp, Log, Sqrt, Rsqrt, Abs, Sigmoid, GeluErf, GeluTanh,
+  Exp, Log, Sqrt, Rsqrt, Abs, Sigmoid, Tanh, GeluErf, GeluTanh,
+  Relu,            // x < 0 ? 0 : x (NaN kept)
+  Scale,           // p0 * x
   PowScalar,       // x^p0
   Clamp,           // min(max(x, p0), p1), NaN kept, p1 wins when p0 > p1 (as torch.clamp)
   Affine,          // p0 * x + p1
   ScalarOver,      // p0 / x
   // f(a, b)
-  Div, Pow, Eq, Ne, Lt, Le, Gt, Ge,
+  Add, Sub, Mul, Div, Pow, Eq, Ne, Lt, Le, Gt, Ge,
+  Axpy,              // a + p0 * b (Tensor::add_'s y + alpha * x), each operation rounded
   SameValue,         // a == b, or both NaN
   SquaredDifference, // (a - b)^2
   ExpOfDifference,   // exp(a - b)
   ScaledMul,         // p0 * a * b
   MaskKeep,          // b != 0 ? a : 0
   MaskDrop,          // b != 0 ? 0 : a
+  ReluBackward,      // (g, x): x > 0 ? g : 0
+  TanhBackward,      // (g, y): g (1 - y^2), each operation rounded
   SqrtBackward,      // (g, y): g / (2 y)
   RsqrtBackward,     // (g, y): -g y^3 / 2
   AbsBackward,       // (g, x): g * sign(x), 0 at 0
@@ -61,12 +66,62 @@ enum class ReduceOp : uint8_t {
   LogSumExp,  // m + log(sum exp(x - m)) with m the maximum; +-inf when m is; NaN when any element is NaN
 };
 
+// The running maximum (kMax) or minimum of ReduceOp Max / Min and of LogSumExp's maximum, on both backends: NaN beats
+// every number, and among equal values (or NaNs) the lower index wins.
+template <bool kMax>
+struct Extreme {
+  float value;
+  int64_t index;
+  // Whether (v, i) beats the extreme so far.
+  TANDEM_HOST_DEVICE bool beaten_by(float v, int64_t i) const {
+    if (isnan(v)) return !isnan(value) || i < index;
+    if (isnan(value)) return false;
+    if (kMax ? v > value : v < value) return true;
+    return v == value && i < index;
+  }
+  TANDEM_HOST_DEVICE void offer(float v, int64_t i) {
+    if (beaten_by(v, i)) {
+      value = v;
+      index = i;
+    }
+  }
+};
+
 namespace fn {
 
 constexpr float kSqrtHalf = 0.70710678118654752440f;      // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;    // 1 / sqrt(2 pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;   // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
+
+// Note [Rounding like the CPU]: nvcc contracts a * b + c into one fused multiply-add, which rounds once where the CPU
+// backend rounds twice (the x86-64 baseline that the host code is built for has no fused multiply-add). Where an
+// expression's result must be bitwise the same on every device (the replicated training path applies the same update on
+// each replica and relies on replicas staying bit-equal, whatever their devices), it is spelled with these: each
+// operation rounded on its own on both sides (__fmul_rn and friends are never contracted). The CUDA optimizer updates
+// (cuda/optimizer_updates.cu) and the CUDA-only elementwise kernels (cuda/elementwise.cu) follow the same rule with the
+// intrinsics themselves.
+TANDEM_HOST_DEVICE inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TANDEM_HOST_DEVICE inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+TANDEM_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 
 // clang-format off
 struct Exp { static constexpr int kArity = 1; TANDEM_HOST_DEVICE float operator()(float x) const { return expf(x); } };
@@ -84,6 +139,19 @@ struct Rsqrt {
 struct Sigmoid {
   static constexpr int kArity = 1;
   TANDEM_HOST_DEVICE float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
+};
+struct Tanh {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return tanhf(x); }
+};
+struct Relu {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
+};
+struct Scale {
+  static constexpr int kArity = 1;
+  float s;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return s * x; }
 };
 
 struct GeluErf {
@@ -120,6 +188,23 @@ struct ScalarOver {
   TANDEM_HOST_DEVICE float operator()(float x) const { return s / x; }
 };
 
+struct Add {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float a, float b) const { return a + b; }
+};
+struct Sub {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float a, float b) const { return a - b; }
+};
+struct Mul {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float a, float b) const { return a * b; }
+};
+struct Axpy {
+  static constexpr int kArity = 2;
+  float alpha;
+  TANDEM_HOST_DEVICE float operator()(float y, float x) const { return add_rn(y, mul_rn(alpha, x)); }
+};
 struct Div {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float a, float b) const { return a / b; }
@@ -167,6 +252,14 @@ struct MaskKeep {
 struct MaskDrop {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float a, float mask) const { return mask != 0.0f ? 0.0f : a; }
+};
+struct ReluBackward {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float g, float x) const { return x > 0.0f ? g : 0.0f; }
+};
+struct TanhBackward {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float g, float y) const { return mul_rn(g, sub_rn(1.0f, mul_rn(y, y))); }
 };
 struct SqrtBackward {
   static constexpr int kArity = 2;
@@ -266,12 +359,18 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::Rsqrt: return visit(fn::Rsqrt{});
     case P::Abs: return visit(fn::Abs{});
     case P::Sigmoid: return visit(fn::Sigmoid{});
+    case P::Tanh: return visit(fn::Tanh{});
     case P::GeluErf: return visit(fn::GeluErf{});
     case P::GeluTanh: return visit(fn::GeluTanh{});
+    case P::Relu: return visit(fn::Relu{});
+    case P::Scale: return visit(fn::Scale{call.p0});
     case P::PowScalar: return visit(fn::PowScalar{call.p0});
     case P::Clamp: return visit(fn::Clamp{call.p0, call.p1});
     case P::Affine: return visit(fn::Affine{call.p0, call.p1});
     case P::ScalarOver: return visit(fn::ScalarOver{call.p0});
+    case P::Add: return visit(fn::Add{});
+    case P::Sub: return visit(fn::Sub{});
+    case P::Mul: return visit(fn::Mul{});
     case P::Div: return visit(fn::Div{});
     case P::Pow: return visit(fn::Pow{});
     case P::Eq: return visit(fn::Comparison<fn::EqualTo>{});
@@ -280,12 +379,15 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::Le: return visit(fn::Comparison<fn::LessEqual>{});
     case P::Gt: return visit(fn::Comparison<fn::Greater>{});
     case P::Ge: return visit(fn::Comparison<fn::GreaterEqual>{});
+    case P::Axpy: return visit(fn::Axpy{call.p0});
     case P::SameValue: return visit(fn::Comparison<fn::SameValue>{});
     case P::SquaredDifference: return visit(fn::SquaredDifference{});
     case P::ExpOfDifference: return visit(fn::ExpOfDifference{});
     case P::ScaledMul: return visit(fn::ScaledMul{call.p0});
     case P::MaskKeep: return visit(fn::MaskKeep{});
     case P::MaskDrop: return visit(fn::MaskDrop{});
+    case P::ReluBackward: return visit(fn::ReluBackward{});
+    case P::TanhBackward: return visit(fn::TanhBackward{});
     case P::SqrtBackward: return visit(fn::SqrtBackward{});
     case P::RsqrtBackward: return visit(fn::RsqrtBackward{});
     case P::AbsBackward: return visit(fn::AbsBackward{});

@@ -13,58 +13,8 @@ namespace tandem {
 
 using autograd::apply_one;
 using autograd::Function;
-using backend::BinaryOp;
-using backend::UnaryOp;
 
 namespace {
-
-// a op b with broadcasting; backward reduces each gradient back to its input's shape.
-class Binary final : public Function {
- public:
-  Binary(BinaryOp op, const char* name) : op_(op), name_(name) {}
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    a_shape_ = in[0].shape();
-    b_shape_ = in[1].shape();
-    if (op_ == BinaryOp::Mul) save_for_backward(in);  // a + b and a - b need only the shapes
-    return {raw::binary(op_, in[0], in[1], name_)};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& g = grads[0];
-    switch (op_) {
-      case BinaryOp::Add:
-        return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
-      case BinaryOp::Sub:
-        return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
-      case BinaryOp::Mul: {
-        const std::vector<Tensor>& in = saved_tensors();
-        return {raw::sum_to(raw::binary(BinaryOp::Mul, g, in[1], name_), a_shape_),
-                raw::sum_to(raw::binary(BinaryOp::Mul, g, in[0], name_), b_shape_)};
-      }
-    }
-    return {};
-  }
-  std::string name() const override { return name_; }
-
- private:
-  BinaryOp op_;
-  const char* name_;
-  Shape a_shape_, b_shape_;
-};
-
-class Scale final : public Function {
- public:
-  explicit Scale(float s) : s_(s) {}
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    raw::check_defined("mul", in[0]);
-    raw::check_float32("mul", in);
-    return {raw::scale(in[0], s_)};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {raw::scale(grads[0], s_)}; }
-  std::string name() const override { return "ScaleBackward"; }
-
- private:
-  float s_;
-};
 
 void check_matrix(const char* caller, const Tensor& t, const char* what) {
   raw::check_defined(caller, t, what);
@@ -153,7 +103,9 @@ class Linear final : public Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& x = saved_tensors()[0];
     const Tensor& w = saved_tensors()[1];
-    const Tensor masked = relu_ ? raw::unary_backward(UnaryOp::Relu, grads[0], saved_tensors()[2]) : grads[0];
+    const Tensor masked =
+        relu_ ? raw::pointwise({backend::Pointwise::ReluBackward}, {grads[0], saved_tensors()[2]}, "linear_relu")
+              : grads[0];
     const Tensor g = raw::gemm_input(masked, precision_);
     const bool bias_grad = has_bias_ && needs_input_grad(2);
     if (!fused_linear() || !needs_input_grad(1)) {
@@ -163,7 +115,7 @@ class Linear final : public Function {
                         : Tensor()};
     }
     // The input-gradient product goes with the weight-gradient product (Note [Paired small products] in
-    // cuda/kernels.h): neither reads what the other writes.
+    // cuda/small_products.h): neither reads what the other writes.
     const Tensor grad_input = needs_input_grad(0) ? Tensor::empty({g.size(0), w.size(1)}, g.device()) : Tensor();
     const auto with_input_product = [&](const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
                                         const Tensor& out) {
@@ -211,26 +163,6 @@ class Linear final : public Function {
   Precision precision_;
   bool relu_;
   bool has_bias_ = false;
-};
-
-class Unary final : public Function {
- public:
-  Unary(UnaryOp op, const char* name) : op_(op), name_(name) {}
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    raw::check_defined(name_, in[0]);
-    raw::check_float32(name_, in);
-    Tensor out = raw::unary(op_, in[0]);
-    save_for_backward({op_ == UnaryOp::Relu ? in[0] : out});  // relu' needs x, tanh' needs y
-    return {out};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    return {raw::unary_backward(op_, grads[0], saved_tensors()[0])};
-  }
-  std::string name() const override { return name_; }
-
- private:
-  UnaryOp op_;
-  const char* name_;
 };
 
 // scale * sum(x) over all elements: sum (scale 1) and mean (scale 1/n).
@@ -325,19 +257,6 @@ class MseLoss final : public Function {
 
 }  // namespace
 
-Tensor operator+(const Tensor& a, const Tensor& b) {
-  return apply_one(std::make_shared<Binary>(BinaryOp::Add, "add"), {a, b});
-}
-Tensor operator-(const Tensor& a, const Tensor& b) {
-  return apply_one(std::make_shared<Binary>(BinaryOp::Sub, "sub"), {a, b});
-}
-Tensor operator*(const Tensor& a, const Tensor& b) {
-  return apply_one(std::make_shared<Binary>(BinaryOp::Mul, "mul"), {a, b});
-}
-Tensor operator*(const Tensor& a, float s) { return apply_one(std::make_shared<Scale>(s), {a}); }
-Tensor operator*(float s, const Tensor& a) { return a * s; }
-Tensor operator/(const Tensor& a, float s) { return a * (1.0f / s); }
-Tensor operator-(const Tensor& a) { return a * -1.0f; }
 Tensor matmul(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Matmul>(), {a, b}); }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<Precision> precision) {
@@ -348,8 +267,6 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, st
   return apply_one(std::make_shared<Linear>(precision.value_or(default_precision()), true), {x, weight, bias});
 }
 
-Tensor relu(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Relu, "relu"), {x}); }
-Tensor tanh(const Tensor& x) { return apply_one(std::make_shared<Unary>(UnaryOp::Tanh, "tanh"), {x}); }
 Tensor sum(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(false), {x}); }
 Tensor mean(const Tensor& x) { return apply_one(std::make_shared<ScaledSum>(true), {x}); }
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return sum(x, std::vector<int64_t>{dim}, keepdim); }

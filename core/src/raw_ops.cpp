@@ -9,9 +9,6 @@
 
 namespace tandem::raw {
 
-using backend::BinaryOp;
-using backend::UnaryOp;
-
 void check_defined(const char* caller, const Tensor& t, const char* what) {
   TANDEM_CHECK(t.defined(), caller, ": ", what, " is an undefined tensor");
 }
@@ -133,15 +130,21 @@ Tensor expand(const Tensor& x, const Shape& shape, const char* caller) {
   return alias(x, out_shape, strides, x.storage_offset());
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* caller) {
-  check_defined(caller, a);
-  check_defined(caller, b);
-  check_float32(caller, {a, b});
-  check_same_device(caller, a, b);
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), caller);
-  Tensor out = Tensor::empty(shape, a.device());
+Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller) {
+  TANDEM_INTERNAL_ASSERT(static_cast<int>(inputs.size()) == backend::arity(call.op), caller, ": ", inputs.size(),
+                         " operands for a pointwise function of ", backend::arity(call.op));
+  Shape shape;
+  for (const Tensor& input : inputs) check_defined(caller, input);
+  check_float32(caller, inputs);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    check_same_device(caller, inputs[0], inputs[k]);
+    shape = k == 0 ? inputs[k].shape() : broadcast_shapes(shape, inputs[k].shape(), caller);
+  }
+  Tensor out = Tensor::empty(shape, inputs[0].device());
   if (out.numel() == 0) return out;
-  backend::for_device(a.device()).binary(op, expand(a, shape, caller), expand(b, shape, caller), out);
+  std::vector<Tensor> expanded;
+  for (const Tensor& input : inputs) expanded.push_back(expand(input, shape, caller));
+  backend::for_device(out.device()).pointwise(call, expanded, out);
   return out;
 }
 
@@ -152,30 +155,7 @@ Tensor contiguous(const Tensor& x) {
   return out;
 }
 
-Tensor scale(const Tensor& x, float s) {
-  check_float32("mul", {x});
-  Tensor in = contiguous(x);
-  Tensor out = empty_like(x);
-  if (out.numel() > 0) backend::for_device(x.device()).scale(in, s, out);
-  return out;
-}
-
-Tensor unary(UnaryOp op, const Tensor& x) {
-  check_float32(op == UnaryOp::Relu ? "relu" : "tanh", {x});
-  Tensor in = contiguous(x);
-  Tensor out = empty_like(x);
-  if (out.numel() > 0) backend::for_device(x.device()).unary(op, in, out);
-  return out;
-}
-
-Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) {
-  check_float32(op == UnaryOp::Relu ? "relu backward" : "tanh backward", {grad, saved});
-  Tensor g = contiguous(grad);
-  Tensor s = contiguous(saved);
-  Tensor out = empty_like(saved);
-  if (out.numel() > 0) backend::for_device(saved.device()).unary_backward(op, g, s, out);
-  return out;
-}
+Tensor scale(const Tensor& x, float s) { return pointwise({backend::Pointwise::Scale, s}, {x}, "mul"); }
 
 namespace {
 

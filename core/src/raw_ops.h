@@ -40,10 +40,12 @@ void fill(const Tensor& out, double value, const char* caller);
 // A new contiguous tensor on x's device holding x's values converted to `dtype` (Note [Conversions]).
 Tensor convert(const Tensor& x, DType dtype);
 
-Tensor binary(backend::BinaryOp op, const Tensor& a, const Tensor& b, const char* caller);
+// out = f(inputs...) with the inputs broadcast together (NumPy rules): every elementwise op goes through here
+// (Backend::pointwise). Errors name `caller`: an undefined input, a dtype other than float32, inputs on different
+// devices, shapes that do not broadcast.
+Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller);
+// s * x (pointwise Scale; errors name "mul").
 Tensor scale(const Tensor& x, float s);
-Tensor unary(backend::UnaryOp op, const Tensor& x);
-Tensor unary_backward(backend::UnaryOp op, const Tensor& grad, const Tensor& saved);
 // 2-D a @ b into a new float32 tensor, with `options` fused in (Backend::gemm; its accumulate must be false).
 Tensor gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options = {});
 // out = a @ b, or out += a @ b with options.accumulate, with `options` fused in; out is a contiguous float32 [m, n]

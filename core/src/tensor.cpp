@@ -317,13 +317,9 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   raw::check_same_device("Tensor::add_", *this, other);
   check_contiguous_target(*this, "add_");
   if (numel() == 0) return *this;
-  if (other.shape() == shape() && other.is_contiguous()) {
-    backend::for_device(device()).axpy(alpha, other, *this);
-  } else {
-    const Tensor scaled = alpha == 1.0f ? other : raw::scale(other, alpha);
-    backend::for_device(device()).binary(backend::BinaryOp::Add, *this, raw::expand(scaled, shape(), "Tensor::add_"),
-                                         *this);
-  }
+  // this + alpha * other, other broadcast: alpha * other rounds before the sum, alpha == 1 included (exact).
+  backend::for_device(device()).pointwise({backend::Pointwise::Axpy, alpha},
+                                          {*this, raw::expand(other, shape(), "Tensor::add_")}, *this);
   return *this;
 }
 
@@ -331,7 +327,7 @@ Tensor& Tensor::mul_(float factor) {
   check_inplace_allowed(*this, "mul_");
   raw::check_float32("Tensor::mul_", {*this});
   check_contiguous_target(*this, "mul_");
-  if (numel() > 0) backend::for_device(device()).scale(*this, factor, *this);
+  if (numel() > 0) backend::for_device(device()).pointwise({backend::Pointwise::Scale, factor}, {*this}, *this);
   return *this;
 }
 

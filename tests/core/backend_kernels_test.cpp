@@ -249,7 +249,7 @@ TEST_P(BackendKernels, SgdVariantsMatchTheReferenceRule) {
   }
 }
 
-// contiguous() of transposed views (Note [Transposing copies] in kernels.cu on a GPU): sizes that leave partial
+// contiguous() of transposed views (Note [Transposing copies] in elementwise.cu on a GPU): sizes that leave partial
 // tiles, a single row or column, a column stride beyond the row count (a narrowed source), and more tiles than one
 // grid of blocks covers at once.
 TEST_P(BackendKernels, ContiguousCopiesOfTransposesEqualTheIndexedElements) {

@@ -14,8 +14,8 @@ namespace {
 
 class MultiTensorUpdate : public testing::EveryDevice {};
 
-// More entries than one kernel launch holds (Note [Multi-tensor kernel arguments] in kernels.cu), so that the list
-// is split on a GPU.
+// More entries than one kernel launch holds (Note [Multi-tensor kernel arguments] in optimizer_updates.cu), so that the
+// list is split on a GPU.
 constexpr int kEntries = 70;
 
 int64_t size_of_entry(int i) { return i % 11 == 5 ? 0 : 1 + (i * 37) % 300; }
@@ -160,7 +160,7 @@ TEST_P(MultiTensorUpdate, ListsNameTheirBadEntry) {
 
 // `t`'s values one element into a storage of their own: the view starts 4 bytes past a 16-byte boundary, so a GPU
 // updates it one element at a time where a fresh tensor is updated four at a time (Note [Updates four elements at a
-// time] in kernels.cu).
+// time] in optimizer_updates.cu).
 Tensor misaligned_copy(const Tensor& t) {
   if (!t.defined()) return Tensor();
   Tensor view = Tensor::zeros({t.numel() + 1}, t.device()).narrow(0, 1, t.numel());

@@ -19,8 +19,8 @@ namespace {
 // One kernel each for the two forward products (bias in the epilogue, no split-K), the loss (one block), the loss's
 // backward and the optimizer step (multi-tensor SGD); one for each weight gradient with its bias gradient, both
 // written straight into the flat gradient buffer (a tiny output over k = the batch: Note [Tiny products] in
-// core/src/cuda/kernels.h), the output layer's together with the hidden layer's input gradient (Note [Paired small
-// products] there).
+// core/src/cuda/small_products.h), the output layer's together with the hidden layer's input gradient (Note [Paired
+// small products] there).
 constexpr size_t kMaxSeedStepKernels = 7;
 constexpr int64_t kBatch = 4096;
 constexpr int kSteps = 5;  // two eager warm-up steps, the captured one, two replays

@@ -43,7 +43,8 @@ void accumulate(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad, const N
   TANDEM_CHECK(grad.device() == meta.device, "backward: ", node.name(), " received a gradient on ", grad.device(),
                " for an output on ", meta.device);
   Tensor& current = buffer[slot];
-  current = current.defined() ? raw::binary(backend::BinaryOp::Add, current, grad, "backward") : std::move(grad);
+  current =
+      current.defined() ? raw::pointwise({backend::Pointwise::Add}, {current, grad}, "backward") : std::move(grad);
 }
 
 // The callbacks queued by the backward pass running on this thread (queue_callback); null outside one.

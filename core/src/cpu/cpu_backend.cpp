@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "backend.h"
@@ -26,25 +25,6 @@ using MutableArray = Eigen::Map<Eigen::ArrayXf>;
 
 ConstArray array_of(const Tensor& t) { return ConstArray(t.data(), t.numel()); }
 MutableArray mutable_array_of(const Tensor& t) { return MutableArray(t.mutable_data(), t.numel()); }
-
-// out[i] = f(a[i], b[i]) over strided operands; the all-step-1 branch lets the compiler vectorize.
-template <typename F>
-void binary_loop(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
-  const float* pa = a.data();
-  const float* pb = b.data();
-  float* po = out.mutable_data();
-  cpu::for_each_row<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()},
-                       [&](int64_t length, const cpu::Offsets<3>& at, const cpu::Offsets<3>& step) {
-                         float* o = po + at[0];
-                         const float* x = pa + at[1];
-                         const float* y = pb + at[2];
-                         if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
-                           for (int64_t i = 0; i < length; ++i) o[i] = f(x[i], y[i]);
-                         } else {
-                           for (int64_t i = 0; i < length; ++i) o[i * step[0]] = f(x[i * step[1]], y[i * step[2]]);
-                         }
-                       });
-}
 
 // Calls fn with an Eigen map of the 2-D tensor t in its natural storage order (row-major when stride(1) == 1,
 // column-major when stride(0) == 1), so that Eigen's GEMM reads it in place. Any other layout (e.g. a stride-0
@@ -160,43 +140,6 @@ class CpuBackend final : public Backend {
                              for (int64_t i = 0; i < length; ++i) pd[at[0] + i * step[0]] = ps[at[1] + i * step[1]];
                            }
                          });
-  }
-
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
-    switch (op) {
-      case BinaryOp::Add: return binary_loop(std::plus<float>(), a, b, out);
-      case BinaryOp::Sub: return binary_loop(std::minus<float>(), a, b, out);
-      case BinaryOp::Mul: return binary_loop(std::multiplies<float>(), a, b, out);
-    }
-    TANDEM_INTERNAL_ASSERT(false, "cpu backend binary: unknown op ", static_cast<int>(op));
-  }
-
-  void axpy(float alpha, const Tensor& x, const Tensor& y) override {
-    mutable_array_of(y) += alpha * array_of(x);
-  }
-
-  void scale(const Tensor& x, float s, const Tensor& out) override { mutable_array_of(out) = s * array_of(x); }
-
-  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override {
-    switch (op) {
-      // x < 0 ? 0 : x keeps NaN inputs visible in the output
-      case UnaryOp::Relu: mutable_array_of(out) = array_of(x).unaryExpr([](float v) { return v < 0.0f ? 0.0f : v; });
-        return;
-      case UnaryOp::Tanh: mutable_array_of(out) = array_of(x).tanh(); return;
-    }
-    TANDEM_INTERNAL_ASSERT(false, "cpu backend unary: unknown op ", static_cast<int>(op));
-  }
-
-  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) override {
-    switch (op) {
-      case UnaryOp::Relu:
-        mutable_array_of(out) = (array_of(saved) > 0.0f).select(array_of(grad), 0.0f);
-        return;
-      case UnaryOp::Tanh:
-        mutable_array_of(out) = array_of(grad) * (1.0f - array_of(saved).square());
-        return;
-    }
-    TANDEM_INTERNAL_ASSERT(false, "cpu backend unary_backward: unknown op ", static_cast<int>(op));
   }
 
   void gemm(const Tensor& a, const Tensor& b, const GemmOptions& options, const Tensor& out) override {

@@ -1,8 +1,10 @@
-// The CPU backend's general kernels: one strided loop for every pointwise functor of kernel_ops.h, reductions
-// along one dimension (sums in double), and gather / scatter-add along a dimension.
+// The CPU backend's general kernels: one strided loop for every pointwise functor of kernel_ops.h (a plain loop over
+// rows where every operand is contiguous), reductions along one dimension (sums in double), and gather / scatter-add
+// along a dimension.
 
 #include "cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -11,6 +13,11 @@
 
 namespace tandem::cpu {
 namespace {
+
+// Steps of 1 known to the compiler: a row of contiguous operands is a loop it can vectorize.
+struct UnitSteps {
+  constexpr int64_t operator[](size_t) const { return 1; }
+};
 
 template <int kArity, typename F>
 void pointwise_loop(F f, const std::vector<Tensor>& inputs, const Tensor& out) {
@@ -22,7 +29,7 @@ void pointwise_loop(F f, const std::vector<Tensor>& inputs, const Tensor& out) {
     in[k] = inputs[k].data();
   }
   float* po = out.mutable_data();
-  for_each_row<N>(out.shape(), strides, [&](int64_t length, const Offsets<N>& at, const Offsets<N>& step) {
+  const auto row = [&](int64_t length, const Offsets<N>& at, const auto& step) {
     for (int64_t i = 0; i < length; ++i) {
       const auto load = [&](int k) { return in[k][at[k + 1] + i * step[k + 1]]; };
       float value;
@@ -35,17 +42,14 @@ void pointwise_loop(F f, const std::vector<Tensor>& inputs, const Tensor& out) {
       }
       po[at[0] + i * step[0]] = value;
     }
+  };
+  for_each_row<N>(out.shape(), strides, [&](int64_t length, const Offsets<N>& at, const Offsets<N>& step) {
+    if (std::all_of(step.begin(), step.end(), [](int64_t s) { return s == 1; })) {
+      row(length, at, UnitSteps{});
+    } else {
+      row(length, at, step);
+    }
   });
-}
-
-// Whether (v, i) beats the best so far (best, best_i) for a maximum (kMax) or minimum: NaN beats every number,
-// and among equal values (or NaNs) the lower index wins.
-template <bool kMax>
-bool beats(float v, int64_t i, float best, int64_t best_i) {
-  if (std::isnan(v)) return !std::isnan(best) || i < best_i;
-  if (std::isnan(best)) return false;
-  if (kMax ? v > best : v < best) return true;
-  return v == best && i < best_i;
 }
 
 template <bool kMax>
@@ -53,15 +57,10 @@ void extreme(const float* x, int64_t outer, int64_t reduce, int64_t inner, float
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < inner; ++c) {
       const float* row = x + o * reduce * inner + c;
-      float best = row[0];
-      int64_t best_i = 0;
-      for (int64_t r = 1; r < reduce; ++r)
-        if (beats<kMax>(row[r * inner], r, best, best_i)) {
-          best = row[r * inner];
-          best_i = r;
-        }
-      values[o * inner + c] = best;
-      if (indices != nullptr) indices[o * inner + c] = static_cast<float>(best_i);
+      backend::Extreme<kMax> best{row[0], 0};
+      for (int64_t r = 1; r < reduce; ++r) best.offer(row[r * inner], r);
+      values[o * inner + c] = best.value;
+      if (indices != nullptr) indices[o * inner + c] = static_cast<float>(best.index);
     }
 }
 
@@ -69,9 +68,9 @@ void log_sum_exp(const float* x, int64_t outer, int64_t reduce, int64_t inner, f
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < inner; ++c) {
       const float* row = x + o * reduce * inner + c;
-      float m = row[0];
-      for (int64_t r = 1; r < reduce; ++r)
-        if (beats<true>(row[r * inner], r, m, 0)) m = row[r * inner];
+      backend::Extreme<true> max{row[0], 0};
+      for (int64_t r = 1; r < reduce; ++r) max.offer(row[r * inner], r);
+      const float m = max.value;
       float result = m;
       if (std::isfinite(m)) {
         double total = 0.0;

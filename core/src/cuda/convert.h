@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/kernels.h"
+#include "cuda/strided_layout.h"
 #include "tandem/core/dtype.h"
 
 namespace tandem::cuda::kernels {

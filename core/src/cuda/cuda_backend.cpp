@@ -1,7 +1,7 @@
-// The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp), own kernels for the rest (kernels.cu). Every
-// call makes the tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in
-// context.h), except the optimizers' list updates asked to run on the communication stream; only the host transfers
-// wait for the device.
+// The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp, with small_products.cu), own kernels for the
+// rest (elementwise.cu, reductions.cu, optimizer_updates.cu). Every call makes the tensors' device current and enqueues
+// its work on that device's compute stream (Note [Streams] in context.h), except the optimizers' list updates asked to
+// run on the communication stream; only the host transfers wait for the device.
 
 #include <cuda_runtime.h>
 
@@ -10,15 +10,13 @@
 #include "cuda/convert.h"
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
-#include "cuda/kernels.h"
+#include "cuda/optimizer_updates.h"
+#include "cuda/reductions.h"
 #include "cuda/strided_layout.h"
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::cuda {
 namespace {
-
-using backend::BinaryOp;
-using backend::UnaryOp;
 
 // The device of one backend call, current while the call runs, and its compute stream.
 struct OnDevice {
@@ -82,37 +80,6 @@ class CudaBackend final : public backend::Backend {
     }
     kernels::copy(src.data(), dst.mutable_data(), collapse_dims(dst.shape(), {&dst.strides(), &src.strides()}),
                   on.stream);
-  }
-
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
-    if (out.numel() == 0) return;
-    OnDevice on(out);
-    kernels::binary(op, a.data(), b.data(), out.mutable_data(),
-                    collapse_dims(out.shape(), {&out.strides(), &a.strides(), &b.strides()}), on.stream);
-  }
-
-  void axpy(float alpha, const Tensor& x, const Tensor& y) override {
-    if (y.numel() == 0) return;
-    OnDevice on(y);
-    kernels::axpy(alpha, x.data(), y.mutable_data(), y.numel(), on.stream);
-  }
-
-  void scale(const Tensor& x, float s, const Tensor& out) override {
-    if (out.numel() == 0) return;
-    OnDevice on(out);
-    kernels::scale(x.data(), s, out.mutable_data(), out.numel(), on.stream);
-  }
-
-  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override {
-    if (out.numel() == 0) return;
-    OnDevice on(out);
-    kernels::unary(op, x.data(), out.mutable_data(), out.numel(), on.stream);
-  }
-
-  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& out) override {
-    if (out.numel() == 0) return;
-    OnDevice on(out);
-    kernels::unary_backward(op, grad.data(), saved.data(), out.mutable_data(), out.numel(), on.stream);
   }
 
   void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out) override {

@@ -7,9 +7,11 @@
 #include <climits>
 
 #include "cuda/convert.h"
+#include "cuda/elementwise.h"
 #include "cuda/gemm_operand.h"
-#include "cuda/kernels.h"
 #include "cuda/lt_matmul.h"
+#include "cuda/reductions.h"
+#include "cuda/small_products.h"
 #include "cuda/strided_layout.h"
 #include "tandem/core/cuda/context.h"
 
@@ -88,7 +90,11 @@ void gemm_in_passes(const Tensor& a, const Tensor& b, const backend::GemmOptions
     const bool lt_tried = !bias.defined() && !options.a_row_sums.defined() && !options.relu;
     plain_product(a, b, bias.defined() || options.accumulate, options.precision, lt_tried, out, device);
   }
-  if (options.relu) kernels::unary(backend::UnaryOp::Relu, out.data(), out.mutable_data(), out.numel(), stream);
+  if (options.relu) {
+    const float* in[] = {out.data()};
+    kernels::pointwise({backend::Pointwise::Relu}, in, out.mutable_data(),
+                       collapse_dims(out.shape(), {&out.strides(), &out.strides()}), stream);
+  }
 }
 
 // The operands, out and the epilogue of a product for the kernels of kernels::SmallProduct.
@@ -111,9 +117,9 @@ kernels::SmallProduct small_product(const Tensor& a, const Tensor& b, const back
           .relu = options.relu};
 }
 
-// Note [Tiny products] (kernels.h) says why; this is which products take tiny_product, ahead of cuBLASLt and cuBLAS.
-// The output is tiny: at most kTinyOutput elements, so the grid (one block per element, plus one per row sum) is
-// about one wave of an H200's 132 SMs; a larger output has tiles enough for cuBLAS to fill the GPU without splitting
+// Note [Tiny products] (small_products.h) says why; this is which products take tiny_product, ahead of cuBLASLt and
+// cuBLAS. The output is tiny: at most kTinyOutput elements, so the grid (one block per element, plus one per row sum)
+// is about one wave of an H200's 132 SMs; a larger output has tiles enough for cuBLAS to fill the GPU without splitting
 // k. k is long: at least kTinyMinK, one element per thread and more, where cuBLAS and cuBLASLt split k; a shorter k is
 // one unsplit cuBLASLt kernel already (Note [One kernel for small products] in lt_matmul.cpp). k is at most
 // kTinyMaxK: one block walks a whole row of a and column of b, and beyond a few hundred KiB of them the extra kernels
@@ -127,11 +133,12 @@ bool takes_tiny_product(int64_t m, int64_t n, int64_t k, const backend::GemmOpti
   return !options.bias.defined() && !options.relu && m * n <= kTinyOutput && k >= kTinyMinK && k <= kTinyMaxK;
 }
 
-// Note [Short products] (kernels.h) says why; this is which products take short_product. k is at most kShortMaxK,
-// so that a thread's sum is a short loop over operands that the cache holds; the output at most kShortMaxOutput
-// elements (4 MiB), where a product is a few microseconds and the launch counts; a larger one has tiles enough for
-// cuBLAS's tensor-core kernels. Bias and ReLU are fused; row sums are not (a weight gradient's k is the batch, never
-// short). As with tiny products, a TF32 product is computed in full float32 and a BFloat16 one reads bfloat16.
+// Note [Short products] (small_products.h) says why; this is which products take short_product. k is at most
+// kShortMaxK, so that a thread's sum is a short loop over operands that the cache holds; the output at most
+// kShortMaxOutput elements (4 MiB), where a product is a few microseconds and the launch counts; a larger one has tiles
+// enough for cuBLAS's tensor-core kernels. Bias and ReLU are fused; row sums are not (a weight gradient's k is the
+// batch, never short). As with tiny products, a TF32 product is computed in full float32 and a BFloat16 one reads
+// bfloat16.
 constexpr int64_t kShortMaxK = 32;
 constexpr int64_t kShortMaxOutput = int64_t{1} << 20;
 
@@ -197,7 +204,7 @@ bool paired_small_products(const backend::GemmCall& first, const backend::GemmCa
 // lists its Hopper TF32 kernels for that layout alone; 16-bit types take either), and cuBLAS's TF32 kernel for this
 // pair of layouts is much slower than for a row-major a (docs/benchmarks.md, "Design measurements"). So for a TF32
 // product whose a is a transposed view and whose output is wide enough to pay for it, a is first copied row-major (a
-// tiled transpose, Note [Transposing copies] in kernels.cu) and the product reads the copy. cuBLASLt has no
+// tiled transpose, Note [Transposing copies] in elementwise.cu) and the product reads the copy. cuBLASLt has no
 // bias-gradient epilogue for a row-major a, and a row-sum kernel of its own is slower than the epilogue, so the
 // copy's pass sums the rows as it goes. The copy's cost grows with m * k and the saving with m * n * k, so the output's
 // width n decides. float32 and bfloat16 products read either layout at full speed and are left alone.
@@ -209,8 +216,8 @@ bool takes_k_major_copy(const Tensor& a, const backend::GemmOptions& options, co
          a.strides()[0] == 1 && a.strides()[1] != 1 && out.size(1) >= kTf32CopyMinColumns;
 }
 
-// The product through a row-major copy of a (Note [TF32 operands along k]); the row sums, when asked for, come out
-// of the copy's pass as sums per tile of columns (Note [Transposing copies] in kernels.cu), then one small reduction.
+// The product through a row-major copy of a (Note [TF32 operands along k]); the row sums, when asked for, come out of
+// the copy's pass as sums per tile of columns (Note [Transposing copies] in elementwise.cu), then one small reduction.
 void product_of_row_major_copy(const Tensor& a, const Tensor& b, const backend::GemmOptions& options, const Tensor& out,
                                int device) {
   const int64_t m = a.size(0);

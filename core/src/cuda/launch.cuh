@@ -1,6 +1,6 @@
 #pragma once
 // How the CUDA backend sizes and launches its own kernels: one block size, grid-stride loops over capped grids, and
-// launch<body>(...), the only way a kernel of kernels.cu, elementwise.cu or convert.cu is started.
+// launch<body>(...), the only way a kernel of core/src/cuda/*.cu is started.
 
 #include <cuda_runtime.h>
 
@@ -19,6 +19,10 @@ constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover larger inputs
 inline int blocks_for(int64_t work) {
   return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
 }
+
+// Whether p may be read and written as float4s (16-byte vector accesses: the elementwise engine, the optimizer
+// updates).
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ inline int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }

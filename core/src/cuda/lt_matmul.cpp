@@ -46,22 +46,21 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // holds kMaxPlans keys, so that ever new shapes cannot grow it without bound.
 constexpr size_t kMaxPlans = 256;
 
-// Note [One kernel for small products]: for some shapes cuBLAS and the heuristic's first algorithm split k over
-// several thread blocks and add their partial products in a reduction kernel of their own (cuBLAS through its dot and
-// reduce kernels, with a workspace that a captured graph allocates and frees): a forward product with k = 10, or a
-// small layer's weight gradient over a batch (m * n tiny, k = the batch). Small products (at most kSmallProductMacs
+// Note [One kernel for small products]: for some shapes cuBLAS and the heuristic's first algorithm split k over several
+// thread blocks and add their partial products in a reduction kernel of their own (cuBLAS through its dot and reduce
+// kernels, with a workspace that a captured graph allocates and frees): a forward product with k = 10, or a small
+// layer's weight gradient over a batch (m * n tiny, k = the batch). Small products (at most kSmallProductMacs
 // multiply-adds, or k <= kShortK) therefore come through cuBLASLt, which has no workspace of its own (lt_matmul.h).
 // Where k is short (k <= kShortK), splitting it cannot pay: one block's share is a tile or two, so the second launch
 // costs more than the split saves; those products ask the heuristic for unsplit algorithms only and take the first of
 // its ranking that really is one (checked against each algorithm's configuration). Where k is long, a split is what
 // makes a tiny output fast: without one a single block walks all of k, and splits added in place in the output
 // (CUBLASLT_REDUCTION_SCHEME_INPLACE) serialize the blocks, each waiting for the one before (the seed net's weight
-// gradient became many times slower: docs/benchmarks.md, "Design measurements"); so those keep the
-// heuristic's first choice, split and reduction kernel included, as do all larger products (a wide MLP's 4096-wide
-// layers; a tiny output over a long k never gets here: Note [Tiny products] in kernels.h, nor a product with k <= 32,
-// at most 2^20 output elements and no row sums: Note [Short products]). A short-k product with row
-// sums (BGRADB) and no unsplit algorithm leaves its plan unusable: gemm.cpp sums the rows in a kernel of its own and
-// the product takes one.
+// gradient became many times slower: docs/benchmarks.md, "Design measurements"); so those keep the heuristic's first
+// choice, split and reduction kernel included, as do all larger products (a wide MLP's 4096-wide layers; a tiny output
+// over a long k never gets here: Note [Tiny products] in small_products.h, nor a product with k <= 32, at most 2^20
+// output elements and no row sums: Note [Short products]). A short-k product with row sums (BGRADB) and no unsplit
+// algorithm leaves its plan unusable: gemm.cpp sums the rows in a kernel of its own and the product takes one.
 constexpr double kSmallProductMacs = double{1 << 20};
 constexpr int64_t kShortK = 128;
 // How many algorithms of the heuristic's ranking are looked at for one that finishes in one kernel.

@@ -1,10 +1,10 @@
 #pragma once
-// Indexing of a kernels::Strided iteration space, shared by the elementwise kernels (kernels.cu, elementwise.cu) and
-// the conversion kernels (convert.cu).
+// Indexing of a kernels::Strided iteration space, shared by the elementwise, gather and scatter-add kernels
+// (elementwise.cu) and the conversion kernels (convert.cu).
 
 #include <cstdint>
 
-#include "cuda/kernels.h"
+#include "cuda/strided_layout.h"
 
 namespace tandem::cuda::kernels {
 

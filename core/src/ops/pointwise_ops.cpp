@@ -51,6 +51,44 @@ Tensor affine(const char* name, const Tensor& x, float scale, float shift) {
   return unary({name, {Pointwise::Affine, scale, shift}, {Pointwise::Affine, scale, 0.0f}, false}, x);
 }
 
+// a + b, a - b, a * b with broadcasting; backward reduces each gradient back to its input's shape.
+class Binary final : public Function {
+ public:
+  Binary(Pointwise op, const char* name) : op_(op), name_(name) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    a_shape_ = in[0].shape();
+    b_shape_ = in[1].shape();
+    if (op_ == Pointwise::Mul) save_for_backward(in);  // a + b and a - b need only the shapes
+    return {raw::pointwise({op_}, in, name_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    if (op_ == Pointwise::Add) return {raw::sum_to(g, a_shape_), raw::sum_to(g, b_shape_)};
+    if (op_ == Pointwise::Sub) return {raw::sum_to(g, a_shape_), raw::sum_to(raw::scale(g, -1.0f), b_shape_)};
+    const std::vector<Tensor>& in = saved_tensors();
+    return {raw::sum_to(raw::pointwise({Pointwise::Mul}, {g, in[1]}, name_), a_shape_),
+            raw::sum_to(raw::pointwise({Pointwise::Mul}, {g, in[0]}, name_), b_shape_)};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  Pointwise op_;  // Add, Sub or Mul
+  const char* name_;
+  Shape a_shape_, b_shape_;
+};
+
+// s * a (every tensor-scalar * and /, and -a): the gradient is s * g.
+class Scale final : public Function {
+ public:
+  explicit Scale(float s) : s_(s) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {raw::scale(in[0], s_)}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override { return {raw::scale(grads[0], s_)}; }
+  std::string name() const override { return "ScaleBackward"; }
+
+ private:
+  float s_;
+};
+
 class Divide final : public Function {
  public:
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
@@ -129,6 +167,22 @@ Tensor compare(Pointwise op, const char* name, const Tensor& a, float b) {
 
 }  // namespace
 
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(Pointwise::Add, "add"), {a, b});
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(Pointwise::Sub, "sub"), {a, b});
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return apply_one(std::make_shared<Binary>(Pointwise::Mul, "mul"), {a, b});
+}
+Tensor operator*(const Tensor& a, float s) { return apply_one(std::make_shared<Scale>(s), {a}); }
+Tensor operator*(float s, const Tensor& a) { return a * s; }
+Tensor operator/(const Tensor& a, float s) { return a * (1.0f / s); }
+Tensor operator-(const Tensor& a) { return a * -1.0f; }
+
+Tensor relu(const Tensor& x) { return unary({"relu", {Pointwise::Relu}, {Pointwise::ReluBackward}, false}, x); }
+Tensor tanh(const Tensor& x) { return unary({"tanh", {Pointwise::Tanh}, {Pointwise::TanhBackward}, true}, x); }
 Tensor exp(const Tensor& x) { return unary({"exp", {Pointwise::Exp}, {Pointwise::ScaledMul, 1.0f}, true}, x); }
 Tensor log(const Tensor& x) { return unary({"log", {Pointwise::Log}, {Pointwise::Div}, false}, x); }
 Tensor sqrt(const Tensor& x) { return unary({"sqrt", {Pointwise::Sqrt}, {Pointwise::SqrtBackward}, true}, x); }

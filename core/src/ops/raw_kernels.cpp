@@ -8,24 +8,6 @@
 
 namespace tandem::raw {
 
-Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller) {
-  TANDEM_INTERNAL_ASSERT(static_cast<int>(inputs.size()) == backend::arity(call.op), caller, ": ", inputs.size(),
-                         " operands for a pointwise function of ", backend::arity(call.op));
-  Shape shape;
-  for (const Tensor& input : inputs) check_defined(caller, input);
-  check_float32(caller, inputs);
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    check_same_device(caller, inputs[0], inputs[k]);
-    shape = k == 0 ? inputs[k].shape() : broadcast_shapes(shape, inputs[k].shape(), caller);
-  }
-  Tensor out = Tensor::empty(shape, inputs[0].device());
-  if (out.numel() == 0) return out;
-  std::vector<Tensor> expanded;
-  for (const Tensor& input : inputs) expanded.push_back(expand(input, shape, caller));
-  backend::for_device(out.device()).pointwise(call, expanded, out);
-  return out;
-}
-
 std::vector<int64_t> reduction_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* caller) {
   std::vector<int64_t> wrapped;
   if (dims.empty()) {

@@ -1,7 +1,7 @@
 #pragma once
-// Non-differentiable building blocks of the ops in this folder, over the backends' general kernels (pointwise
-// functors, reductions along one dimension, gather / scatter-add). Like raw_ops.h: inputs are checked, outputs
-// allocated, nothing records autograd history.
+// Non-differentiable building blocks of the ops in this folder, over the backends' general kernels (reductions
+// along one dimension, gather / scatter-add; raw::pointwise is raw_ops.h's). Like raw_ops.h: inputs are checked,
+// outputs allocated, nothing records autograd history.
 
 #include <utility>
 #include <vector>
@@ -9,10 +9,6 @@
 #include "raw_ops.h"
 
 namespace tandem::raw {
-
-// out = f(inputs...) with the inputs broadcast together (NumPy rules). Errors name `caller`: an undefined input,
-// inputs on different devices, shapes that do not broadcast.
-Tensor pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& inputs, const char* caller);
 
 // The dimensions a reduction runs over: `dims` wrapped into [0, ndim), sorted; all of them when `dims` is empty.
 // Errors: a dimension out of range or given twice.

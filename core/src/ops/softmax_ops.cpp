@@ -63,9 +63,9 @@ class LogSoftmax final : public Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Shifted s = shifted_exponentials("log_softmax", in[0], dim_);
     dim_ = wrap_dim(dim_, in[0].dim(), "log_softmax");
-    const Tensor shifted = raw::binary(backend::BinaryOp::Sub, in[0], s.max, "log_softmax");
-    Tensor y = raw::binary(backend::BinaryOp::Sub, shifted, raw::pointwise({Pointwise::Log}, {s.total}, "log_softmax"),
-                           "log_softmax");
+    const Tensor shifted = raw::pointwise({Pointwise::Sub}, {in[0], s.max}, "log_softmax");
+    Tensor y = raw::pointwise({Pointwise::Sub}, {shifted, raw::pointwise({Pointwise::Log}, {s.total}, "log_softmax")},
+                              "log_softmax");
     save_for_backward({y});
     return {y};
   }
