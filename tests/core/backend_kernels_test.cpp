@@ -109,6 +109,38 @@ TEST_P(BackendKernels, InPlaceAccumulateAndScale) {
   expect_values(-x, {-2, 4}, {2});
 }
 
+TEST_P(BackendKernels, InPlaceAccumulateOfBroadcastAndStridedSources) {
+  Tensor y = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, device());
+  y.add_(Tensor::from_vector({1, 0, -1}, {3}, device()), 0.5f);  // one row, broadcast over y's rows
+  expect_values(y, {1.5, 2, 2.5, 4.5, 5, 5.5}, {2, 3});
+  y.add_(Tensor::from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, device()).t());  // a transposed view
+  expect_values(y, {2.5, 5, 7.5, 6.5, 9, 11.5}, {2, 3});
+}
+
+// Note [Rounding like the CPU]: y + alpha * x rounds the product before the sum on every device. Here the product's
+// rounding error is all that is left: rounded twice the result is 0, fused it would be 2^-46. Nine elements: on a GPU
+// two float4s and a tail.
+TEST_P(BackendKernels, InPlaceAccumulateRoundsTheProductFirst) {
+  const float one_ulp_up = std::nextafter(1.0f, 2.0f);                        // 1 + 2^-23
+  Tensor y = Tensor::full({9}, -std::nextafter(one_ulp_up, 2.0f), device());  // -(1 + 2^-22)
+  y.add_(Tensor::full({9}, one_ulp_up, device()), one_ulp_up);
+  for (float v : y.to_vector()) EXPECT_EQ(v, 0.0f);
+}
+
+// tanh's gradient g (1 - y^2) rounds each operation on every device, as the CPU does.
+TEST_P(BackendKernels, TanhGradientRoundsEachOperation) {
+  Tensor x = Tensor::randn({1001}, device()).set_requires_grad();
+  Tensor w = Tensor::randn({1001}, device());
+  const Tensor y = tanh(x);
+  sum(y * w).backward();
+  const std::vector<float> ys = y.to_vector(), ws = w.to_vector(), grads = x.grad().to_vector();
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const float square = ys[i] * ys[i];
+    const float complement = 1.0f - square;
+    EXPECT_EQ(grads[i], ws[i] * complement) << "at " << i;
+  }
+}
+
 TEST_P(BackendKernels, FillAndCopyThroughStridedViews) {
   Tensor x = Tensor::zeros({3, 4}, device());
   x.narrow(1, 1, 1).fill_(5.0f);

@@ -68,6 +68,35 @@ TEST(CudaKernelsCUDA, BroadcastAndStridedElementwise) {
   expect_close(cube.gpu + other.gpu, cube.cpu + other.cpu);  // [6, 3, 5, 2, 4]
 }
 
+// Every pointwise function runs on the one elementwise engine (Note [One elementwise engine] in elementwise.cu): a
+// few beyond + - *, with a row broadcast and three inputs, and in-place accumulation on each path, bitwise the CPU's.
+TEST(CudaKernelsCUDA, PointwiseFunctionsOnEveryPathOfTheEngine) {
+  TANDEM_REQUIRE_GPUS(1);
+  Pair x = randn_pair({513, 77});
+  Pair bias = rand_pair({77});
+  expect_close(x.gpu / (bias.gpu + 1.0f), x.cpu / (bias.cpu + 1.0f));                        // row broadcast, Div
+  expect_close(where(x.gpu > 0.0f, x.gpu, bias.gpu), where(x.cpu > 0.0f, x.cpu, bias.cpu));  // three inputs
+  expect_close(clamp(x.gpu, -0.5f, 0.5f), clamp(x.cpu, -0.5f, 0.5f));
+  const auto bitwise_equal = [](const Tensor& gpu, const Tensor& cpu) {
+    EXPECT_EQ(gpu.to(kCpu).to_vector(), cpu.to_vector());
+  };
+  Pair y = randn_pair({513, 77});
+  y.gpu.add_(x.gpu, 0.3f);  // contiguous, float4s
+  y.cpu.add_(x.cpu, 0.3f);
+  bitwise_equal(y.gpu, y.cpu);
+  y.gpu.add_(bias.gpu, -1.7f);  // row broadcast
+  y.cpu.add_(bias.cpu, -1.7f);
+  bitwise_equal(y.gpu, y.cpu);
+  Pair square = randn_pair({77, 77});
+  Tensor gpu_rows = y.gpu.narrow(0, 0, 77), cpu_rows = y.cpu.narrow(0, 0, 77);
+  gpu_rows.add_(square.gpu.t(), 0.9f);  // strided
+  cpu_rows.add_(square.cpu.t(), 0.9f);
+  bitwise_equal(y.gpu, y.cpu);
+  y.gpu.mul_(0.7f);
+  y.cpu.mul_(0.7f);
+  bitwise_equal(y.gpu, y.cpu);
+}
+
 TEST(CudaKernelsCUDA, SumOverEveryKindOfDimension) {
   TANDEM_REQUIRE_GPUS(1);
   struct Case {
