@@ -66,6 +66,11 @@ class Backend {
     gemm(first.a, first.b, first.options, first.out);
     gemm(second.a, second.b, second.options, second.out);
   }
+  // out[i] = a[i] @ b[i] for every i < B, in `precision` (as gemm multiplies, without an epilogue): a [B, m, k] and
+  // b [B, k, n] with each matrix row-major or a transposed view (gemm's operand layouts, in the last two dims) and
+  // any batch strides, 0 included (one matrix for every i); out contiguous [B, m, n]. m, n, k or B may be 0. The
+  // default runs gemm on each matrix in turn (backend.cpp).
+  virtual void gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out);
   // out = sum of x over `dim`; x contiguous; out contiguous with x's shape minus `dim`
   virtual void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) = 0;
   // out (shape {}) = scale * sum(x); x contiguous

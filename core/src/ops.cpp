@@ -21,33 +21,6 @@ void check_matrix(const char* caller, const Tensor& t, const char* what) {
   TANDEM_CHECK(t.dim() == 2, caller, ": ", what, " must be 2-D, got shape ", to_string(t.shape()));
 }
 
-class Matmul final : public Function {
- public:
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    const Tensor& a = in[0];
-    const Tensor& b = in[1];
-    check_matrix("matmul", a, "a");
-    check_matrix("matmul", b, "b");
-    raw::check_float32("matmul", in);
-    raw::check_same_device("matmul", a, b);
-    TANDEM_CHECK(a.size(1) == b.size(0), "matmul: shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-                 " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
-    save_for_backward({a, b});
-    return {raw::gemm(a, b, {.precision = precision_})};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& g = grads[0];
-    const Tensor& a = saved_tensors()[0];
-    const Tensor& b = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm(g, b.t(), {.precision = precision_}) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(a.t(), g, {.precision = precision_}) : Tensor()};
-  }
-  std::string name() const override { return "MatmulBackward"; }
-
- private:
-  Precision precision_ = default_precision();  // fixed when the product is recorded, for its backward too
-};
-
 // y = x W^T + b, or relu(x W^T + b): one GEMM with the bias (and the ReLU) in its epilogue, in the precision given
 // (Note [Precision modes] in precision.h). W^T is a transposed view, never a copy.
 //
@@ -256,8 +229,6 @@ class MseLoss final : public Function {
 };
 
 }  // namespace
-
-Tensor matmul(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Matmul>(), {a, b}); }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<Precision> precision) {
   return apply_one(std::make_shared<Linear>(precision.value_or(default_precision()), false), {x, weight, bias});

@@ -160,11 +160,29 @@ Tensor scale(const Tensor& x, float s) { return pointwise({backend::Pointwise::S
 namespace {
 
 // BLAS takes a 2-D operand as row-major or transposed with a leading dimension; anything else is copied.
-Tensor gemm_operand(const Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  const bool row_major = t.strides()[1] == 1 && t.strides()[0] >= std::max<int64_t>(cols, 1);
-  const bool transposed = t.strides()[0] == 1 && t.strides()[1] >= std::max<int64_t>(rows, 1);
-  return row_major || transposed ? t : contiguous(t);
+// Whether the matrices in t's last two dims are row-major or transposed views (Backend::gemm's operand layouts).
+bool has_gemm_layout(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  const int64_t row_stride = t.strides()[t.dim() - 2], col_stride = t.strides()[t.dim() - 1];
+  const bool row_major = col_stride == 1 && row_stride >= std::max<int64_t>(cols, 1);
+  const bool transposed = row_stride == 1 && col_stride >= std::max<int64_t>(rows, 1);
+  return row_major || transposed;
+}
+
+Tensor gemm_operand(const Tensor& t) { return has_gemm_layout(t) ? t : contiguous(t); }
+
+// t ([..., rows, cols]) as the [count, rows, cols] operand of a batched product: a view when its batch dims merge
+// into one (Note [Views of other shapes] in shape.h) and its matrices have a product's layout, else a contiguous copy.
+Tensor batched_gemm_operand(const Tensor& t, int64_t count) {
+  const Shape shape{count, t.size(-2), t.size(-1)};
+  if (has_gemm_layout(t)) {
+    if (const std::optional<Shape> strides = view_strides(t.shape(), t.strides(), shape)) {
+      const Tensor batched = alias(t, shape, *strides, t.storage_offset());
+      if (has_gemm_layout(batched)) return batched;
+    }
+  }
+  const Tensor packed = contiguous(t);
+  return alias(packed, shape, contiguous_strides(shape), packed.storage_offset());
 }
 
 // The left operand of a product that also sums its rows: contiguous, or the transpose of a contiguous tensor (the
@@ -234,6 +252,24 @@ void gemm_pair_into(const backend::GemmCall& first, const backend::GemmCall& sec
   } else if (one || other) {
     run(one ? *one : *other);
   }
+}
+
+Tensor gemm_batched(const Tensor& a, const Tensor& b, Precision precision) {
+  check_float32("matmul", {a, b});
+  const Shape batch(a.shape().begin(), a.shape().end() - 2);
+  TANDEM_INTERNAL_ASSERT(b.dim() == a.dim() && Shape(b.shape().begin(), b.shape().end() - 2) == batch &&
+                             a.size(-1) == b.size(-2),
+                         "raw::gemm_batched: shapes ", to_string(a.shape()), " and ", to_string(b.shape()));
+  const int64_t m = a.size(-2), n = b.size(-1), count = numel_of(batch);
+  Shape shape = batch;
+  shape.insert(shape.end(), {m, n});
+  Tensor out = Tensor::empty(shape, a.device());
+  if (out.numel() == 0) return out;
+  const Tensor lhs = batched_gemm_operand(gemm_input(a, precision), count);
+  const Tensor rhs = batched_gemm_operand(gemm_input(b, precision), count);
+  const Shape flat{count, m, n};
+  backend::for_device(a.device()).gemm_batched(lhs, rhs, precision, alias(out, flat, contiguous_strides(flat), 0));
+  return out;
 }
 
 Tensor gemm_input(const Tensor& t, Precision precision) {

@@ -55,6 +55,10 @@ void gemm_into(const Tensor& a, const Tensor& b, const backend::GemmOptions& opt
 // gemm_into(first.a, first.b, first.options, first.out), then the same for second, where neither product reads or
 // writes what the other writes (its out and row sums); the backend may run them together (Backend::gemm_pair).
 void gemm_pair_into(const backend::GemmCall& first, const backend::GemmCall& second);
+// a [..., m, k] @ b [..., k, n] for every matrix of their batch dims (equal in both, broadcast already: stride 0 is
+// fine) into a new contiguous float32 [..., m, n] tensor, in `precision` (Backend::gemm_batched): operands whose batch
+// dims merge into one and whose matrices have a product's layout are read in place, others copied first.
+Tensor gemm_batched(const Tensor& a, const Tensor& b, Precision precision);
 // t as an operand of a product in `precision`: for BFloat16 a contiguous bfloat16 copy (rounded to nearest even;
 // t itself when it is bfloat16 already), otherwise t. Note [Precision modes] in tandem/core/precision.h.
 Tensor gemm_input(const Tensor& t, Precision precision);

@@ -71,6 +71,32 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller) {
   return dim < 0 ? dim + ndim : dim;
 }
 
+std::optional<Shape> view_strides(const Shape& shape, const Shape& strides, const Shape& target) {
+  if (numel_of(shape) == 0 || shape.empty()) return contiguous_strides(target);
+  Shape result(target.size());
+  int64_t next = static_cast<int64_t>(target.size()) - 1;  // the last target dim not placed yet
+  int64_t run_end = static_cast<int64_t>(shape.size()) - 1;
+  while (run_end >= 0) {
+    // The run of source dims ending at run_end: its element count and the stride of its last dim.
+    const int64_t step = strides[run_end];
+    int64_t run_size = shape[run_end];
+    int64_t run_start = run_end;
+    while (run_start > 0 && (shape[run_start - 1] == 1 || strides[run_start - 1] == run_size * step)) {
+      run_size *= shape[--run_start];
+    }
+    // Target dims from `next` backwards cover the run exactly (size-1 target dims go with any run).
+    int64_t covered = 1;
+    while (next >= 0 && (covered < run_size || target[next] == 1)) {
+      result[next] = covered * step;
+      covered *= target[next--];
+    }
+    if (covered != run_size) return std::nullopt;
+    run_end = run_start - 1;
+  }
+  if (next != -1) return std::nullopt;
+  return result;
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* caller) {
   const size_t ndim = std::max(a.size(), b.size());
   Shape out(ndim);

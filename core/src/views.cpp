@@ -1,5 +1,6 @@
 // Views (sharing storage) and copies between devices, with their gradients.
 #include <algorithm>
+#include <optional>
 
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
@@ -128,7 +129,21 @@ Tensor Tensor::view(const Shape& shape) const {
       });
 }
 
-Tensor Tensor::reshape(const Shape& shape) const { return contiguous().view(shape); }
+// A view when the strides allow one (Note [Views of other shapes] in shape.h), else a copy, as PyTorch's reshape.
+Tensor Tensor::reshape(const Shape& shape) const {
+  check_defined("reshape");
+  const Shape target = infer_shape(shape, numel(), "Tensor::reshape");
+  if (is_contiguous()) return view(target);
+  const std::optional<Shape> strides = view_strides(this->shape(), this->strides(), target);
+  if (!strides) return contiguous().view(target);
+  return apply_view(
+      "ReshapeBackward", *this,
+      [target, strides = *strides](const Tensor& x) { return raw::alias(x, target, strides, x.storage_offset()); },
+      [](const Tensor& g, const Shape& input_shape) {
+        const Tensor c = raw::contiguous(g);
+        return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
+      });
+}
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   check_defined("narrow");
@@ -182,11 +197,112 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
 Tensor Tensor::t() const {
   check_defined("t");
   TANDEM_CHECK(dim() == 2, "Tensor::t: expected a 2-D tensor, got shape ", to_string(shape()));
-  const auto transpose = [](const Tensor& x) {
-    return raw::alias(x, {x.size(1), x.size(0)}, {x.strides()[1], x.strides()[0]}, x.storage_offset());
-  };
-  return apply_view("TransposeBackward", *this, transpose,
-                    [transpose](const Tensor& g, const Shape&) { return transpose(g); });
+  return transpose(0, 1);
+}
+
+namespace {
+
+// x's dims reordered: result dim i is x's dim order[i].
+Tensor permuted(const Tensor& x, const Shape& order) {
+  Shape shape(order.size()), strides(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    shape[i] = x.shape()[order[i]];
+    strides[i] = x.strides()[order[i]];
+  }
+  return raw::alias(x, shape, strides, x.storage_offset());
+}
+
+// x with a size-1 dim inserted at `dim` (already wrapped), strided as if it had always been there.
+Tensor unsqueezed(const Tensor& x, int64_t dim) {
+  Shape shape = x.shape(), strides = x.strides();
+  const int64_t stride = dim < x.dim() ? shape[dim] * strides[dim] : 1;
+  shape.insert(shape.begin() + dim, 1);
+  strides.insert(strides.begin() + dim, stride);
+  return raw::alias(x, shape, strides, x.storage_offset());
+}
+
+// x without its size-1 dim `dim` (already wrapped).
+Tensor squeezed(const Tensor& x, int64_t dim) {
+  Shape shape = x.shape(), strides = x.strides();
+  shape.erase(shape.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  return raw::alias(x, shape, strides, x.storage_offset());
+}
+
+}  // namespace
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  check_defined("transpose");
+  Shape order(static_cast<size_t>(std::max<int64_t>(dim(), 0)));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  if (dim() == 0) {
+    // As PyTorch: a 0-D tensor transposes with dims 0 and -1 to itself.
+    TANDEM_CHECK((dim0 == 0 || dim0 == -1) && (dim1 == 0 || dim1 == -1), "Tensor::transpose: dimensions ", dim0,
+                 " and ", dim1, " are out of range for a 0-dim tensor");
+    return *this;
+  }
+  std::swap(order[wrap_dim(dim0, dim(), "Tensor::transpose")], order[wrap_dim(dim1, dim(), "Tensor::transpose")]);
+  return apply_view(
+      "TransposeBackward", *this, [order](const Tensor& x) { return permuted(x, order); },
+      [order](const Tensor& g, const Shape&) { return permuted(g, order); });
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  check_defined("permute");
+  TANDEM_CHECK(static_cast<int64_t>(dims.size()) == dim(), "Tensor::permute: ", dims.size(),
+               " dimensions given (", to_string(dims), ") but the tensor has ", dim(), " (shape ", to_string(shape()),
+               ")");
+  Shape order(dims.size()), inverse(dims.size(), -1);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    order[i] = wrap_dim(dims[i], dim(), "Tensor::permute");
+    TANDEM_CHECK(inverse[order[i]] < 0, "Tensor::permute: dimension ", order[i], " appears twice in ",
+                 to_string(dims));
+    inverse[order[i]] = static_cast<int64_t>(i);
+  }
+  return apply_view(
+      "PermuteBackward", *this, [order](const Tensor& x) { return permuted(x, order); },
+      [inverse](const Tensor& g, const Shape&) { return permuted(g, inverse); });
+}
+
+Tensor Tensor::unsqueeze(int64_t dim) const {
+  check_defined("unsqueeze");
+  const int64_t d = wrap_dim(dim, this->dim() + 1, "Tensor::unsqueeze");
+  return apply_view(
+      "UnsqueezeBackward", *this, [d](const Tensor& x) { return unsqueezed(x, d); },
+      [d](const Tensor& g, const Shape&) { return squeezed(g, d); });
+}
+
+Tensor Tensor::squeeze(int64_t dim) const {
+  check_defined("squeeze");
+  if (this->dim() == 0) {
+    TANDEM_CHECK(dim == 0 || dim == -1, "Tensor::squeeze: dimension ", dim, " is out of range for a 0-dim tensor");
+    return *this;
+  }
+  const int64_t d = wrap_dim(dim, this->dim(), "Tensor::squeeze");
+  if (shape()[d] != 1) return *this;
+  return apply_view(
+      "SqueezeBackward", *this, [d](const Tensor& x) { return squeezed(x, d); },
+      [d](const Tensor& g, const Shape&) { return unsqueezed(g, d); });
+}
+
+Tensor Tensor::squeeze() const {
+  check_defined("squeeze");
+  Tensor result = *this;
+  for (int64_t d = dim(); d-- > 0;) result = result.squeeze(d);
+  return result;
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  check_defined("flatten");
+  if (dim() == 0) return reshape({1});
+  const int64_t start = wrap_dim(start_dim, dim(), "Tensor::flatten");
+  const int64_t end = wrap_dim(end_dim, dim(), "Tensor::flatten");
+  TANDEM_CHECK(start <= end, "Tensor::flatten: start_dim ", start_dim, " comes after end_dim ", end_dim,
+               " (shape ", to_string(shape()), ")");
+  Shape target(shape().begin(), shape().begin() + start);
+  target.push_back(numel_of(Shape(shape().begin() + start, shape().begin() + end + 1)));
+  target.insert(target.end(), shape().begin() + end + 1, shape().end());
+  return reshape(target);
 }
 
 Tensor Tensor::expand(const Shape& shape) const {

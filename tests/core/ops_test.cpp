@@ -79,7 +79,10 @@ TEST_P(OpsTest, MatmulMatchesFloat64) {
   expect_values(matmul(Tensor::zeros({2, 0}, device()), Tensor::zeros({0, 3}, device())), std::vector<double>(6, 0),
                 {2, 3});
   EXPECT_ERROR(matmul(random({2, 3}), random({2, 3})), "shapes [2, 3] and [2, 3] cannot be multiplied");
-  EXPECT_ERROR(matmul(random({3}), random({3, 1})), "must be 2-D");
+  // A vector is a one-row matrix on the left (nd_tensor_test.cpp has torch.matmul's other cases).
+  const Tensor v = random({3});
+  const Tensor column = random({3, 1});
+  expect_values(matmul(v, column), matmul_reference(to_double(v), to_double(column), 1, 3, 1), {1}, 1e-5, 1e-5);
 }
 
 TEST_P(OpsTest, LinearMatchesFloat64) {

@@ -92,6 +92,11 @@ class CudaBackend final : public backend::Backend {
     cuda::gemm_pair(first, second, on.device);
   }
 
+  void gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out) override {
+    OnDevice on(out);
+    cuda::gemm_batched(a, b, precision, out, on.device);
+  }
+
   void sum_dim(const Tensor& x, int64_t dim, const Tensor& out) override {
     if (out.numel() == 0) return;
     OnDevice on(out);

@@ -251,6 +251,29 @@ void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& options,
   gemm_in_passes(a, b, options, out, device);
 }
 
+void gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out, int device) {
+  const int64_t count = out.size(0);
+  const int64_t m = out.size(1);
+  const int64_t n = out.size(2);
+  const int64_t k = a.size(2);
+  if (out.numel() == 0) return;
+  if (k == 0) {
+    kernels::fill(out.mutable_data(), collapse_dims(out.shape(), {&out.strides()}), 0.0f, compute_stream(device));
+    return;
+  }
+  // Note [Row-major operands] (gemm_operand.h), matrix by matrix: out[i]^T = b[i]^T @ a[i]^T.
+  const Operand left = transposed_operand(b, "b");
+  const Operand right = transposed_operand(a, "a");
+  const cudaDataType_t type = operand_type(precision);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas_handle(device), left.op, right.op, to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b.data_ptr(),
+      type, to_int(left.ld, "b leading dimension"), b.strides()[0], a.data_ptr(), type,
+      to_int(right.ld, "a leading dimension"), a.strides()[0], &beta, out.mutable_data(), CUDA_R_32F,
+      to_int(n, "n"), m * n, to_int(count, "the batch count"), compute_type(precision), CUBLAS_GEMM_DEFAULT));
+}
+
 void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device) {
   if (paired_small_products(first, second, device)) return;
   gemm(first.a, first.b, first.options, first.out, device);

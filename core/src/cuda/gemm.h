@@ -13,5 +13,8 @@ void gemm(const Tensor& a, const Tensor& b, const backend::GemmOptions& epilogue
 // Backend::gemm_pair(first, second) on the compute stream of `device`, which the caller has made current: one
 // kernel when one is a short product and the other a tiny one (Note [Paired small products] in small_products.h).
 void gemm_pair(const backend::GemmCall& first, const backend::GemmCall& second, int device);
+// Backend::gemm_batched(a, b, precision, out) on the compute stream of `device`, which the caller has made current:
+// one cublasGemmStridedBatchedEx (batch strides as they are, 0 included).
+void gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out, int device);
 
 }  // namespace tandem::cuda

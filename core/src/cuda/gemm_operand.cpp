@@ -5,10 +5,10 @@
 namespace tandem::cuda {
 
 Operand transposed_operand(const Tensor& t, const char* name) {
-  const int64_t rows = t.size(0);
-  const int64_t cols = t.size(1);
-  const int64_t row_stride = t.strides()[0];
-  const int64_t col_stride = t.strides()[1];
+  const int64_t rows = t.size(-2);
+  const int64_t cols = t.size(-1);
+  const int64_t row_stride = t.strides()[t.dim() - 2];
+  const int64_t col_stride = t.strides()[t.dim() - 1];
   if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols))
     return {CUBLAS_OP_N, rows == 1 ? cols : row_stride};
   const bool transposed = (rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows);

@@ -23,7 +23,8 @@ struct Operand {
   int64_t ld;
 };
 
-// Requires t to be row-major or a transposed view (raw::gemm copies any other operand; Backend::gemm's contract).
+// The matrix in t's last two dims (each matrix of a batched operand): requires it to be row-major or a transposed
+// view (raw::gemm copies any other operand; Backend::gemm's contract).
 Operand transposed_operand(const Tensor& t, const char* name);
 
 // The compute type of a product in `precision` (Note [TF32]): plain FP32 for Float32 and for BFloat16 (bfloat16

@@ -19,7 +19,16 @@ Tensor operator*(const Tensor& a, float s);
 Tensor operator*(float s, const Tensor& a);
 Tensor operator/(const Tensor& a, float s);
 Tensor operator-(const Tensor& a);
-Tensor matmul(const Tensor& a, const Tensor& b);       // 2-D x 2-D
+// torch.matmul's rules: 1-D . 1-D (a 0-D result); 2-D @ 2-D; a 1-D operand as a one-row (left) or one-column
+// (right) matrix whose unit dim the result drops; N-D @ 1-D or 2-D as one product over all of a's rows; otherwise
+// batched over the broadcast batch dims (all but the last two), one strided-batched product that reads broadcast and
+// transposed operands in place (a copy only where the batch dims do not merge into one stride). In
+// default_precision(), fixed when recorded. Errors: a 0-D operand; inner sizes that differ; batch dims that do not
+// broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// a [B, n, k] @ b [B, k, m] -> [B, n, m], as torch.bmm (no broadcasting). Errors: not 3-D; batch or inner sizes
+// that differ.
+Tensor bmm(const Tensor& a, const Tensor& b);
 // x W^T + b with x: [n, in], W: [out, in], b: [out] (or undefined); one fused op (one GEMM, bias in its epilogue).
 // The product runs in `precision` (Note [Precision modes] in precision.h), or default_precision() when none is
 // given; x, W, b, the result and every gradient are float32 in every precision.

@@ -2,6 +2,7 @@
 // Shapes and the small helpers every op uses to check them.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ int64_t checked_sum(const std::vector<int64_t>& sizes, const char* caller, const
 Shape contiguous_strides(const Shape& shape);       // row-major strides in elements
 // Wraps a possibly negative dimension into [0, ndim); throws Error naming `caller` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller);
+// Note [Views of other shapes]: the strides under which the elements of (shape, strides), read in row-major order,
+// are the elements of `target` (same element count) in row-major order without moving any, or nullopt when no
+// strides do that (a copy is needed, as reshape makes). The source's dims fall into runs in which each dim steps
+// over the whole of the next (strides[i] == strides[i + 1] * shape[i + 1]; size-1 dims join any run): such a run is
+// one evenly strided line of elements, which any row-major split of it can view. So a view exists exactly when the
+// target's dims, from the last, group into products that equal the runs' sizes one by one.
+std::optional<Shape> view_strides(const Shape& shape, const Shape& strides, const Shape& target);
 // NumPy broadcasting of two shapes; throws Error naming `caller` when they are incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* caller);
 

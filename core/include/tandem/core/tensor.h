@@ -158,7 +158,19 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // torch.chunk rules (may return fewer)
   std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;  // views
   Tensor t() const;                                                                     // 2-D transpose (a view)
-  Tensor expand(const Shape& shape) const;  // broadcast view (stride 0 on expanded dims)
+  // Dimension views, as PyTorch's (negative dims count from the end; every one shares storage and is differentiable):
+  // dims dim0 and dim1 swapped; dims reordered so that result dim i is input dim dims[i] (a permutation of every
+  // dim); a size-1 dim inserted at `dim` (in [-(ndim + 1), ndim]); dim `dim` removed when its size is 1 (the tensor
+  // itself otherwise), or every size-1 dim; dims start_dim..end_dim merged into one (a copy, as reshape, when their
+  // strides do not allow a view; a 0-D tensor flattens to [1]).
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // Broadcast view (stride 0 on expanded dims): new leading dims may be added, -1 keeps a dim's size.
+  Tensor expand(const Shape& shape) const;
   Tensor sum_to(const Shape& shape) const;  // sums broadcast dimensions away (the backward of expand)
 
   // ---- in-place (never recorded; throws on a leaf that requires grad while grad mode is on) ----

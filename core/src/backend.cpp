@@ -1,0 +1,18 @@
+// The default implementations of Backend's entry points that a backend may override (backend.h).
+#include "backend.h"
+
+#include "raw_ops.h"
+
+namespace tandem::backend {
+
+void Backend::gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out) {
+  const int64_t m = out.size(1), n = out.size(2), k = a.size(2);
+  const auto matrix = [](const Tensor& t, int64_t i, int64_t rows, int64_t cols) {
+    return raw::alias(t, {rows, cols}, {t.strides()[1], t.strides()[2]}, t.storage_offset() + i * t.strides()[0]);
+  };
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    gemm(matrix(a, i, m, k), matrix(b, i, k, n), {.precision = precision}, matrix(out, i, m, n));
+  }
+}
+
+}  // namespace tandem::backend
