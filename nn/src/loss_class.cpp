@@ -8,26 +8,22 @@
 namespace tandem::nn::detail {
 namespace {
 
-// Note [Class targets]: the ops take indices as float32 tensors, so int64 targets are read on the host, checked
-// there (each error names the row), and sent back as float32 indices (exact: at most 2^24 classes) together with the
-// per-row factors of the loss. Ignored rows gather class 0 and are then replaced by 0 with `where`, so that neither a
-// -inf log-probability of class 0 nor its gradient reaches the result (0 * -inf would be NaN).
+// Note [Class targets]: int64 targets are read on the host and checked there (each error names the row), then sent to
+// the input's device as the int64 index that gather reads, together with the per-row factors of the loss. Ignored
+// rows gather class 0 and are then replaced by 0 with `where`, so that neither a -inf log-probability of class 0 nor
+// its gradient reaches the result (0 * -inf would be NaN).
 struct ClassTargets {
-  Tensor index;               // float32 [N, 1] on the input's device: each row's class, 0 for ignored rows
+  Tensor index;               // int64 [N, 1] on the input's device: each row's class, 0 for ignored rows
   Tensor kept;                // float32 [N]: 1 for rows that count, 0 for ignored ones
   Tensor row_weight;          // float32 [N]: weight[class] (1 without weights), 0 for ignored rows
   double total_weight = 0.0;  // the sum of row_weight: the divisor of Reduction::Mean
 };
-
-constexpr int64_t kMaxClasses = int64_t{1} << 24;  // float32 holds every integer up to 2^24
 
 void check_class_input(const char* caller, const Tensor& input, const Tensor& target) {
   check_defined(caller, input, target);
   check_float32(caller, input, "input");
   TANDEM_CHECK(input.dim() == 2, caller, ": input has shape ", to_string(input.shape()),
                " but expected [N, C] (a row of class scores per sample)");
-  TANDEM_CHECK(input.size(1) <= kMaxClasses, caller, ": input has ", input.size(1),
-               " classes but expected at most 2^24");
   check_on_input_device(caller, input, target, "target");
 }
 
@@ -49,14 +45,15 @@ ClassTargets class_targets(const char* caller, const Tensor& input, const Tensor
   check_class_weight(caller, input, weight);
   const std::vector<float> weights = weight.defined() ? weight.to_vector() : std::vector<float>{};
   const std::vector<int64_t> labels = target.to_vector_as<int64_t>();
-  std::vector<float> index(labels.size(), 0.0f), kept(labels.size(), 0.0f), row_weight(labels.size(), 0.0f);
+  std::vector<int64_t> index(labels.size(), 0);
+  std::vector<float> kept(labels.size(), 0.0f), row_weight(labels.size(), 0.0f);
   ClassTargets result;
   for (size_t i = 0; i < labels.size(); ++i) {
     const int64_t label = labels[i];
     if (label == ignore_index) continue;
     TANDEM_CHECK(label >= 0 && label < classes, caller, ": target[", i, "] is ", label,
                  " but expected a class index in [0, ", classes, ") or ignore_index ", ignore_index);
-    index[i] = static_cast<float>(label);
+    index[i] = label;
     kept[i] = 1.0f;
     row_weight[i] = weights.empty() ? 1.0f : weights[static_cast<size_t>(label)];
     result.total_weight += row_weight[i];
