@@ -119,15 +119,16 @@ class Backend {
   // of an input with out's strides (in place: Tensor::add_ and mul_), no other overlap.
   virtual void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) = 0;
   // x contiguous, viewed as [outer, reduce, inner] with reduce >= 1; values contiguous [outer, inner]; indices
-  // (Max and Min only, may be undefined) contiguous [outer, inner], the position along `reduce` as a float.
+  // (Max and Min only, may be undefined) int64, contiguous [outer, inner]: the position along `reduce`.
   virtual void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,
                           const Tensor& values, const Tensor& indices) = 0;
-  // out[p] = x[p with coordinate `dim` replaced by index[p]] for every position p of out's shape. index has out's
-  // shape (any strides), its values integral and in [0, x.size(dim)) (checked by the caller); x any strides, with
-  // x.size(d) >= out.size(d) for d != dim; out contiguous.
+  // out[p] = x[p with coordinate `dim` replaced by index[p]] for every position p of out's shape. index is int64 of
+  // out's shape (any strides), its values in [0, x.size(dim)) (checked by the caller: Note [Index checks] in
+  // ops/raw_kernels.h); x any strides, with x.size(d) >= out.size(d) for d != dim; out contiguous.
   virtual void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = 0;
-  // target[p with coordinate `dim` replaced by index[p]] += src[p] for every position p of src's shape; index as for
-  // gather; target contiguous. Repeated indices accumulate (in an unspecified order on CUDA).
+  // target[p with coordinate `dim` replaced by index[p]] += src[p] for every position p of src's shape; src any
+  // strides; index int64 of src's shape, its values in [0, target.size(dim)), as for gather; target contiguous, with
+  // target.size(d) >= src.size(d) for d != dim. Repeated indices accumulate (in an unspecified order on CUDA).
   virtual void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) = 0;
 };
 

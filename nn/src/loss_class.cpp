@@ -1,5 +1,5 @@
 // The class losses: nll_loss and cross_entropy.
-#include <cmath>
+#include <string>
 
 #include "loss_common.h"
 #include "tandem/core/error.h"
@@ -8,26 +8,23 @@
 namespace tandem::nn::detail {
 namespace {
 
-// Note [Class targets]: the ops take indices as float32 tensors, so int64 targets are read on the host, checked
-// there (each error names the row), and sent back as float32 indices (exact: at most 2^24 classes) together with the
-// per-row factors of the loss. Ignored rows gather class 0 and are then replaced by 0 with `where`, so that neither a
-// -inf log-probability of class 0 nor its gradient reaches the result (0 * -inf would be NaN).
+// Note [Class targets]: int64 targets are read on the host and checked there (each error names the target element),
+// then sent to the input's device together with what the loss needs per target element: the class that gather reads
+// (0 for ignored elements), whether the element counts, and its class weight. Ignored elements gather class 0 and are
+// then replaced by 0 with `where`, so that neither a -inf log-probability of class 0 nor its gradient reaches the
+// result (0 * -inf would be NaN).
 struct ClassTargets {
-  Tensor index;               // float32 [N, 1] on the input's device: each row's class, 0 for ignored rows
-  Tensor kept;                // float32 [N]: 1 for rows that count, 0 for ignored ones
-  Tensor row_weight;          // float32 [N]: weight[class] (1 without weights), 0 for ignored rows
-  double total_weight = 0.0;  // the sum of row_weight: the divisor of Reduction::Mean
+  Tensor index;               // int64 [N, 1, d1, ...] on the input's device: each element's class, 0 if ignored
+  Tensor kept;                // float32 [N, d1, ...]: 1 for elements that count, 0 for ignored ones
+  Tensor element_weight;      // float32 [N, d1, ...]: weight[class] (1 without weights), 0 for ignored elements
+  double total_weight = 0.0;  // the sum of element_weight: the divisor of Reduction::Mean
 };
-
-constexpr int64_t kMaxClasses = int64_t{1} << 24;  // float32 holds every integer up to 2^24
 
 void check_class_input(const char* caller, const Tensor& input, const Tensor& target) {
   check_defined(caller, input, target);
   check_float32(caller, input, "input");
-  TANDEM_CHECK(input.dim() == 2, caller, ": input has shape ", to_string(input.shape()),
-               " but expected [N, C] (a row of class scores per sample)");
-  TANDEM_CHECK(input.size(1) <= kMaxClasses, caller, ": input has ", input.size(1),
-               " classes but expected at most 2^24");
+  TANDEM_CHECK(input.dim() >= 2, caller, ": input has shape ", to_string(input.shape()),
+               " but expected [N, C] or [N, C, d1, ...] (class scores along dimension 1)");
   check_on_input_device(caller, input, target, "target");
 }
 
@@ -38,45 +35,69 @@ void check_class_weight(const char* caller, const Tensor& input, const Tensor& w
                to_string(weight.shape()), " but expected [", input.size(1), "] (one weight per class)");
 }
 
+// input's shape without its class dimension: the shape of class-index targets and of unreduced losses.
+Shape without_classes(const Tensor& input) {
+  Shape shape = input.shape();
+  shape.erase(shape.begin() + 1);
+  return shape;
+}
+
+// "2" for element 2 of a 1-D shape, "1, 0, 3" for the element at those coordinates of a 3-D one.
+std::string coordinates(int64_t flat, const Shape& shape) {
+  std::string text;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    const std::string coordinate = std::to_string(flat % shape[d]);
+    text = text.empty() ? coordinate : coordinate + ", " + text;
+    flat /= shape[d];
+  }
+  return text;
+}
+
 ClassTargets class_targets(const char* caller, const Tensor& input, const Tensor& target, const Tensor& weight,
                            int64_t ignore_index) {
   TANDEM_CHECK(target.dtype() == DType::Int64, caller, ": target is ", target.dtype(),
                " but expected int64 class indices (convert with .to(DType::Int64))");
-  const int64_t rows = input.size(0);
+  const Shape shape = without_classes(input);
   const int64_t classes = input.size(1);
-  TANDEM_CHECK(target.shape() == Shape{rows}, caller, ": target has shape ", to_string(target.shape()),
-               " but expected [", rows, "] (one class index per row of input ", to_string(input.shape()), ")");
+  TANDEM_CHECK(target.shape() == shape, caller, ": target has shape ", to_string(target.shape()), " but expected ",
+               to_string(shape), " (input's shape ", to_string(input.shape()), " without its class dimension 1)");
   check_class_weight(caller, input, weight);
   const std::vector<float> weights = weight.defined() ? weight.to_vector() : std::vector<float>{};
   const std::vector<int64_t> labels = target.to_vector_as<int64_t>();
-  std::vector<float> index(labels.size(), 0.0f), kept(labels.size(), 0.0f), row_weight(labels.size(), 0.0f);
+  std::vector<int64_t> index(labels.size(), 0);
+  std::vector<float> kept(labels.size(), 0.0f), element_weight(labels.size(), 0.0f);
   ClassTargets result;
   for (size_t i = 0; i < labels.size(); ++i) {
     const int64_t label = labels[i];
     if (label == ignore_index) continue;
-    TANDEM_CHECK(label >= 0 && label < classes, caller, ": target[", i, "] is ", label,
-                 " but expected a class index in [0, ", classes, ") or ignore_index ", ignore_index);
-    index[i] = static_cast<float>(label);
+    TANDEM_CHECK(label >= 0 && label < classes, caller, ": target[", coordinates(static_cast<int64_t>(i), shape),
+                 "] is ", label, " but expected a class index in [0, ", classes, ") or ignore_index ", ignore_index);
+    index[i] = label;
     kept[i] = 1.0f;
-    row_weight[i] = weights.empty() ? 1.0f : weights[static_cast<size_t>(label)];
-    result.total_weight += row_weight[i];
+    element_weight[i] = weights.empty() ? 1.0f : weights[static_cast<size_t>(label)];
+    result.total_weight += element_weight[i];
   }
+  Shape index_shape = shape;
+  index_shape.insert(index_shape.begin() + 1, 1);
   const Device device = input.device();
-  result.index = Tensor::from_vector(index, {rows, 1}, device);
-  result.kept = Tensor::from_vector(kept, {rows}, device);
-  result.row_weight = Tensor::from_vector(row_weight, {rows}, device);
+  result.index = Tensor::from_vector(index, index_shape, device);
+  result.kept = Tensor::from_vector(kept, shape, device);
+  result.element_weight = Tensor::from_vector(element_weight, shape, device);
   return result;
 }
 
-// Each row's -weight[t_i] * log_probs[i, t_i], 0 for ignored rows.
+// Each target element's -weight[t] * log_probs[n, t, ...], 0 for ignored elements.
 Tensor negative_log_likelihoods(const Tensor& log_probs, const ClassTargets& targets) {
-  const Tensor picked = gather(log_probs, 1, targets.index).reshape({log_probs.size(0)});
-  return where(targets.kept, -(picked * targets.row_weight), Tensor::zeros({}, log_probs.device()));
+  const Tensor picked = gather(log_probs, 1, targets.index).reshape(targets.kept.shape());
+  return where(targets.kept, -(picked * targets.element_weight), Tensor::zeros({}, log_probs.device()));
 }
 
-// log_probs times the class weights (as a [1, C] row), or log_probs itself without weights.
+// log_probs times the class weights (along dimension 1), or log_probs itself without weights.
 Tensor class_weighted(const Tensor& log_probs, const Tensor& weight) {
-  return weight.defined() ? log_probs * weight.reshape({1, log_probs.size(1)}) : log_probs;
+  if (!weight.defined()) return log_probs;
+  Shape along_classes(static_cast<size_t>(log_probs.dim()), 1);
+  along_classes[1] = log_probs.size(1);
+  return log_probs * weight.reshape(along_classes);
 }
 
 Tensor cross_entropy_of_probabilities(const Tensor& log_probs, const Tensor& target,
@@ -86,8 +107,8 @@ Tensor cross_entropy_of_probabilities(const Tensor& log_probs, const Tensor& tar
                " but class-probability targets cannot be ignored (expected a negative ignore_index)");
   const auto eps = static_cast<float>(options.label_smoothing);
   const Tensor q = eps > 0.0f ? target * (1.0f - eps) + eps / static_cast<float>(log_probs.size(1)) : target;
-  const Tensor rows = -sum(class_weighted(log_probs, options.weight) * q, 1);
-  return reduce(caller, rows, options.reduction, static_cast<double>(log_probs.size(0)));
+  const Tensor losses = -sum(class_weighted(log_probs, options.weight) * q, 1);
+  return reduce(caller, losses, options.reduction, static_cast<double>(losses.numel()));
 }
 
 }  // namespace
@@ -111,13 +132,13 @@ Tensor CrossEntropyLossFunction::operator()(const Tensor& input, const Tensor& t
   }
   const ClassTargets targets = class_targets(caller, input, target, options.weight, options.ignore_index);
   const Tensor log_probs = log_softmax(input, 1);
-  Tensor rows = negative_log_likelihoods(log_probs, targets);
+  Tensor losses = negative_log_likelihoods(log_probs, targets);
   if (eps > 0.0) {
     const Tensor uniform = -sum(class_weighted(log_probs, options.weight), 1);
     const Tensor smoothed = where(targets.kept, uniform, Tensor::zeros({}, input.device()));
-    rows = rows * static_cast<float>(1.0 - eps) + smoothed * static_cast<float>(eps / input.size(1));
+    losses = losses * static_cast<float>(1.0 - eps) + smoothed * static_cast<float>(eps / input.size(1));
   }
-  return reduce(caller, rows, options.reduction, targets.total_weight);
+  return reduce(caller, losses, options.reduction, targets.total_weight);
 }
 
 }  // namespace tandem::nn::detail

@@ -19,6 +19,7 @@ class OpsGradcheckTest : public testing::EveryDevice {
     return Tensor::uniform(shape, low, high, device()).set_requires_grad();
   }
   Tensor values(const std::vector<float>& v, const Shape& shape) { return Tensor::from_vector(v, shape, device()); }
+  Tensor indices(const std::vector<int64_t>& v, const Shape& shape) { return Tensor::from_vector(v, shape, device()); }
 };
 
 TEST_P(OpsGradcheckTest, UnaryMath) {
@@ -80,8 +81,14 @@ TEST_P(OpsGradcheckTest, Softmax) {
 }
 
 TEST_P(OpsGradcheckTest, Indexing) {
-  gradcheck([this](auto& in) { return index_select(in[0], 1, values({2, 0, 2}, {3})); }, {input({2, 3})});
-  gradcheck([this](auto& in) { return gather(in[0], 1, values({1, 1, 0, 2}, {2, 2})); }, {input({3, 3})});
+  gradcheck([this](auto& in) { return index_select(in[0], 1, indices({2, 0, 2}, {3})); }, {input({2, 3})});
+  gradcheck([this](auto& in) { return gather(in[0], 1, indices({1, 1, 0, 2}, {2, 2})); }, {input({3, 3})});
+  gradcheck([this](auto& in) { return gather(in[0], 0, indices({2, 0, 2, 2}, {2, 2}).t()); }, {input({3, 3})});
+  // Repeated indices, and a src larger than the index (its elements outside the index's shape unread: gradient 0).
+  const Tensor repeated = indices({1, 1, 0, 2}, {2, 2});
+  gradcheck([&](auto& in) { return scatter_add(in[0], 1, repeated, in[1]); }, {input({3, 3}), input({2, 3})});
+  const Tensor row = indices({2, 0, 2}, {1, 3});
+  gradcheck([&](auto& in) { return scatter_add(in[0], 0, row, in[1]); }, {input({3, 3}), input({2, 4})});
   gradcheck([](auto& in) { return stack({in[0], in[1]}, 1); }, {input({2, 3}), input({2, 3})});
   gradcheck([](auto& in) { return cat({in[0], in[1]}, -1); }, {input({2, 3}), input({2, 1})});
 }

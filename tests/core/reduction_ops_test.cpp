@@ -8,12 +8,14 @@
 namespace tandem {
 namespace {
 
+using testing::expect_int64_values;
 using testing::expect_values;
 using testing::to_double;
 
 class ReductionOpsTest : public testing::EveryDevice {
  protected:
   Tensor values(const std::vector<float>& v, const Shape& shape) { return Tensor::from_vector(v, shape, device()); }
+  Tensor indices(const std::vector<int64_t>& v, const Shape& shape) { return Tensor::from_vector(v, shape, device()); }
 };
 
 // Reduces X ([2, 3, 4], row-major) over the dims flagged in `reduced` with `combine` applied to the list of values
@@ -99,31 +101,40 @@ TEST_P(ReductionOpsTest, MaxMinAndTheirIndices) {
   EXPECT_EQ(v[0], 5.0f);
   EXPECT_EQ(v[1], 7.0f);
   EXPECT_TRUE(std::isnan(v[2]));
-  expect_values(indices_1, {1, 3, 1}, {3});
+  expect_int64_values(indices_1, {1, 3, 1}, {3});
   auto [min_values, min_indices] = min(x, 0, true);
   expect_values(min_values.narrow(1, 0, 1), {-3}, {1, 1});
-  expect_values(min_indices, {1, 2, 1, 2}, {1, 4});
-  expect_values(argmax(x, 1), {1, 3, 1}, {3});
-  expect_values(argmin(x, -1, true), {0, 0, 1}, {3, 1});
-  expect_values(argmax(x), {9}, {});
+  expect_int64_values(min_indices, {1, 2, 1, 2}, {1, 4});
+  expect_int64_values(argmax(x, 1), {1, 3, 1}, {3});
+  expect_int64_values(argmin(x, -1, true), {0, 0, 1}, {3, 1});
+  expect_int64_values(argmax(x), {9}, {});
   const Tensor finite = values({3, -1, 8, 8, 0, 2}, {2, 3});
   expect_values(max(finite), {8}, {});
   expect_values(min(finite), {-1}, {});
-  expect_values(argmin(finite), {1}, {});
+  expect_int64_values(argmin(finite), {1}, {});
   // Columns (reduced dim not innermost) take another kernel.
   const Tensor wide = Tensor::randn({5, 37, 3}, device());
   const auto W = to_double(wide);
-  std::vector<double> best(15, -INFINITY), where(15, 0);
+  std::vector<double> best(15, -INFINITY);
+  std::vector<int64_t> where(15, 0);
   for (int64_t o = 0; o < 5; ++o)
     for (int64_t r = 0; r < 37; ++r)
       for (int64_t c = 0; c < 3; ++c)
         if (W[(o * 37 + r) * 3 + c] > best[o * 3 + c]) {
           best[o * 3 + c] = W[(o * 37 + r) * 3 + c];
-          where[o * 3 + c] = static_cast<double>(r);
+          where[o * 3 + c] = r;
         }
   auto [wide_values, wide_indices] = max(wide, 1);
   expect_values(wide_values, best, {5, 3});
-  expect_values(wide_indices, where, {5, 3});
+  expect_int64_values(wide_indices, where, {5, 3});
+  // Innermost reduced dims take the row kernel: wide rows and the first of tied maxima.
+  const Tensor rows = Tensor::randn({3, 100}, device());
+  const auto R = to_double(rows);
+  std::vector<int64_t> row_argmax(3, 0);
+  for (int64_t o = 0; o < 3; ++o)
+    for (int64_t r = 1; r < 100; ++r)
+      if (R[o * 100 + r] > R[o * 100 + row_argmax[o]]) row_argmax[o] = r;
+  expect_int64_values(argmax(rows, 1), row_argmax, {3});
 }
 
 TEST_P(ReductionOpsTest, MaxGradientGoesToTheReturnedIndex) {
@@ -171,36 +182,112 @@ TEST_P(ReductionOpsTest, SoftmaxIsStableForLargeInputs) {
 
 TEST_P(ReductionOpsTest, IndexSelectAndGather) {
   const Tensor x = values({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
-  expect_values(index_select(x, 1, values({3, 0, 3}, {3})), {3, 0, 3, 7, 4, 7, 11, 8, 11}, {3, 3});
-  expect_values(index_select(x, 0, values({2}, {1})), {8, 9, 10, 11}, {1, 4});
-  expect_values(index_select(x.t(), 0, values({1}, {})), {1, 5, 9}, {1, 3});
+  expect_values(index_select(x, 1, indices({3, 0, 3}, {3})), {3, 0, 3, 7, 4, 7, 11, 8, 11}, {3, 3});
+  expect_values(index_select(x, 0, indices({2}, {1})), {8, 9, 10, 11}, {1, 4});
+  expect_values(index_select(x.t(), 0, indices({1}, {})), {1, 5, 9}, {1, 3});
+  // An index at an offset into its storage: the last two elements of [9, 9, 2, 0].
+  expect_values(index_select(x, 0, indices({9, 9, 2, 0}, {4}).narrow(0, 2, 2)), {8, 9, 10, 11, 0, 1, 2, 3}, {2, 4});
   // torch.gather along dim 1: out[i][j] = x[i][index[i][j]], index smaller than x in the other dim.
-  expect_values(gather(x, 1, values({1, 1, 0, 3, 2, 0}, {2, 3})), {1, 1, 0, 7, 6, 4}, {2, 3});
-  expect_values(gather(x, 0, values({2, 0, 1, 2}, {1, 4})), {8, 1, 6, 11}, {1, 4});
-  EXPECT_ERROR(gather(x, 1, values({1.5f}, {1, 1})), "gather: index 1.5 at position 0 is not an integer");
-  EXPECT_ERROR(gather(x, 1, values({4}, {1, 1})), "gather: index 4 is out of range for dimension 1 of size 4");
-  EXPECT_ERROR(gather(x, 1, values({0, 0}, {2})), "gather: index has 1 dimensions but input has 2");
-  EXPECT_ERROR(gather(x, 1, Tensor::zeros({4, 1}, device())),
+  expect_values(gather(x, 1, indices({1, 1, 0, 3, 2, 0}, {2, 3})), {1, 1, 0, 7, 6, 4}, {2, 3});
+  expect_values(gather(x, 0, indices({2, 0, 1, 2}, {1, 4})), {8, 1, 6, 11}, {1, 4});
+  // A transposed index: [[1, 3], [0, 2]], the transpose of a contiguous [[1, 0], [3, 2]].
+  expect_values(gather(x, 1, indices({1, 0, 3, 2}, {2, 2}).t()), {1, 3, 4, 6}, {2, 2});
+}
+
+TEST_P(ReductionOpsTest, IndicesBeyond2To24AreExact) {
+  // float32 indices could not tell 2^24 + 1 from 2^24; int64 ones can.
+  const int64_t big = (int64_t{1} << 24) + 1;
+  const Tensor x = Tensor::zeros({big + 1}, device());
+  x.narrow(0, big, 1).fill_(7.0);
+  expect_values(index_select(x, 0, indices({big, big - 1, big}, {3})), {7, 0, 7}, {3});
+  expect_values(gather(x, 0, indices({big}, {1})), {7}, {1});
+}
+
+TEST_P(ReductionOpsTest, IndexErrors) {
+  const Tensor x = values({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
+  EXPECT_ERROR(gather(x, 1, values({1}, {1, 1})),
+               "gather: index is float32 but expected int64 (convert with .to(DType::Int64))");
+  EXPECT_ERROR(index_select(x, 0, values({1}, {1}).to(DType::BFloat16)),
+               "index_select: index is bfloat16 but expected int64 (convert with .to(DType::Int64))");
+  EXPECT_ERROR(scatter_add(x, 0, values({0}, {1, 1}), x),
+               "scatter_add: index is float32 but expected int64 (convert with .to(DType::Int64))");
+  EXPECT_ERROR(gather(x, 1, indices({0, 4}, {1, 2})),
+               "gather: index 4 at position 1 is out of range for dimension 1 of size 4");
+  EXPECT_ERROR(gather(x, 1, indices({-1}, {1, 1})),
+               "gather: index -1 at position 0 is out of range for dimension 1 of size 4");
+  EXPECT_ERROR(index_select(x, 0, indices({0, -1}, {2})),
+               "index_select: index -1 at position 1 is out of range for dimension 0 of size 3");
+  EXPECT_ERROR(index_select(x, -1, indices({4}, {})),
+               "index_select: index 4 at position 0 is out of range for dimension 1 of size 4");
+  EXPECT_ERROR(gather(x, 1, indices({0, 0}, {2})), "gather: index has 1 dimensions but input has 2");
+  EXPECT_ERROR(gather(x, 1, Tensor::zeros({4, 1}, DType::Int64, device())),
                "gather: index has shape [4, 1] but input has shape [3, 4] (size 4 > 3 at dimension 0)");
-  EXPECT_ERROR(index_select(x, 0, values({-1}, {1})), "index_select: index -1 is out of range for dimension 0 of "
-                                                      "size 3");
-  EXPECT_ERROR(index_select(x, 0, Tensor::zeros({1, 1}, device())), "index_select: index has shape [1, 1]");
+  EXPECT_ERROR(index_select(x, 0, Tensor::zeros({1, 1}, DType::Int64, device())),
+               "index_select: index has shape [1, 1]");
+  EXPECT_ERROR(index_select(x.to(DType::BFloat16), 0, indices({0}, {1})),
+               "index_select: got bfloat16 but expected float32");
+  const Device elsewhere = device().is_cuda() ? Device::cpu(0) : Device::cpu(1);
+  EXPECT_ERROR(gather(x, 0, Tensor::zeros({1, 1}, DType::Int64, elsewhere)),
+               "gather: expected all tensors on one device");
 }
 
 TEST_P(ReductionOpsTest, IndexingGradientsAccumulateRepeats) {
   const Tensor x = Tensor::zeros({2, 3}, device()).set_requires_grad();
-  sum(index_select(x, 1, values({2, 0, 2}, {3}))).backward();
+  sum(index_select(x, 1, indices({2, 0, 2}, {3}))).backward();
   expect_values(x.grad(), {1, 0, 2, 1, 0, 2}, {2, 3});
   const Tensor y = Tensor::zeros({2, 3}, device()).set_requires_grad();
-  gather(y, 1, values({1, 1, 0, 2}, {2, 2})).backward(values({1, 2, 3, 4}, {2, 2}));
+  gather(y, 1, indices({1, 1, 0, 2}, {2, 2})).backward(values({1, 2, 3, 4}, {2, 2}));
   expect_values(y.grad(), {0, 3, 0, 3, 0, 4}, {2, 3});
 }
 
+// torch.scatter_add against a loop over index's positions, along each dim, with repeated indices and a src larger than
+// index (its other elements unread); the gradients: x's passes through, src's is the incoming one gathered at index.
+TEST_P(ReductionOpsTest, ScatterAddMatchesALoopOverTheIndex) {
+  manual_seed(33);
+  const Tensor x = Tensor::randn({3, 4}, device());
+  const Tensor src = Tensor::randn({3, 5}, device());
+  const std::vector<int64_t> index_values = {2, 0, 2, 1, 0, 0};  // [2, 3]
+  const auto X = to_double(x), S = to_double(src);
+  for (int64_t dim : {0, 1}) {
+    SCOPED_TRACE(dim);
+    const int64_t limit = dim == 0 ? 3 : 4;
+    std::vector<int64_t> clipped = index_values;
+    for (int64_t& v : clipped) v %= limit;
+    std::vector<double> expected = X, grad_src(15, 0.0);
+    const std::vector<double> g = to_double(Tensor::arange(12, DType::Float32));  // the incoming gradient 0..11
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        const int64_t at = dim == 0 ? clipped[i * 3 + j] * 4 + j : i * 4 + clipped[i * 3 + j];
+        expected[at] += S[i * 5 + j];
+        grad_src[i * 5 + j] = g[at];
+      }
+    const Tensor xg = x.detach().set_requires_grad();
+    const Tensor sg = src.detach().set_requires_grad();
+    const Tensor out = scatter_add(xg, dim, indices(clipped, {2, 3}), sg);
+    expect_values(out, expected, {3, 4});
+    out.backward(Tensor::arange(12, DType::Float32, device()).reshape({3, 4}));
+    expect_values(xg.grad(), g, {3, 4});
+    expect_values(sg.grad(), grad_src, {3, 5});
+  }
+  EXPECT_ERROR(scatter_add(x, 1, indices({0, 0, 0, 0, 0, 0}, {1, 6}), src),
+               "scatter_add: index has shape [1, 6] but src has shape [3, 5] (size 6 > 5 at dimension 1)");
+  EXPECT_ERROR(scatter_add(x, 0, indices({0}, {1}), src), "scatter_add: index has 1 dimensions but input has 2");
+  EXPECT_ERROR(scatter_add(x, 0, indices({3}, {1, 1}), src),
+               "scatter_add: index 3 at position 0 is out of range for dimension 0 of size 3");
+  EXPECT_ERROR(scatter_add(x, 0, indices({0}, {1, 1}), src.to(DType::BFloat16)),
+               "scatter_add: got float32 and bfloat16; expected one dtype");
+}
+
 TEST_P(ReductionOpsTest, OneHotAndStack) {
-  expect_values(one_hot(values({2, 0, 1}, {3}), 4), {0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {3, 4});
-  expect_values(one_hot(values({1, 0}, {2, 1})), {0, 1, 1, 0}, {2, 1, 2});
-  EXPECT_ERROR(one_hot(values({3}, {1}), 3), "one_hot: index 3 is out of range for 3 classes");
-  EXPECT_ERROR(one_hot(values({0.5f}, {1}), 3), "one_hot: index 0.5 at position 0 is not an integer");
+  expect_int64_values(one_hot(indices({2, 0, 1}, {3}), 4), {0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {3, 4});
+  expect_int64_values(one_hot(indices({1, 0}, {2, 1})), {0, 1, 1, 0}, {2, 1, 2});
+  expect_int64_values(one_hot(indices({}, {0}), 2), {}, {0, 2});
+  expect_values(one_hot(indices({1}, {}), 3).to(DType::Float32), {0, 1, 0}, {3});
+  EXPECT_ERROR(one_hot(indices({3}, {1}), 3), "one_hot: index 3 at position 0 is out of range for 3 classes");
+  EXPECT_ERROR(one_hot(indices({0, -1}, {2}), 3), "one_hot: index -1 at position 1 is out of range for 3 classes");
+  EXPECT_ERROR(one_hot(values({1}, {1}), 3),
+               "one_hot: index is float32 but expected int64 (convert with .to(DType::Int64))");
+  EXPECT_ERROR(one_hot(indices({}, {0})), "one_hot: cannot infer num_classes from empty indices");
   const Tensor a = values({1, 2}, {2}), b = values({3, 4}, {2});
   expect_values(stack({a, b}), {1, 2, 3, 4}, {2, 2});
   expect_values(stack({a, b}, -1), {1, 3, 2, 4}, {2, 2});

@@ -1,6 +1,6 @@
 // cross_entropy and nll_loss: every reduction against float64 references computed here (values and gradients), with
-// class weights, ignore_index and label smoothing; class-probability targets; logits of 1e4; gradient checks; the
-// modules; and the errors for bad targets.
+// class weights, ignore_index and label smoothing; class-probability targets; logits of 1e4; inputs [N, C, d1, d2]
+// against the same scores flattened to [N * d1 * d2, C]; gradient checks; the modules; and the errors for bad targets.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -192,24 +192,28 @@ TEST_P(ClassLoss, ProbabilityTargetsMatchFloat64) {
     }
 }
 
+// Gradient checks of cross_entropy and nll_loss in `logits` against k's class-index targets (of target_shape), with
+// k's options and every reduction.
+void gradcheck_class_index_losses(const Tensor& logits, const Shape& target_shape, const Case& k) {
+  const Tensor target = Tensor::from_vector(k.targets, target_shape, logits.device());
+  for (Reduction r : kReductions) {
+    SCOPED_TRACE(k.name + ", reduction " + nn::reduction_name(r));
+    const nn::CrossEntropyLossOptions options = options_of(k, r, logits.device());
+    testing::gradcheck([&](const std::vector<Tensor>& in) { return nn::cross_entropy(in[0], target, options); },
+                       {logits});
+    testing::gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return nn::nll_loss(in[0], target,
+                              {.weight = options.weight, .ignore_index = k.ignore_index, .reduction = r});
+        },
+        {logits});
+  }
+}
+
 TEST_P(ClassLoss, GradientsPassGradcheck) {
   manual_seed(15);
   const Tensor logits = Tensor::randn({5, 4}, device()).set_requires_grad(true);
-  for (const Case& k : cases()) {
-    const Tensor target = labels(k.targets, device());
-    for (Reduction r : kReductions) {
-      SCOPED_TRACE(k.name + ", reduction " + nn::reduction_name(r));
-      const nn::CrossEntropyLossOptions options = options_of(k, r, device());
-      testing::gradcheck([&](const std::vector<Tensor>& in) { return nn::cross_entropy(in[0], target, options); },
-                         {logits});
-      testing::gradcheck(
-          [&](const std::vector<Tensor>& in) {
-            return nn::nll_loss(in[0], target,
-                                {.weight = options.weight, .ignore_index = k.ignore_index, .reduction = r});
-          },
-          {logits});
-    }
-  }
+  for (const Case& k : cases()) gradcheck_class_index_losses(logits, {5}, k);
   const Tensor q = softmax(Tensor::randn({5, 4}, device()), 1).detach().set_requires_grad(true);
   for (Reduction r : kReductions)
     testing::gradcheck(
@@ -217,6 +221,98 @@ TEST_P(ClassLoss, GradientsPassGradcheck) {
           return nn::cross_entropy(in[0], in[1], {.reduction = r, .label_smoothing = 0.1});
         },
         {logits, q});
+}
+
+// Inputs [N, C, d1, d2] with targets [N, d1, d2] against the float64 reference of the same scores with C moved last
+// and flattened to [N * d1 * d2, C] (a row per target element, in the target's row-major order), for every option and
+// reduction: values, the gradient of the mean, and gradchecks.
+constexpr int64_t kN = 2, kC = 4, kD1 = 3, kD2 = 2, kElements = kN * kD1 * kD2;
+
+// x [N, C, D1, D2] (row-major) as rows of C: row (n, a, b) holds x[n, :, a, b].
+std::vector<double> classes_last(const std::vector<double>& x) {
+  std::vector<double> rows;
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t a = 0; a < kD1; ++a)
+      for (int64_t b = 0; b < kD2; ++b)
+        for (int64_t c = 0; c < kC; ++c) rows.push_back(x[((n * kC + c) * kD1 + a) * kD2 + b]);
+  return rows;
+}
+
+// The inverse of classes_last.
+std::vector<double> classes_second(const std::vector<double>& rows) {
+  std::vector<double> x(rows.size());
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t a = 0; a < kD1; ++a)
+      for (int64_t b = 0; b < kD2; ++b)
+        for (int64_t c = 0; c < kC; ++c)
+          x[((n * kC + c) * kD1 + a) * kD2 + b] = rows[((n * kD1 + a) * kD2 + b) * kC + c];
+  return x;
+}
+
+// k with its targets repeated to fill the kElements target elements.
+Case spatial(const Case& k) {
+  Case spread = k;
+  spread.targets.clear();
+  for (int64_t i = 0; i < kElements; ++i) spread.targets.push_back(k.targets[i % k.targets.size()]);
+  return spread;
+}
+
+TEST_P(ClassLoss, SpatialInputsMatchTheFlattenedFloat64Reference) {
+  manual_seed(17);
+  const Tensor logits = Tensor::randn({kN, kC, kD1, kD2}, device()) * 2.0f;
+  const std::vector<double> rows = classes_last(to_double(logits));
+  const Shape target_shape{kN, kD1, kD2};
+  for (const Case& original : cases()) {
+    const Case k = spatial(original);
+    const Reference ref = cross_entropy_reference(rows, kElements, kC, k);
+    const Tensor target = Tensor::from_vector(k.targets, target_shape, device());
+    for (Reduction r : kReductions) {
+      SCOPED_TRACE(k.name + ", reduction " + nn::reduction_name(r));
+      const Tensor x = logits.detach().set_requires_grad(true);
+      const Tensor loss = nn::cross_entropy(x, target, options_of(k, r, device()));
+      expect_values(loss, reduced(ref, r), r == Reduction::None ? target_shape : Shape{});
+      if (r == Reduction::Mean) {
+        loss.backward();
+        expect_values(x.grad(), classes_second(ref.grad_of_mean), logits.shape(), 1e-5, 1e-6);
+      }
+      if (k.label_smoothing != 0.0) continue;
+      const nn::CrossEntropyLossOptions o = options_of(k, r, device());
+      expect_values(nn::nll_loss(log_softmax(logits, 1), target,
+                                 {.weight = o.weight, .ignore_index = k.ignore_index, .reduction = r}),
+                    reduced(ref, r), r == Reduction::None ? target_shape : Shape{});
+    }
+  }
+}
+
+TEST_P(ClassLoss, SpatialProbabilityTargetsMatchTheFlattenedFloat64Reference) {
+  manual_seed(18);
+  const Tensor logits = Tensor::randn({kN, kC, kD1, kD2}, device());
+  const Tensor q = softmax(Tensor::randn({kN, kC, kD1, kD2}, device()), 1);
+  const std::vector<double> logp = log_softmax_rows(classes_last(to_double(logits)), kElements, kC);
+  const std::vector<double> qs = classes_last(to_double(q));
+  const double eps = 0.2;
+  Reference ref;
+  ref.divisor = static_cast<double>(kElements);
+  for (int64_t i = 0; i < kElements; ++i) {
+    double loss = 0.0;
+    for (int64_t c = 0; c < kC; ++c) loss -= ((1 - eps) * qs[i * kC + c] + eps / kC) * logp[i * kC + c];
+    ref.rows.push_back(loss);
+  }
+  for (Reduction r : kReductions) {
+    SCOPED_TRACE(nn::reduction_name(r));
+    expect_values(nn::cross_entropy(logits, q, {.reduction = r, .label_smoothing = eps}), reduced(ref, r),
+                  r == Reduction::None ? Shape{kN, kD1, kD2} : Shape{});
+  }
+}
+
+TEST_P(ClassLoss, SpatialGradientsPassGradcheck) {
+  manual_seed(19);
+  const Tensor logits = Tensor::randn({kN, kC, kD1, kD2}, device()).set_requires_grad(true);
+  for (const Case& k : cases()) gradcheck_class_index_losses(logits, {kN, kD1, kD2}, spatial(k));
+  const Tensor q = softmax(Tensor::randn({kN, kC, kD1, kD2}, device()), 1).detach().set_requires_grad(true);
+  testing::gradcheck(
+      [](const std::vector<Tensor>& in) { return nn::cross_entropy(in[0], in[1], {.label_smoothing = 0.1}); },
+      {logits, q});
 }
 
 TEST_P(ClassLoss, EveryRowIgnoredGivesNaNMeanAndZeroSum) {
@@ -266,9 +362,18 @@ TEST_P(ClassLoss, BadTargetsAndOptionsAreErrors) {
                "nn::cross_entropy: target is float32 but expected int64 class indices (convert with "
                ".to(DType::Int64))");
   EXPECT_ERROR(nn::cross_entropy(logits, labels({1, 2}, device())),
-               "nn::cross_entropy: target has shape [2] but expected [3] (one class index per row of input [3, 4])");
+               "nn::cross_entropy: target has shape [2] but expected [3] (input's shape [3, 4] without its class "
+               "dimension 1)");
   EXPECT_ERROR(nn::cross_entropy(Tensor::zeros({4}, device()), labels({1}, device())),
-               "nn::cross_entropy: input has shape [4] but expected [N, C]");
+               "nn::cross_entropy: input has shape [4] but expected [N, C] or [N, C, d1, ...]");
+  const Tensor spatial = Tensor::zeros({2, 3, 5}, device());
+  EXPECT_ERROR(nn::cross_entropy(spatial, Tensor::zeros({2, 4}, DType::Int64, device())),
+               "nn::cross_entropy: target has shape [2, 4] but expected [2, 5] (input's shape [2, 3, 5] without its "
+               "class dimension 1)");
+  std::vector<int64_t> spatial_labels(10, 0);
+  spatial_labels[8] = 3;
+  EXPECT_ERROR(nn::nll_loss(spatial, Tensor::from_vector(spatial_labels, {2, 5}, device())),
+               "nn::nll_loss: target[1, 3] is 3 but expected a class index in [0, 3) or ignore_index -100");
   EXPECT_ERROR(nn::cross_entropy(logits.to(DType::BFloat16), labels({1, 2, 0}, device())),
                "nn::cross_entropy: input is bfloat16 but expected float32");
   EXPECT_ERROR(nn::cross_entropy(logits, labels({1, 2, 0}, device()), {.weight = Tensor::ones({3}, device())}),

@@ -31,15 +31,19 @@ TEST_P(LayersTest, EmbeddingLooksUpRowsOfInt64Indices) {
 }
 
 TEST_P(LayersTest, EmbeddingErrors) {
-  EXPECT_ERROR(nn::Embedding(0, 3), "nn::Embedding: num_embeddings is 0 but expected a value in [1, 16777216]");
+  EXPECT_ERROR(nn::Embedding(0, 3), "nn::Embedding: num_embeddings is 0 but expected at least 1");
   EXPECT_ERROR(nn::Embedding(3, 0), "nn::Embedding: embedding_dim is 0 but expected at least 1");
   nn::Embedding embedding(4, 2, device());
   EXPECT_ERROR(embedding(Tensor::zeros({3}, device())),
                "nn::Embedding: the indices are float32 but expected int64");
-  EXPECT_ERROR(embedding(Tensor::from_vector(std::vector<int64_t>{1, 4}, {2}, device())),
-               "nn::Embedding: index 4 at position 1 is out of range for 4 embeddings");
+  // index_select checks the range, at the position in the flattened indices.
+  EXPECT_ERROR(embedding(Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 4}, {2, 2}, device())),
+               "index_select: index 4 at position 3 is out of range for dimension 0 of size 4");
   EXPECT_ERROR(embedding(Tensor::from_vector(std::vector<int64_t>{-1}, {1}, device())),
-               "nn::Embedding: index -1 at position 0 is out of range");
+               "index_select: index -1 at position 0 is out of range for dimension 0 of size 4");
+  const Device elsewhere = device().is_cuda() ? Device::cpu(0) : Device::cpu(1);
+  EXPECT_ERROR(embedding(Tensor::from_vector(std::vector<int64_t>{0}, {1}, elsewhere)),
+               "nn::Embedding: the indices are on " + elsewhere.str() + " but the weight is on " + device().str());
 }
 
 TEST_P(LayersTest, ActivationLayersMatchFloat64References) {

@@ -99,6 +99,13 @@ void expect_close(const Tensor& actual, const Tensor& expected, double rtol, dou
   expect_values(actual, to_double(expected), expected.shape(), rtol, atol);
 }
 
+void expect_int64_values(const Tensor& actual, const std::vector<int64_t>& expected, const Shape& shape) {
+  ASSERT_TRUE(actual.defined());
+  ASSERT_EQ(actual.dtype(), DType::Int64);
+  ASSERT_EQ(to_string(actual.shape()), to_string(shape));
+  EXPECT_EQ(actual.to_vector_as<int64_t>(), expected) << "on " << actual.device();
+}
+
 std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
                                      int64_t k, int64_t n) {
   std::vector<double> out(static_cast<size_t>(m * n), 0.0);

@@ -62,6 +62,8 @@ void expect_values(const Tensor& actual, const std::vector<double>& expected, co
                    double rtol = 1e-5, double atol = 1e-6);
 // Same, for two tensors on any devices.
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5, double atol = 1e-6);
+// Expects `actual` (any device) to be an int64 tensor of shape `shape` holding exactly `expected`.
+void expect_int64_values(const Tensor& actual, const std::vector<int64_t>& expected, const Shape& shape);
 // Expects `statement` to throw tandem::Error whose message contains `fragment`.
 #define EXPECT_ERROR(statement, fragment)                                                            \
   do {                                                                                                \

@@ -94,13 +94,16 @@ TEST(ClassificationMetrics, NoConfusionMatrixAboveItsBound) {
   }
 }
 
-TEST(ClassCrossEntropy, MatchesTheHostMetricAndChecksShapes) {
+TEST(ClassCrossEntropy, MatchesTheHostMetricAndChecksShapesAndDtypes) {
   const std::vector<float> scores = {2.0f, 0.0f, -1.0f, 1.0f, -1.0f, 3.0f};
-  const Tensor loss =
-      class_cross_entropy(Tensor::from_vector(scores, {2, 3}), Tensor::from_vector({2.0f, 0.0f}, {2, 1}));
+  const Tensor loss = class_cross_entropy(Tensor::from_vector(scores, {2, 3}),
+                                         Tensor::from_vector(std::vector<int64_t>{2, 0}, {2, 1}));
   EXPECT_NEAR(loss.item(), classification_metrics(scores, {2, 0}, 3).cross_entropy, 1e-6);
-  EXPECT_ERROR(class_cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({3, 1})),
+  EXPECT_ERROR(class_cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({3, 1}, DType::Int64)),
                "scores of shape [2, 3] and classes of shape [3, 1] but expected [n, classes] and [n, 1]");
+  EXPECT_ERROR(class_cross_entropy(Tensor::zeros({2, 3}), Tensor::from_vector({2.0f, 0.0f}, {2, 1})),
+               "nn::cross_entropy: target is float32 but expected int64 class indices (convert with "
+               ".to(DType::Int64))");
 }
 
 TrainerOptions classifier_options(std::vector<Device> devices, const TableDataset& data) {

@@ -123,9 +123,8 @@ Tensor class_cross_entropy(const Tensor& scores, const Tensor& classes) {
   TANDEM_CHECK(scores.dim() == 2 && classes.dim() == 2 && classes.size(1) == 1 && scores.size(0) == classes.size(0),
                "class_cross_entropy: scores of shape ", to_string(scores.shape()), " and classes of shape ",
                to_string(classes.shape()), " but expected [n, classes] and [n, 1]");
-  // The loader's targets are float32 [n, 1]; nn::cross_entropy takes int64 [n] (class indices convert exactly) and
-  // checks each against the number of scores.
-  return nn::cross_entropy(scores, classes.reshape({classes.size(0)}).to(DType::Int64));
+  // nn::cross_entropy takes the classes as [n] and checks their dtype and each value against the number of scores.
+  return nn::cross_entropy(scores, classes.reshape({classes.size(0)}));
 }
 
 }  // namespace tandem::trainers

@@ -24,14 +24,22 @@ Example PreparedDataset::get(int64_t index) const {
 Example PreparedDataset::get_batch(const std::vector<int64_t>& indices) const {
   const Example raw = data_.get_batch(indices);
   const std::vector<double> targets = targets_of(raw.target, indices.front());
+  return {data_of(raw.data), classes_ != nullptr ? class_indices(targets) : standardized(targets)};
+}
+
+Tensor PreparedDataset::class_indices(const std::vector<double>& targets) const {
+  std::vector<int64_t> indices;
+  indices.reserve(targets.size());
+  for (const double target : targets) indices.push_back(classes_->index_of(target));
+  return Tensor::from_vector(indices, {static_cast<int64_t>(indices.size()), 1});
+}
+
+Tensor PreparedDataset::standardized(const std::vector<double>& targets) const {
   std::vector<float> values;
   values.reserve(targets.size());
-  for (const double target : targets) {
-    values.push_back(classes_ != nullptr
-                         ? static_cast<float>(classes_->index_of(target))
-                         : static_cast<float>((target - standardizer_.target_mean) / standardizer_.target_scale));
-  }
-  return {data_of(raw.data), Tensor::from_vector(values, {static_cast<int64_t>(values.size()), 1})};
+  for (const double target : targets)
+    values.push_back(static_cast<float>((target - standardizer_.target_mean) / standardizer_.target_scale));
+  return Tensor::from_vector(values, {static_cast<int64_t>(values.size()), 1});
 }
 
 Tensor PreparedDataset::data_of(const Tensor& data) const {

@@ -1,7 +1,8 @@
 #pragma once
 // PreparedDataset: a user's Dataset as the Trainer trains on it (Trainer::fit over any Dataset): each example's data
 // standardized element by element when the statistics ask for it, and its target, one value per example, turned into
-// what the loss compares with: a regression's standardized target, a classifier's class index, as float32 [1].
+// what the loss compares with: a regression's standardized target as float32 [1], a classifier's class index as
+// int64 [1].
 
 #include <cstdint>
 #include <vector>
@@ -19,7 +20,8 @@ class PreparedDataset : public Dataset {
 
   int64_t size() const override { return data_.size(); }
   Example get(int64_t index) const override;
-  // The examples' prepared data (data_of) and targets, float32 [n, 1]. Errors: those of data_of and targets_of.
+  // The examples' prepared data (data_of) and targets, [n, 1]: float32 standardized targets, or int64 class indices
+  // for a classifier. Errors: those of data_of and targets_of.
   Example get_batch(const std::vector<int64_t>& indices) const override;
 
   // A batch of the data set's data as the model sees it: as it is when the statistics leave the features alone (any
@@ -33,6 +35,9 @@ class PreparedDataset : public Dataset {
   const Dataset& data() const { return data_; }
 
  private:
+  Tensor class_indices(const std::vector<double>& targets) const;  // int64 [n, 1]; Errors: ClassLabels::index_of's
+  Tensor standardized(const std::vector<double>& targets) const;   // float32 [n, 1]
+
   const Dataset& data_;
   const Standardizer& standardizer_;
   const ClassLabels* classes_;

@@ -92,13 +92,17 @@ std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::Replica
   return schedules;
 }
 
-// The standardized training rows as the loader's tensors: features [rows, features] and targets [rows, 1] in float32,
-// converted from float64 as DataLoader converts them.
-TensorDataset training_tensors(const TableDataset& data) {
+// The standardized training rows as the loader's tensors: features float32 [rows, features], converted from float64 as
+// DataLoader converts them, and targets [rows, 1]: a regression's in float32 likewise, a classifier's (a table whose
+// targets ClassLabels::encode replaced) as the int64 class indices that the loss takes.
+TensorDataset training_tensors(const TableDataset& data, Task task) {
   const std::vector<float> features(data.features.begin(), data.features.end());
-  const std::vector<float> targets(data.targets.begin(), data.targets.end());
-  return TensorDataset({Tensor::from_vector(features, {data.rows(), data.num_features()}),
-                        Tensor::from_vector(targets, {data.rows(), 1})});
+  const Shape target_shape{data.rows(), 1};
+  const Tensor targets =
+      task == Task::Classification
+          ? Tensor::from_vector(std::vector<int64_t>(data.targets.begin(), data.targets.end()), target_shape)
+          : Tensor::from_vector(std::vector<float>(data.targets.begin(), data.targets.end()), target_shape);
+  return TensorDataset({Tensor::from_vector(features, {data.rows(), data.num_features()}), targets});
 }
 
 // Note [Captured training steps]: fit's steps go through one parallel::TrainingStep over the replicas (and, with a
@@ -176,7 +180,7 @@ FitResult Trainer::fit(const TableDataset& train, const TableDataset& test) {
       std::fill(standardizer_->feature_scale.begin(), standardizer_->feature_scale.end(), 1.0);
     }
   }
-  const TensorDataset rows = training_tensors(standardizer_->apply(train_set));
+  const TensorDataset rows = training_tensors(standardizer_->apply(train_set), options_.task);
   const EvaluationSet train_eval{resident_features(train_set), train_set.targets};
   const std::optional<EvaluationSet> test_eval =
       test.rows() > 0 ? std::optional(EvaluationSet{resident_features(test_set), test_set.targets}) : std::nullopt;

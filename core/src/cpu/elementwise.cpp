@@ -53,14 +53,14 @@ void pointwise_loop(F f, const std::vector<Tensor>& inputs, const Tensor& out) {
 }
 
 template <bool kMax>
-void extreme(const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values, float* indices) {
+void extreme(const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values, int64_t* indices) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < inner; ++c) {
       const float* row = x + o * reduce * inner + c;
       backend::Extreme<kMax> best{row[0], 0};
       for (int64_t r = 1; r < reduce; ++r) best.offer(row[r * inner], r);
       values[o * inner + c] = best.value;
-      if (indices != nullptr) indices[o * inner + c] = static_cast<float>(best.index);
+      if (indices != nullptr) indices[o * inner + c] = best.index;
     }
 }
 
@@ -87,11 +87,11 @@ template <typename Visit>
 void for_each_indexed(const Tensor& x_like, int64_t dim, const Tensor& index, const Tensor& other, Visit&& visit) {
   Shape base_strides = x_like.strides();
   base_strides[dim] = 0;
-  const float* pi = index.data();
+  const int64_t* pi = index.data_as<int64_t>();
   for_each_row<3>(index.shape(), {&other.strides(), &index.strides(), &base_strides},
                   [&](int64_t length, const Offsets<3>& at, const Offsets<3>& step) {
                     for (int64_t i = 0; i < length; ++i)
-                      visit(at[2] + i * step[2], static_cast<int64_t>(pi[at[1] + i * step[1]]), at[0] + i * step[0]);
+                      visit(at[2] + i * step[2], pi[at[1] + i * step[1]], at[0] + i * step[0]);
                   });
 }
 
@@ -103,7 +103,7 @@ void pointwise(const backend::PointwiseCall& call, const std::vector<Tensor>& in
 
 void reduce_dim(backend::ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,
                 const Tensor& values, const Tensor& indices) {
-  float* pi = indices.defined() ? indices.mutable_data() : nullptr;
+  int64_t* pi = indices.defined() ? indices.mutable_data_as<int64_t>() : nullptr;
   switch (op) {
     case backend::ReduceOp::Max: return extreme<true>(x.data(), outer, reduce, inner, values.mutable_data(), pi);
     case backend::ReduceOp::Min: return extreme<false>(x.data(), outer, reduce, inner, values.mutable_data(), pi);

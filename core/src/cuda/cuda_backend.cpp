@@ -246,14 +246,14 @@ class CudaBackend final : public backend::Backend {
     if (values.numel() == 0) return;
     OnDevice on(values);
     kernels::reduce_dim(op, x.data(), outer, reduce, inner, values.mutable_data(),
-                        indices.defined() ? indices.mutable_data() : nullptr, on.stream);
+                        indices.defined() ? indices.mutable_data_as<int64_t>() : nullptr, on.stream);
   }
 
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override {
     if (out.numel() == 0) return;
     OnDevice on(out);
     const Shape base = strides_without(x, dim);
-    kernels::gather(x.data(), x.strides()[dim], index.data(), out.mutable_data(),
+    kernels::gather(x.data(), x.strides()[dim], index.data_as<int64_t>(), out.mutable_data(),
                     collapse_dims(index.shape(), {&out.strides(), &index.strides(), &base}), on.stream);
   }
 
@@ -261,7 +261,7 @@ class CudaBackend final : public backend::Backend {
     if (src.numel() == 0) return;
     OnDevice on(target);
     const Shape base = strides_without(target, dim);
-    kernels::scatter_add(src.data(), target.strides()[dim], index.data(), target.mutable_data(),
+    kernels::scatter_add(src.data(), target.strides()[dim], index.data_as<int64_t>(), target.mutable_data(),
                          collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
   }
 

@@ -217,21 +217,21 @@ __device__ void transpose_kernel(int64_t rows, int64_t cols, int64_t in_col_stri
 
 // ---- gather / scatter-add ---------------------------------------------------------------------------------------
 
-__device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const float* index,
+__device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const int64_t* index,
                               float* out) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<3>(i, s, offset);
-    out[offset[0]] = x[offset[2] + static_cast<int64_t>(index[offset[1]]) * dim_stride];
+    out[offset[0]] = x[offset[2] + index[offset[1]] * dim_stride];
   }
 }
 
-__device__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_stride, const float* index,
+__device__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_stride, const int64_t* index,
                                    float* target) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<3>(i, s, offset);
-    atomicAdd(target + offset[2] + static_cast<int64_t>(index[offset[1]]) * dim_stride, src[offset[0]]);
+    atomicAdd(target + offset[2] + index[offset[1]] * dim_stride, src[offset[0]]);
   }
 }
 
@@ -279,14 +279,14 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
   launch_contiguous(ClipByNormOp{norm, max_norm}, Inputs{{x}}, x, n, stream);
 }
 
-void gather(const float* x, int64_t dim_stride, const float* index, float* out, const Strided& layout,
+void gather(const float* x, int64_t dim_stride, const int64_t* index, float* out, const Strided& layout,
             cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
   launch<gather_kernel>(blocks_for(n), kThreads, stream, n, layout, x, dim_stride, index, out);
 }
 
-void scatter_add(const float* src, int64_t dim_stride, const float* index, float* target, const Strided& layout,
+void scatter_add(const float* src, int64_t dim_stride, const int64_t* index, float* target, const Strided& layout,
                  cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;

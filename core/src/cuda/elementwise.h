@@ -42,9 +42,10 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
 
 // Over `layout` = collapse_dims(index shape, {out or src strides, index strides, x or target strides with stride 0 at
 // dim}): gather reads x[base + index * dim_stride] into out; scatter_add adds src into target there (atomically).
-void gather(const float* x, int64_t dim_stride, const float* index, float* out, const Strided& layout,
+// The int64 indices are in range (checked by the caller).
+void gather(const float* x, int64_t dim_stride, const int64_t* index, float* out, const Strided& layout,
             cudaStream_t stream);
-void scatter_add(const float* src, int64_t dim_stride, const float* index, float* target, const Strided& layout,
+void scatter_add(const float* src, int64_t dim_stride, const int64_t* index, float* target, const Strided& layout,
                  cudaStream_t stream);
 
 }  // namespace tandem::cuda::kernels

@@ -188,12 +188,12 @@ __device__ backend::Extreme<kMax> extreme_of_column(const float* x, int64_t i, i
 
 // One warp per row of `reduce` contiguous elements (inner == 1).
 template <bool kMax>
-__device__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values, float* indices) {
+__device__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce, float* values, int64_t* indices) {
   for (int64_t row = global_thread() / 32; row < rows; row += grid_threads() / 32) {
     const backend::Extreme<kMax> best = warp_extreme_of_row<kMax>(x, row, reduce);
     if (threadIdx.x % 32 == 0) {
       values[row] = best.value;
-      if (indices != nullptr) indices[row] = static_cast<float>(best.index);
+      if (indices != nullptr) indices[row] = best.index;
     }
   }
 }
@@ -201,11 +201,11 @@ __device__ void extreme_rows_kernel(const float* x, int64_t rows, int64_t reduce
 // One thread per output of [outer, inner]; neighbouring threads read neighbouring columns.
 template <bool kMax>
 __device__ void extreme_columns_kernel(const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values,
-                                       float* indices) {
+                                       int64_t* indices) {
   for (int64_t i = global_thread(); i < outer * inner; i += grid_threads()) {
     const backend::Extreme<kMax> best = extreme_of_column<kMax>(x, i, reduce, inner);
     values[i] = best.value;
-    if (indices != nullptr) indices[i] = static_cast<float>(best.index);
+    if (indices != nullptr) indices[i] = best.index;
   }
 }
 
@@ -283,7 +283,7 @@ void vector_norm(const float* x, int64_t n, double ord, float* out, float* scrat
 }
 
 void reduce_dim(backend::ReduceOp op, const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values,
-                float* indices, cudaStream_t stream) {
+                int64_t* indices, cudaStream_t stream) {
   if (outer == 0 || inner == 0) return;
   const bool rows = inner == 1;
   const int row_blocks = blocks_for(outer * 32);

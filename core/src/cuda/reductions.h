@@ -33,6 +33,6 @@ void vector_norm(const float* x, int64_t n, double ord, float* out, float* scrat
 // Backend::reduce_dim: x contiguous [outer, reduce, inner], reduce >= 1; values and (may be null) indices contiguous
 // [outer, inner].
 void reduce_dim(backend::ReduceOp op, const float* x, int64_t outer, int64_t reduce, int64_t inner, float* values,
-                float* indices, cudaStream_t stream);
+                int64_t* indices, cudaStream_t stream);
 
 }  // namespace tandem::cuda::kernels

@@ -2,7 +2,6 @@
 #include "ops/raw_kernels.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "tandem/core/error.h"
 
@@ -77,23 +76,31 @@ Tensor sum(const Reduction& plan, bool keepdim, float scale) {
 std::pair<Tensor, Tensor> reduce(backend::ReduceOp op, const Reduction& plan, bool keepdim, bool with_indices) {
   const Device device = plan.x.device();
   Tensor values = Tensor::empty(plan.shape(keepdim), device);
-  Tensor indices = with_indices ? Tensor::empty(plan.shape(keepdim), device) : Tensor();
+  Tensor indices = with_indices ? Tensor::empty(plan.shape(keepdim), DType::Int64, device) : Tensor();
   if (values.numel() > 0)
     backend::for_device(device).reduce_dim(op, plan.x, plan.outer, plan.reduce, plan.inner, values, indices);
   return {values, indices};
 }
 
-void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim) {
-  const std::vector<float> values = index.to_vector();
+std::vector<int64_t> index_values(const char* caller, const Tensor& index) {
+  TANDEM_CHECK(index.dtype() == DType::Int64, caller, ": index is ", index.dtype(),
+               " but expected int64 (convert with ", conversion_hint(DType::Int64), ")");
+  return index.to_vector_as<int64_t>();
+}
+
+void check_index_range(const char* caller, const std::vector<int64_t>& values, int64_t limit, int64_t dim) {
   for (size_t i = 0; i < values.size(); ++i) {
-    const float v = values[i];
-    TANDEM_CHECK(std::isfinite(v) && v == std::floor(v), caller, ": index ", v, " at position ", i,
-                 " is not an integer");
-    if (v >= 0 && v < static_cast<float>(limit)) continue;
-    if (dim >= 0) TANDEM_FAIL(caller, ": index ", static_cast<int64_t>(v), " is out of range for dimension ", dim,
-                              " of size ", limit);
-    TANDEM_FAIL(caller, ": index ", static_cast<int64_t>(v), " is out of range for ", limit, " classes");
+    const int64_t v = values[i];
+    if (v >= 0 && v < limit) continue;
+    if (dim >= 0)
+      TANDEM_FAIL(caller, ": index ", v, " at position ", i, " is out of range for dimension ", dim, " of size ",
+                  limit);
+    TANDEM_FAIL(caller, ": index ", v, " at position ", i, " is out of range for ", limit, " classes");
   }
+}
+
+void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim) {
+  check_index_range(caller, index_values(caller, index), limit, dim);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -102,9 +109,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+void scatter_add_into(const Tensor& target, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (src.numel() > 0) backend::for_device(target.device()).scatter_add(src, dim, index, target);
+}
+
 Tensor scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Shape& shape, Device device) {
   Tensor target = Tensor::zeros(shape, device);
-  if (src.numel() > 0) backend::for_device(device).scatter_add(src, dim, index, target);
+  scatter_add_into(target, dim, index, src);
   return target;
 }
 

@@ -27,18 +27,33 @@ Reduction plan_reduction(const Tensor& x, const std::vector<int64_t>& dims);
 
 // scale * sum over the planned dims, with the shape `keepdim` asks for.
 Tensor sum(const Reduction& plan, bool keepdim, float scale);
-// values (and, for Max / Min when `with_indices`, indices as floats) over the planned dims; reduce must be >= 1.
+// values (and, for Max / Min when `with_indices`, their int64 indices along the reduced dims) over the planned dims;
+// reduce must be >= 1.
 std::pair<Tensor, Tensor> reduce(backend::ReduceOp op, const Reduction& plan, bool keepdim, bool with_indices);
 
 // A contiguous tensor seen with another shape of the same number of elements (no copy).
 Tensor reshaped(const Tensor& contiguous_tensor, const Shape& shape);
 
-// Throws Error naming `caller` unless every value of `index` is an integer in [0, limit) (read on the host); the
-// message names dimension `dim` of size limit, or (dim < 0) limit classes.
+// Note [Index checks]: index tensors are int64, as in PyTorch; a float32 or bfloat16 index is an Error naming the op.
+// Their values are read on the host and checked there before any kernel reads them, so that no kernel reads or writes
+// outside its tensors. The price is one device-to-host copy per call: on a GPU the host waits for the work queued
+// before it (the copy synchronizes with the device's compute stream), and such a step cannot be captured in a CUDA
+// graph.
+//
+// index's values, copied to the host in row-major order. Errors, naming `caller`: index not int64 ("index_select:
+// index is float32 but expected int64 (convert with .to(DType::Int64))").
+std::vector<int64_t> index_values(const char* caller, const Tensor& index);
+// Throws Error naming `caller` unless every value lies in [0, limit); the message names the value, its position in
+// `values` and dimension `dim` of size limit, or (dim < 0) limit classes.
+void check_index_range(const char* caller, const std::vector<int64_t>& values, int64_t limit, int64_t dim);
+// index_values, then check_index_range.
 void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim);
 // out (index's shape) = x gathered along dim (Backend::gather); index already checked.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
-// zeros(shape) with src scatter-added along dim at index (Backend::scatter_add); index already checked.
+// target (contiguous) += src scatter-added along dim at index, src and index of one shape (Backend::scatter_add);
+// index already checked.
+void scatter_add_into(const Tensor& target, int64_t dim, const Tensor& index, const Tensor& src);
+// zeros(shape) with src scatter-added along dim at index; index already checked.
 Tensor scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Shape& shape, Device device);
 
 }  // namespace tandem::raw

@@ -107,15 +107,15 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction 
 Tensor var(const Tensor& x);  // every element, unbiased
 // log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the maximum, so that large inputs do not overflow.
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
-// Largest (smallest) value along `dim` and the index of its first occurrence (a float holding an integer). NaN
-// counts as the largest and the smallest. The gradient goes to that index, as torch.max(x, dim) does.
+// Largest (smallest) value along `dim` and the index of its first occurrence (int64). NaN counts as the largest and
+// the smallest. The gradient goes to that index, as torch.max(x, dim) does.
 // Errors: an empty dimension.
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
 // Over every element: the gradient is shared evenly by the elements equal to the result (as torch.max(x)).
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
-// The indices alone (no gradient); without `dim`, the index into the flattened tensor, shape [].
+// The int64 indices alone (no gradient); without `dim`, the index into the flattened tensor, shape [].
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x);
@@ -127,14 +127,22 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // ---- indexing -----------------------------------------------------------------------------------------------------
-// Indices are float32 tensors holding integers for now; each is checked on the host (one copy from the device):
-// Error when one is not an integer or is out of range.
+// Indices are int64 tensors on x's device, as in PyTorch. Each is checked on the host (one copy from the device, which
+// waits for the device's queued work): Error when it is not int64 (a float32 index too: convert it with
+// .to(DType::Int64)) or when a value is negative or out of range, naming the value and its position.
 // x's slices at `index` (0-D or 1-D) along dim; differentiable in x (repeated indices add up).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (torch.gather): index has x's number of dimensions and at most
 // x's size in every other dimension; out has index's shape. Differentiable in x.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
-// indices' shape plus [num_classes]: 1 where the class is the index, else 0. num_classes -1: the largest index + 1.
+// torch.scatter_add: a copy of x with out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 and every position of
+// index's shape. index has x's number of dimensions, at most x's size in every other dimension and at most src's size
+// in every dimension (src's other elements are not read). Differentiable in x (the gradient passes through) and in
+// src (the gradient gathered at index, 0 for the elements not read). Repeated indices add up; on CUDA in an
+// unspecified order (atomic adds), so the last bits of such sums may vary between runs.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// int64, indices' shape plus [num_classes]: 1 where the class is the index, else 0 (torch.nn.functional.one_hot).
+// num_classes -1: the largest index + 1. Convert with .to(DType::Float32) to compute with it.
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // Joins tensors of one shape along a new dimension `dim` (in [-(ndim + 1), ndim]); differentiable.
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -1,6 +1,6 @@
 #pragma once
 // Loss functions, with PyTorch's formulas and defaults (torch.nn.functional): mse_loss, l1_loss, smooth_l1_loss,
-// binary_cross_entropy_with_logits, nll_loss and cross_entropy. Each reduces its per-element (or per-row) losses as
+// binary_cross_entropy_with_logits, nll_loss and cross_entropy. Each reduces its per-element (or per-target) losses as
 // `reduction` says: Mean (the default), Sum, or None (the unreduced losses).
 //
 // Note [Losses as objects]: each loss is a constant object whose operator() takes the options, not a set of
@@ -37,13 +37,13 @@ struct BCEWithLogitsLossOptions {
 
 struct NLLLossOptions {
   Tensor weight;                // undefined, or float32 [C]: the weight of each class
-  int64_t ignore_index = -100;  // rows with this target add nothing, neither to the loss nor to the mean's divisor
+  int64_t ignore_index = -100;  // targets equal to it add nothing, neither to the loss nor to the mean's divisor
   Reduction reduction = Reduction::Mean;
 };
 
 struct CrossEntropyLossOptions {
   Tensor weight;                // undefined, or float32 [C]: the weight of each class
-  int64_t ignore_index = -100;  // class-index targets only: such rows add nothing (loss 0 under Reduction::None)
+  int64_t ignore_index = -100;  // class-index targets only: such targets add nothing (loss 0 under Reduction::None)
   Reduction reduction = Reduction::Mean;
   double label_smoothing = 0.0;  // in [0, 1]
 };
@@ -75,27 +75,30 @@ struct BCEWithLogitsLossFunction {
   Tensor operator()(const Tensor& input, const Tensor& target, const BCEWithLogitsLossOptions& options = {}) const;
 };
 
-// Class losses. input: [N, C] (log-probabilities for nll_loss, unnormalized logits for cross_entropy); target:
-// int64 [N] class indices, each in [0, C) or equal to ignore_index. The loss of row i is -weight[t_i] *
-// input[i, t_i] (for nll_loss); Reduction::None returns the [N] row losses (0 for ignored rows), Sum their sum and
-// Mean their sum divided by the sum of weight[t_i] over the rows not ignored (their count without weights; NaN when
-// every row is ignored, as in PyTorch).
+// Class losses, as PyTorch's. input: [N, C], or [N, C, d1, ...] with the classes along dimension 1 (log-probabilities
+// for nll_loss, unnormalized logits for cross_entropy); target: int64 class indices of input's shape without its
+// class dimension ([N], or [N, d1, ...]), each in [0, C) or equal to ignore_index. The loss of target element t =
+// target[n, d...] is -weight[t] * input[n, t, d...] (for nll_loss); Reduction::None returns these losses in target's
+// shape (0 for ignored elements), Sum their sum and Mean their sum divided by the sum of weight[t] over the elements
+// not ignored (their count without weights; NaN when every element is ignored, as in PyTorch).
 // The targets are read on the host (one copy from the device) to check them.
-// Errors: input not 2-D; a target that is not int64 or not of shape [N] ("convert with .to(DType::Int64)" where it is
-// float32); a target out of range, naming its row and value ("target[3] is 12 but expected a class index in [0, 10)
-// or ignore_index -100"); weight not float32 [C] on input's device.
+// Errors: input of fewer than 2 dimensions; a target that is not int64 ("convert with .to(DType::Int64)" where it is
+// float32) or not of input's shape without dimension 1; a target out of range, naming its position and value
+// ("target[3] is 12 but expected a class index in [0, 10) or ignore_index -100", "target[1, 4] is ..." for a 2-D
+// target); weight not float32 [C] on input's device.
 struct NLLLossFunction {
   Tensor operator()(const Tensor& input, const Tensor& target, const NLLLossOptions& options = {}) const;
 };
 
 // cross_entropy(input, target) = nll_loss(log_softmax(input, 1), target) with label smoothing: with eps =
-// label_smoothing and the C classes, row i's loss is
-//   (1 - eps) * nll_i + eps / C * sum_c (-weight[c] * log_softmax(input)[i, c])
-// (weight[c] = 1 without weights), both terms 0 for ignored rows; Mean divides by nll_loss's divisor.
-// Class-probability targets: a float32 target of input's shape [N, C] holds each row's distribution over the classes;
-// row i's loss is -sum_c weight[c] q[i, c] log_softmax(input)[i, c] with q = (1 - eps) target + eps / C, and Mean
-// divides by N. Gradients flow to the target too.
-// Stable for logits of any size (log_softmax subtracts each row's maximum).
+// label_smoothing and the C classes, target element t = target[n, d...] costs
+//   (1 - eps) * nll + eps / C * sum_c (-weight[c] * log_softmax(input)[n, c, d...])
+// (weight[c] = 1 without weights), both terms 0 for ignored elements; Mean divides by nll_loss's divisor.
+// Class-probability targets: a float32 target of input's shape holds each element's distribution over the classes
+// (along dimension 1); its loss is -sum_c weight[c] q[n, c, d...] log_softmax(input)[n, c, d...] with
+// q = (1 - eps) target + eps / C, and Mean divides by the number of such distributions (N * d1 * ...). Gradients flow
+// to the target too.
+// Stable for logits of any size (log_softmax subtracts the maximum over the classes).
 // Errors: nll_loss's; label_smoothing outside [0, 1]; a probability target with ignore_index >= 0 (PyTorch refuses
 // it too: only class-index targets can be ignored).
 struct CrossEntropyLossFunction {

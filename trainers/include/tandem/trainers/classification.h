@@ -65,9 +65,10 @@ ClassificationMetrics classification_metrics(const std::vector<float>& scores, c
                                              int64_t num_classes);
 
 // The training loss of a classifier: nn::cross_entropy (the mean over the rows of -log softmax(scores)[class]) of
-// scores [n, C] and classes [n, 1] (float32 holding class indices, as DataLoader's targets are), on one device;
-// differentiable in the scores. Errors: scores that are not [n, C] for the n rows of classes (naming both shapes);
-// a class outside [0, C) (nn::cross_entropy's message, naming the row and value).
+// scores [n, C] and classes [n, 1] (int64 class indices, as the Trainer's loader yields a classifier's targets), on
+// one device; differentiable in the scores. Errors: scores that are not [n, C] for the n rows of classes (naming both
+// shapes); classes that are not int64 or a class outside [0, C) (nn::cross_entropy's messages: "convert with
+// .to(DType::Int64)"; naming the row and value).
 Tensor class_cross_entropy(const Tensor& scores, const Tensor& classes);
 
 }  // namespace tandem::trainers

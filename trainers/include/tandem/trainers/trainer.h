@@ -26,8 +26,8 @@
 // uninterrupted one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
 //
 // Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
-// ClassLabels::of(data)); fit() maps them to class indices 0..C-1, leaves them unstandardized, and the model, whose
-// output is one score per class ([n, C]), minimizes the cross-entropy. Every epoch reports the accuracy and
+// ClassLabels::of(data)); fit() maps them to class indices 0..C-1, which a Loss receives as int64 targets [n, 1], leaves
+// them unstandardized, and the model, whose output is one score per class ([n, C]), minimizes the cross-entropy. Every epoch reports the accuracy and
 // cross-entropy of the training and test sets (ClassificationMetrics, with their confusion matrices).
 //
 // Under a process group (TrainerOptions::group, docs/distributed.md) every process of the group runs the same code:
