@@ -142,6 +142,29 @@ TEST(PinnedMemoryCUDA, AFreedBlockIsReusedOnlyAfterItsCopyFinished) {
   EXPECT_EQ(pinned_memory_stats().device_allocations, before.device_allocations + 1);
 }
 
+// A block whose copy is pending stays out of every request until the copy has run, not only the first one after
+// it was freed: each request looks at the pending blocks again, and the look must leave their uses in place.
+TEST(PinnedMemoryCUDA, APendingBlockStaysPendingThroughEveryLaterRequest) {
+  TANDEM_REQUIRE_GPUS(1);
+  const Device gpu = Device::cuda(0);
+  const std::vector<float> values = ramp(48, 1.0f);
+  const void* pending_block = nullptr;
+  Tensor copied;
+  testing::hold_compute_stream(gpu, kHold);
+  {
+    const Tensor source = Tensor::from_vector(values, {48}).pin_memory();
+    pending_block = source.data_ptr();
+    copied = source.to(gpu, /*non_blocking=*/true);  // queued behind the hold
+  }
+  std::vector<Tensor> later;  // kept, so that each request needs a block of its own
+  for (int i = 0; i < 4; ++i) {
+    later.push_back(Tensor::empty_pinned({48}));
+    EXPECT_NE(later.back().data_ptr(), pending_block) << "request " << i << " got the block of a pending copy";
+    std::fill(later.back().mutable_data(), later.back().mutable_data() + 48, -1.0f);
+  }
+  EXPECT_EQ(copied.to_vector(), values);
+}
+
 TEST(PinnedMemoryCUDA, ABlockWithoutAsynchronousUsesIsReusedAtOnce) {
   TANDEM_REQUIRE_GPUS(1);
   const void* first = nullptr;

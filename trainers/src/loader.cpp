@@ -58,13 +58,14 @@ int64_t count_batches(int64_t rows, int64_t batch_size, bool drop_last, std::str
 // the order) and drops the waiting ones before the order changes, so no batch of one epoch is ever given in another.
 // Dataset::get_batch runs on several threads at once: it must not change shared state (dataset.h).
 //
-// Note [Pinned staging]: with pin_memory, batch() copies the host chunk of a batch meant for a GPU into page-locked
-// memory (Tensor::pin_memory) and enqueues its copy to the device with Tensor::to(device, /*non_blocking=*/true),
-// both on the caller's thread: the workers only read examples. The host does not wait for the copy and goes on to
-// the next batch while the GPU still works. The page-locked blocks come from the caching pinned allocator, which
-// hands a block out again only once the copies that read it have run (Note [Pinned block reuse]), so an epoch
-// allocates no new page-locked memory after its first batches, and no block is overwritten while a copy may still
-// read it. The copies are made in batch order: device memory holds only the batches the caller has taken.
+// Note [Pinned staging]: with pin_memory, the host chunk of a batch meant for a GPU is copied into page-locked memory
+// (Tensor::pin_memory) by whoever makes the batch, a worker when there are workers, and batch() enqueues its copy to
+// the device with Tensor::to(device, /*non_blocking=*/true): the host does not wait for the copy and goes on to the
+// next batch while the GPU still works. The page-locked blocks come from the caching pinned allocator, which hands
+// a block out again only once the copies that read it have run (Note [Pinned block reuse]), so an epoch allocates no
+// new page-locked memory after its first batches, and no block is overwritten while a copy may still read it. The
+// copies to the devices are made on the caller's thread, in batch order: device memory holds only the batches the
+// caller has taken.
 namespace {
 
 constexpr int kMaxWorkers = 64;
@@ -113,7 +114,8 @@ struct DataLoader::State {
     return data->get_batch(std::vector<int64_t>(begin, begin + count));
   }
 
-  // Batch `index` on the host: its inputs and labels the chunks for the devices; batch() moves them there.
+  // Batch `index` on the host: its inputs and labels the chunks for the devices, pinned for GPUs with pin_memory
+  // (Note [Pinned staging]); batch() moves them to their devices.
   Batch make_batch(int64_t index) const {
     const int64_t global_rows = std::min(batch_size, data->size() - index * batch_size);
     Shard shard = splitter.shard(global_rows);
@@ -127,13 +129,14 @@ struct DataLoader::State {
       } else {
         whole = read(start, shard.rows());
       }
-      batch.features = std::move(whole.data);
-      batch.targets = std::move(whole.target);
+      const bool pin = pin_memory && cuda_device_count() > 0;
+      batch.features = pin ? whole.data.pin_memory() : std::move(whole.data);
+      batch.targets = pin ? whole.target.pin_memory() : std::move(whole.target);
     } else {
       for (size_t d = 0; d < shard.device_rows.size(); ++d) {
         Example chunk = read(start, shard.device_rows[d]);
-        batch.inputs.push_back(std::move(chunk.data));
-        batch.labels.push_back(std::move(chunk.target));
+        batch.inputs.push_back(staged_for(std::move(chunk.data), devices[d], pin_memory));
+        batch.labels.push_back(staged_for(std::move(chunk.target), devices[d], pin_memory));
         start += shard.device_rows[d];
       }
     }
@@ -142,16 +145,11 @@ struct DataLoader::State {
     return batch;
   }
 
-  // The host chunks of `batch` on their devices: asynchronous copies from pinned memory, or synchronous ones
-  // (Note [Pinned staging]); without devices, the batch itself pinned for the caller's copies.
+  // The host chunks of `batch` on their devices: asynchronous copies from pinned memory, or synchronous ones.
   Batch placed(Batch batch) const {
-    if (devices.empty() && pin_memory && cuda_device_count() > 0) {
-      batch.features = batch.features.pin_memory();
-      batch.targets = batch.targets.pin_memory();
-    }
     for (size_t d = 0; d < batch.inputs.size(); ++d) {
-      batch.inputs[d] = staged_for(std::move(batch.inputs[d]), devices[d], pin_memory).to(devices[d], true);
-      batch.labels[d] = staged_for(std::move(batch.labels[d]), devices[d], pin_memory).to(devices[d], true);
+      batch.inputs[d] = batch.inputs[d].to(devices[d], /*non_blocking=*/true);
+      batch.labels[d] = batch.labels[d].to(devices[d], /*non_blocking=*/true);
     }
     return batch;
   }

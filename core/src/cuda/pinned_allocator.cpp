@@ -58,17 +58,15 @@ bool uses_finished(const PinnedBlock& block) {
   return std::all_of(block.uses.begin(), block.uses.end(), [](const StreamMarker& use) { return use.query(); });
 }
 
-// Moves the pending blocks whose uses have all finished to the free blocks. The caller holds cache.mutex.
+// Moves the pending blocks whose uses have all finished to the free blocks. The caller holds cache.mutex. (erase_if
+// never moves an entry onto itself: a hand-written compaction that did would empty a kept block's uses, and the next
+// call would take the block for finished while its copy still waits.)
 void collect_finished(PinnedCache& cache) {
-  auto kept = cache.pending.begin();
-  for (auto& entry : cache.pending) {
-    if (uses_finished(entry.second)) {
-      cache.free_blocks.emplace(entry.second.size, entry.first);
-    } else {
-      *kept++ = std::move(entry);
-    }
-  }
-  cache.pending.erase(kept, cache.pending.end());
+  std::erase_if(cache.pending, [&](const std::pair<void*, PinnedBlock>& entry) {
+    if (!uses_finished(entry.second)) return false;
+    cache.free_blocks.emplace(entry.second.size, entry.first);
+    return true;
+  });
 }
 
 // A new page-locked block of `size` bytes. The caller holds cache.mutex.

@@ -72,8 +72,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;       // the shuffle's seed
   bool drop_last = false;  // drop the epoch's last (global) batch when it is short
   int num_workers = 0;     // threads making batches ahead of the caller; 0: batch() makes each itself
-  // Page-locked host memory (Note [Pinned staging]): the chunks for CUDA devices are pinned by batch() and
-  // copied asynchronously (without it: from pageable memory, each copy waiting for itself); without devices
+  // Page-locked host memory (Note [Pinned staging]): the chunks for CUDA devices are pinned by the worker that makes
+  // them and copied asynchronously (without it: from pageable memory, each copy waiting for itself); without devices
   // the batches themselves are pinned, for the caller's to(device, /*non_blocking=*/true). Ignored where there is no
   // GPU to pin for (CPU devices; no devices and no GPU in this process), as PyTorch ignores it (with a warning) on a
   // machine without one.
