@@ -17,4 +17,5 @@
 #include "tandem/trainers/svg_chart.h"
 #include "tandem/trainers/table_dataset.h"
 #include "tandem/trainers/tensor_dataset.h"
+#include "tandem/trainers/text_dataset.h"
 #include "tandem/trainers/trainer.h"
