@@ -3,6 +3,7 @@
 
 #include "tandem/nn/activation.h"
 #include "tandem/nn/clip_grad.h"
+#include "tandem/nn/containers.h"
 #include "tandem/nn/dropout.h"
 #include "tandem/nn/embedding.h"
 #include "tandem/nn/init.h"
