@@ -2,6 +2,7 @@
 // nn: modules, layers, losses, optimizers, save/load.
 
 #include "tandem/nn/activation.h"
+#include "tandem/nn/attention.h"
 #include "tandem/nn/clip_grad.h"
 #include "tandem/nn/containers.h"
 #include "tandem/nn/dropout.h"

@@ -8,6 +8,10 @@
 
 namespace tandem::nn {
 
+// torch.nn.functional.dropout: with `training` and p > 0, each element zeroed with probability p and the rest scaled
+// by 1 / (1 - p) (Note [Dropout masks]); otherwise the input itself. Errors: an undefined input; p outside [0, 1).
+Tensor dropout(const Tensor& input, double p, bool training = true);
+
 class Dropout : public Cloneable<Dropout> {
  public:
   // Errors: p outside [0, 1) (or NaN).
