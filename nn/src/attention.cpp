@@ -1,5 +1,7 @@
 #include "tandem/nn/attention.h"
 
+#include "attention_bias.h"
+
 #include <cmath>
 #include <limits>
 
@@ -18,14 +20,6 @@ void check_input(const Tensor& t, const char* what) {
                what[0] == 'q' ? "L" : "S", ", E]");
 }
 
-// 0 where a query may see a key, -inf where it may not: [L, S] for is_causal, made on the device.
-Tensor causal_bias(int64_t queries, int64_t keys, Device device) {
-  const Tensor rows = Tensor::arange(queries, DType::Float32, device).reshape({queries, 1});
-  const Tensor columns = Tensor::arange(keys, DType::Float32, device).reshape({1, keys});
-  return where(gt(columns, rows), Tensor::full({}, -std::numeric_limits<float>::infinity(), device),
-               Tensor::zeros({}, device));
-}
-
 // Whether `shape` broadcasts to `target` (NumPy's rules, target unchanged).
 bool broadcasts_to(const Shape& shape, const Shape& target) {
   if (shape.size() > target.size()) return false;
@@ -36,16 +30,29 @@ bool broadcasts_to(const Shape& shape, const Shape& target) {
   return true;
 }
 
-// The additive bias of attn_mask: a boolean (int64) mask as 0 and -inf, a float32 one as it is.
-Tensor mask_bias(const Tensor& mask) {
-  TANDEM_CHECK(mask.dtype() == DType::Int64 || mask.dtype() == DType::Float32, kOp, ": attn_mask is ", mask.dtype(),
-               " but expected int64 (a boolean mask: nonzero takes part) or float32 (added to the scores)");
-  if (mask.dtype() == DType::Float32) return mask;
-  return where(ne(mask.to(DType::Float32), 0.0f), Tensor::zeros({}, mask.device()),
-               Tensor::full({}, -std::numeric_limits<float>::infinity(), mask.device()));
+}  // namespace
+
+namespace detail {
+
+Tensor causal_bias(int64_t queries, int64_t keys, Device device) {
+  const Tensor rows = Tensor::arange(queries, DType::Float32, device).reshape({queries, 1});
+  const Tensor columns = Tensor::arange(keys, DType::Float32, device).reshape({1, keys});
+  return where(gt(columns, rows), Tensor::full({}, -std::numeric_limits<float>::infinity(), device),
+               Tensor::zeros({}, device));
 }
 
-}  // namespace
+Tensor mask_bias(const Tensor& mask, bool nonzero_left_out, const char* op, const char* what) {
+  TANDEM_CHECK(mask.dtype() == DType::Int64 || mask.dtype() == DType::Float32, op, ": ", what, " is ", mask.dtype(),
+               " but expected int64 (a boolean mask: nonzero ", nonzero_left_out ? "is left out" : "takes part",
+               ") or float32 (added to the scores)");
+  if (mask.dtype() == DType::Float32) return mask;
+  const Tensor zero = Tensor::zeros({}, mask.device());
+  const Tensor out = Tensor::full({}, -std::numeric_limits<float>::infinity(), mask.device());
+  const Tensor nonzero = ne(mask.to(DType::Float32), 0.0f);
+  return nonzero_left_out ? where(nonzero, out, zero) : where(nonzero, zero, out);
+}
+
+}  // namespace detail
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask, double dropout_p, bool is_causal,
@@ -64,13 +71,13 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   TANDEM_CHECK(std::isfinite(factor), kOp, ": scale is ", factor, " but expected a finite number");
 
   Tensor scores = matmul(query, key.transpose(-2, -1)) * static_cast<float>(factor);
-  if (is_causal) scores = scores + causal_bias(query.size(-2), key.size(-2), query.device());
+  if (is_causal) scores = scores + detail::causal_bias(query.size(-2), key.size(-2), query.device());
   if (attn_mask.defined()) {
     TANDEM_CHECK(broadcasts_to(attn_mask.shape(), scores.shape()), kOp, ": attn_mask of shape ",
                  to_string(attn_mask.shape()), " does not broadcast to the scores' shape ", to_string(scores.shape()));
     TANDEM_CHECK(attn_mask.device() == query.device(), kOp, ": attn_mask is on ", attn_mask.device(),
                  " but the inputs on ", query.device());
-    scores = scores + mask_bias(attn_mask);
+    scores = scores + detail::mask_bias(attn_mask, /*nonzero_left_out=*/false, kOp, "attn_mask");
   }
   Tensor weights = softmax(scores, -1);
   if (dropout_p > 0.0) weights = dropout(weights, dropout_p);

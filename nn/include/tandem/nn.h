@@ -11,6 +11,7 @@
 #include "tandem/nn/linear.h"
 #include "tandem/nn/loss.h"
 #include "tandem/nn/module.h"
+#include "tandem/nn/multihead_attention.h"
 #include "tandem/nn/normalization.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/nn/serialize.h"
