@@ -17,6 +17,7 @@
 #include "tandem/nn/serialize.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/nn/training_mode_guard.h"
+#include "tandem/nn/transformer.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/lr_scheduler.h"
 #include "tandem/optim/optimizer_state.h"
