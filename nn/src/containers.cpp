@@ -4,20 +4,6 @@
 
 namespace tandem::nn {
 
-ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) {
-  for (const auto& module : modules) push_back(module);
-}
-
-void ModuleList::push_back(std::shared_ptr<Module> module) {
-  TANDEM_CHECK(module != nullptr, "nn::ModuleList::push_back: module ", size(), " is null");
-  register_module(std::to_string(size()), std::move(module));
-}
-
-std::shared_ptr<Module> ModuleList::operator[](size_t index) const {
-  TANDEM_CHECK(index < size(), "nn::ModuleList: index ", index, " is out of range for ", size(), " modules");
-  return child(index);
-}
-
 ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> modules) {
   for (const auto& [name, module] : modules) insert(name, module);
 }

@@ -19,24 +19,34 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/core/error.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::nn {
 
-// Submodules named "0", "1", ... in order.
-class ModuleList : public Cloneable<ModuleList> {
- public:
-  ModuleList() = default;
-  ModuleList(std::initializer_list<std::shared_ptr<Module>> modules);
+namespace detail {
 
-  void push_back(std::shared_ptr<Module> module);  // Errors: a null module
-  size_t size() const { return child_count(); }
-  bool empty() const { return child_count() == 0; }
-  std::shared_ptr<Module> operator[](size_t index) const;  // Errors: index out of range
+// Submodules named "0", "1", ... in order: what nn::ModuleList and nn::Sequential share. Self is the container's
+// class (Cloneable's), whose name the errors give.
+template <class Self>
+class IndexedModules : public Cloneable<Self> {
+ public:
+  void push_back(std::shared_ptr<Module> module) {  // Errors: a null module
+    TANDEM_CHECK(module != nullptr, "nn::", this->name(), "::push_back: module ", size(), " is null");
+    this->register_module(std::to_string(size()), std::move(module));
+  }
+  size_t size() const { return this->child_count(); }
+  bool empty() const { return this->child_count() == 0; }
+  std::shared_ptr<Module> operator[](size_t index) const {  // Errors: index out of range
+    TANDEM_CHECK(index < size(), "nn::", this->name(), ": index ", index, " is out of range for ", size(),
+                 " modules");
+    return this->child(index);
+  }
+
   // The modules in order, for range-for (read from the registry, so a clone iterates its own copies).
   class Iterator {
    public:
-    Iterator(const ModuleList* list, size_t index) : list_(list), index_(index) {}
+    Iterator(const IndexedModules* list, size_t index) : list_(list), index_(index) {}
     std::shared_ptr<Module> operator*() const { return (*list_)[index_]; }
     Iterator& operator++() {
       ++index_;
@@ -45,11 +55,26 @@ class ModuleList : public Cloneable<ModuleList> {
     bool operator==(const Iterator& other) const = default;
 
    private:
-    const ModuleList* list_;
+    const IndexedModules* list_;
     size_t index_;
   };
   Iterator begin() const { return {this, 0}; }
   Iterator end() const { return {this, size()}; }
+
+ protected:
+  IndexedModules() = default;
+  explicit IndexedModules(std::initializer_list<std::shared_ptr<Module>> modules) {
+    for (const auto& module : modules) push_back(module);
+  }
+};
+
+}  // namespace detail
+
+// Submodules named "0", "1", ... in order; no forward of its own.
+class ModuleList : public detail::IndexedModules<ModuleList> {
+ public:
+  ModuleList() = default;
+  ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) : IndexedModules(modules) {}
 };
 
 // Submodules by name, in insertion order.

@@ -15,6 +15,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "tandem/nn/containers.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::nn {
@@ -35,10 +36,10 @@ std::shared_ptr<Module> shared_module(M&& module) {
 }
 }  // namespace detail
 
-class Sequential : public Cloneable<Sequential> {
+class Sequential : public detail::IndexedModules<Sequential> {
  public:
   Sequential() = default;
-  Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  Sequential(std::initializer_list<std::shared_ptr<Module>> modules) : IndexedModules(modules) {}
   // One argument that is a Sequential is a copy (the copy constructor), not a nesting: nest it as a shared_ptr.
   template <detail::SequentialElement... Ms>
     requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::same_as<std::remove_cvref_t<Ms>, Sequential> && ...)))
@@ -46,10 +47,7 @@ class Sequential : public Cloneable<Sequential> {
     (push_back(detail::shared_module(std::forward<Ms>(modules))), ...);
   }
 
-  void push_back(std::shared_ptr<Module> module);  // not null
-  size_t size() const { return child_count(); }
-  bool empty() const { return child_count() == 0; }
-  std::shared_ptr<Module> operator[](size_t index) const;  // throws Error when out of range
+  // push_back, size, empty, operator[] and range-for: detail::IndexedModules (containers.h).
 
   // An empty Sequential returns its input. A child that is an nn::Linear immediately followed by an nn::ReLU (both
   // of exactly those classes, not derived ones) runs as one op, Linear::forward_relu: the same values, one pass over
