@@ -32,6 +32,8 @@ TEST_P(OpsGradcheckTest, UnaryMath) {
   gradcheck([](auto& in) { return abs(in[0]); }, {values({-1.5f, -0.3f, 0.4f, 2.0f}, {4}).set_requires_grad()});
   gradcheck([](auto& in) { return neg(in[0]); }, {input({2, 3})});
   gradcheck([](auto& in) { return sigmoid(in[0]); }, {input({3, 4})});
+  gradcheck([](auto& in) { return sin(in[0]); }, {input({3, 4})});
+  gradcheck([](auto& in) { return cos(in[0]); }, {input({3, 4})});
   gradcheck([](auto& in) { return gelu(in[0]); }, {input({3, 4})});
   gradcheck([](auto& in) { return gelu(in[0], "tanh"); }, {input({3, 4})});
   gradcheck([](auto& in) { return clamp(in[0], -0.5f, 0.5f); },

@@ -56,6 +56,8 @@ Tensor pow(const Tensor& base, const Tensor& exponent);  // broadcasting
 Tensor abs(const Tensor& x);                   // gradient sign(x), 0 at 0
 Tensor neg(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+Tensor sin(const Tensor& x);  // radians
+Tensor cos(const Tensor& x);
 // torch.nn.functional.gelu: approximate "none" (x * Phi(x), with erf) or "tanh". Errors: any other approximate.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // min(max(x, min), max), NaN kept; max wins where min > max. Gradient 1 where min <= x <= max, else 0.
