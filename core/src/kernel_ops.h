@@ -32,6 +32,7 @@ enum class Pointwise : uint8_t {
   ScaledMul,         // p0 * a * b
   MaskKeep,          // b != 0 ? a : 0
   MaskDrop,          // b != 0 ? 0 : a
+  MaskFill,          // b != 0 ? p0 : a (masked_fill)
   ReluBackward,      // (g, x): x > 0 ? g : 0
   TanhBackward,      // (g, y): g (1 - y^2), each operation rounded
   SqrtBackward,      // (g, y): g / (2 y)
@@ -88,6 +89,12 @@ struct Extreme {
     }
   }
 };
+
+// Whether element (row, col) of a matrix lies in the triangle that tril(x, diagonal) (lower) or triu(x, diagonal)
+// keeps: on or below (above) the diagonal `diagonal` places right of the main one (Backend::triangle_mask).
+TANDEM_HOST_DEVICE inline bool in_triangle(int64_t row, int64_t col, int64_t diagonal, bool lower) {
+  return lower ? col - row <= diagonal : col - row >= diagonal;
+}
 
 namespace fn {
 
@@ -263,6 +270,11 @@ struct MaskDrop {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float a, float mask) const { return mask != 0.0f ? 0.0f : a; }
 };
+struct MaskFill {
+  static constexpr int kArity = 2;
+  float value;
+  TANDEM_HOST_DEVICE float operator()(float a, float mask) const { return mask != 0.0f ? value : a; }
+};
 struct ReluBackward {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float g, float x) const { return x > 0.0f ? g : 0.0f; }
@@ -406,6 +418,7 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::ScaledMul: return visit(fn::ScaledMul{call.p0});
     case P::MaskKeep: return visit(fn::MaskKeep{});
     case P::MaskDrop: return visit(fn::MaskDrop{});
+    case P::MaskFill: return visit(fn::MaskFill{call.p0});
     case P::ReluBackward: return visit(fn::ReluBackward{});
     case P::TanhBackward: return visit(fn::TanhBackward{});
     case P::SqrtBackward: return visit(fn::SqrtBackward{});

@@ -59,6 +59,13 @@ TEST_P(OpsGradcheckTest, Where) {
             {values({-1.5f, -0.3f, 0.4f, 2.0f}, {4}).set_requires_grad()});
 }
 
+TEST_P(OpsGradcheckTest, Masks) {
+  gradcheck([](auto& in) { return tril(in[0], -1); }, {input({2, 3, 4})});
+  gradcheck([](auto& in) { return triu(in[0], 1); }, {input({4, 3})});
+  const Tensor mask = values({1, 0, 0, 1}, {4});
+  gradcheck([mask](auto& in) { return masked_fill(in[0], mask, 2.0f); }, {input({3, 4})});
+}
+
 TEST_P(OpsGradcheckTest, Reductions) {
   gradcheck([](auto& in) { return sum(in[0], {0, 2}); }, {input({2, 3, 4})});
   gradcheck([](auto& in) { return sum(in[0], {-1}, true); }, {input({2, 3})});

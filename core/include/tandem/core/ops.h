@@ -97,6 +97,17 @@ Tensor operator>(const Tensor& a, float b);
 Tensor operator>=(const Tensor& a, float b);
 // condition != 0 ? a : b elementwise, the three broadcast together; differentiable in a and b (not in condition).
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// x with `value` where mask is non-zero (torch.masked_fill; tandem has no bool dtype, so the mask is a float32 0/1
+// mask, as the comparisons return, or an int64 one). The mask broadcasts to x's shape, which the result has; it is
+// converted on its device (no host round trip). Differentiable in x: the gradient is 0 where filled. Errors: a mask
+// of another dtype, or one that does not broadcast to x's shape.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+// The lower (tril) or upper (triu) triangle of each matrix in x's last two dims, the rest 0, as torch.tril / triu:
+// element (i, j) is kept where j - i <= diagonal (tril) or j - i >= diagonal (triu); diagonal 0 is the main diagonal,
+// positive ones lie above it. Any leading (batch) dims; the mask is made on x's device. Differentiable: the gradient
+// is masked the same way. Errors: fewer than 2 dims.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
 // ---- reductions over dimensions -----------------------------------------------------------------------------------
 // `dims` may be negative and come in any order; an empty list means every dimension. keepdim keeps them as size 1.
