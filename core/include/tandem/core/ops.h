@@ -160,6 +160,17 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // Joins tensors of one shape along a new dimension `dim` (in [-(ndim + 1), ndim]); differentiable.
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
+// ---- sampling -----------------------------------------------------------------------------------------------------
+// int64 category indices drawn from each row of probs (1-D [C] -> [num_samples]; 2-D [N, C] -> [N, num_samples]),
+// category c with probability proportional to its weight (non-negative, finite, not necessarily normalized), as
+// torch.multinomial; without replacement every index of a row is distinct. Computed on the host: probs is copied to
+// the host (on a GPU this waits for the work queued before it), the indices are drawn with the calling thread's
+// generator stream (Note [Generator streams] in random.h; one uniform per sample, so the same seed gives the same
+// indices on every device) and copied to probs' device. No gradient. Errors: not 1-D or 2-D; num_samples < 1; a
+// negative, infinite or NaN weight; a row without a positive weight; without replacement, more samples than a row
+// has positive weights.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
+
 // Compares values on any devices (copies to the host): |a - b| <= atol + rtol * |b| elementwise, shapes equal.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 // Largest |a - b| over all elements (shapes must match), on any devices.
