@@ -118,6 +118,9 @@ class Backend {
   // shape (any strides, 0 on broadcast dims), as many inputs as arity(call.op); out contiguous. out may be the memory
   // of an input with out's strides (in place: Tensor::add_ and mul_), no other overlap.
   virtual void pointwise(const PointwiseCall& call, const std::vector<Tensor>& inputs, const Tensor& out) = 0;
+  // out (contiguous [rows, cols]) = 1 where in_triangle(row, col, diagonal, lower) (kernel_ops.h), else 0: the mask
+  // of tril (lower) or triu, made on the device.
+  virtual void triangle_mask(int64_t diagonal, bool lower, const Tensor& out) = 0;
   // x contiguous, viewed as [outer, reduce, inner] with reduce >= 1; values contiguous [outer, inner]; indices
   // (Max and Min only, may be undefined) int64, contiguous [outer, inner]: the position along `reduce`.
   virtual void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t reduce, int64_t inner,

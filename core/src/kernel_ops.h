@@ -16,7 +16,7 @@ namespace tandem::backend {
 // first and compute g * f'(.) from what the op saved (its input x or its output y).
 enum class Pointwise : uint8_t {
   // f(x)
-  Exp, Log, Sqrt, Rsqrt, Abs, Sigmoid, Tanh, GeluErf, GeluTanh,
+  Exp, Log, Sqrt, Rsqrt, Abs, Sigmoid, Tanh, Sin, Cos, GeluErf, GeluTanh,
   Relu,            // x < 0 ? 0 : x (NaN kept)
   Scale,           // p0 * x
   PowScalar,       // x^p0
@@ -32,6 +32,7 @@ enum class Pointwise : uint8_t {
   ScaledMul,         // p0 * a * b
   MaskKeep,          // b != 0 ? a : 0
   MaskDrop,          // b != 0 ? 0 : a
+  MaskFill,          // b != 0 ? p0 : a (masked_fill)
   ReluBackward,      // (g, x): x > 0 ? g : 0
   TanhBackward,      // (g, y): g (1 - y^2), each operation rounded
   SqrtBackward,      // (g, y): g / (2 y)
@@ -43,6 +44,8 @@ enum class Pointwise : uint8_t {
   PowScalarBackward, // (g, x): g p0 x^(p0 - 1), 0 when p0 == 0
   ClampBackward,     // (g, x): g where p0 <= x <= p1, else 0
   ScalarOverBackward,// (g, x): -p0 g / x^2
+  SinBackward,       // (g, x): g cos(x)
+  CosBackward,       // (g, x): -g sin(x)
   // f(a, b, c)
   Where,                // a != 0 ? b : c
   PowBaseBackward,      // (g, a, b): g b a^(b - 1), 0 when b == 0
@@ -86,6 +89,12 @@ struct Extreme {
     }
   }
 };
+
+// Whether element (row, col) of a matrix lies in the triangle that tril(x, diagonal) (lower) or triu(x, diagonal)
+// keeps: on or below (above) the diagonal `diagonal` places right of the main one (Backend::triangle_mask).
+TANDEM_HOST_DEVICE inline bool in_triangle(int64_t row, int64_t col, int64_t diagonal, bool lower) {
+  return lower ? col - row <= diagonal : col - row >= diagonal;
+}
 
 namespace fn {
 
@@ -143,6 +152,14 @@ struct Sigmoid {
 struct Tanh {
   static constexpr int kArity = 1;
   TANDEM_HOST_DEVICE float operator()(float x) const { return tanhf(x); }
+};
+struct Sin {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return sinf(x); }
+};
+struct Cos {
+  static constexpr int kArity = 1;
+  TANDEM_HOST_DEVICE float operator()(float x) const { return cosf(x); }
 };
 struct Relu {
   static constexpr int kArity = 1;
@@ -253,6 +270,11 @@ struct MaskDrop {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float a, float mask) const { return mask != 0.0f ? 0.0f : a; }
 };
+struct MaskFill {
+  static constexpr int kArity = 2;
+  float value;
+  TANDEM_HOST_DEVICE float operator()(float a, float mask) const { return mask != 0.0f ? value : a; }
+};
 struct ReluBackward {
   static constexpr int kArity = 2;
   TANDEM_HOST_DEVICE float operator()(float g, float x) const { return x > 0.0f ? g : 0.0f; }
@@ -310,6 +332,14 @@ struct ScalarOverBackward {
   float s;
   TANDEM_HOST_DEVICE float operator()(float g, float x) const { return -s * g / (x * x); }
 };
+struct SinBackward {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float g, float x) const { return g * cosf(x); }
+};
+struct CosBackward {
+  static constexpr int kArity = 2;
+  TANDEM_HOST_DEVICE float operator()(float g, float x) const { return -g * sinf(x); }
+};
 
 struct Where {
   static constexpr int kArity = 3;
@@ -360,6 +390,8 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::Abs: return visit(fn::Abs{});
     case P::Sigmoid: return visit(fn::Sigmoid{});
     case P::Tanh: return visit(fn::Tanh{});
+    case P::Sin: return visit(fn::Sin{});
+    case P::Cos: return visit(fn::Cos{});
     case P::GeluErf: return visit(fn::GeluErf{});
     case P::GeluTanh: return visit(fn::GeluTanh{});
     case P::Relu: return visit(fn::Relu{});
@@ -386,6 +418,7 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::ScaledMul: return visit(fn::ScaledMul{call.p0});
     case P::MaskKeep: return visit(fn::MaskKeep{});
     case P::MaskDrop: return visit(fn::MaskDrop{});
+    case P::MaskFill: return visit(fn::MaskFill{call.p0});
     case P::ReluBackward: return visit(fn::ReluBackward{});
     case P::TanhBackward: return visit(fn::TanhBackward{});
     case P::SqrtBackward: return visit(fn::SqrtBackward{});
@@ -397,6 +430,8 @@ decltype(auto) visit_pointwise(const PointwiseCall& call, Visit&& visit) {
     case P::PowScalarBackward: return visit(fn::PowScalarBackward{call.p0});
     case P::ClampBackward: return visit(fn::ClampBackward{call.p0, call.p1});
     case P::ScalarOverBackward: return visit(fn::ScalarOverBackward{call.p0});
+    case P::SinBackward: return visit(fn::SinBackward{});
+    case P::CosBackward: return visit(fn::CosBackward{});
     case P::Where: return visit(fn::Where{});
     case P::PowBaseBackward: return visit(fn::PowBaseBackward{});
     case P::PowExponentBackward: return visit(fn::PowExponentBackward{});

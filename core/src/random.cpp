@@ -52,6 +52,8 @@ Reservation reserve(size_t count) {
 // Uniform in [0, 1) with 24 random bits: exactly representable in float32.
 double unit(uint64_t bits) { return static_cast<double>(bits >> 40) * 0x1.0p-24; }
 
+__extension__ using Uint128 = unsigned __int128;  // GCC's and Clang's; __extension__ keeps -Wpedantic quiet
+
 }  // namespace
 
 void manual_seed(uint64_t seed) { set_generator_state({.seed = seed, .counter = 0, .device_counters = {}}); }
@@ -94,6 +96,25 @@ std::vector<float> normal(size_t count) {
     const double u2 = unit(splitmix64(drawn.key, drawn.first + 2 * i + 1));
     values[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
   }
+  return values;
+}
+
+std::vector<int64_t> integers(size_t count, int64_t low, int64_t high) {
+  std::vector<int64_t> values(count);
+  const Reservation drawn = reserve(count);
+  const uint64_t span = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);  // in [1, 2^64 - 1]
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t offset = static_cast<uint64_t>(Uint128{splitmix64(drawn.key, drawn.first + i)} * span >> 64);
+    values[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + offset);  // wraps into [low, high)
+  }
+  return values;
+}
+
+std::vector<double> unit_doubles(size_t count) {
+  std::vector<double> values(count);
+  const Reservation drawn = reserve(count);
+  for (size_t i = 0; i < count; ++i)
+    values[i] = static_cast<double>(splitmix64(drawn.key, drawn.first + i) >> 11) * 0x1.0p-53;
   return values;
 }
 

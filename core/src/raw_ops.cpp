@@ -62,8 +62,6 @@ Tensor allocate(const Shape& shape, DType dtype, Device device, bool pinned, con
   return Tensor(std::move(impl));
 }
 
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
-
 namespace {
 
 // The bit pattern of `value` as one element of `dtype`, in the low element_size(dtype) bytes.

@@ -32,7 +32,6 @@ const char* conversion_hint(DType dtype);
 Tensor allocate(const Shape& shape, DType dtype, Device device, bool pinned, const char* caller);
 // A new tensor sharing t's storage with the given geometry (no autograd metadata).
 Tensor alias(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
-Tensor empty_like(const Tensor& t);  // same shape, device and dtype; contiguous
 
 // out (any strides, any dtype) = value, converted to out's dtype with a check (scalar_cast.h; `caller` names the
 // function in its error).

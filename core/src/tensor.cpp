@@ -83,16 +83,57 @@ Tensor Tensor::arange(int64_t start, int64_t end, DType dtype, Device device) {
 
 namespace {
 
-// A tensor of `shape` on `device` filled with host values from `draw`. The tensor is allocated first, so a shape that
-// does not fit in memory is refused by the allocator (an Error) before any host buffer of that size is asked for;
-// running out of host memory for the values is an Error too.
-template <typename Draw>
+// `values` (computed in double) as a 1-D tensor of `dtype` on `device`: int64 truncated toward zero (a value out of
+// int64's range is an Error naming `caller`), other dtypes rounded to float32 first.
+Tensor from_doubles(const std::vector<double>& values, DType dtype, Device device, const char* caller) {
+  const Shape shape{static_cast<int64_t>(values.size())};
+  if (dtype == DType::Int64) {
+    std::vector<int64_t> integers(values.size());
+    for (size_t i = 0; i < values.size(); ++i) integers[i] = detail::checked_scalar_cast<int64_t>(values[i], caller);
+    return Tensor::from_vector(integers, shape, device);
+  }
+  return Tensor::from_vector(std::vector<float>(values.begin(), values.end()), shape, device).to(dtype);
+}
+
+}  // namespace
+
+Tensor Tensor::arange(double start, double end, double step, DType dtype, Device device) {
+  TANDEM_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "Tensor::arange: start ", start,
+               ", end ", end, " and step ", step, " must be finite");
+  TANDEM_CHECK(step != 0.0, "Tensor::arange: step must be non-zero");
+  TANDEM_CHECK(end == start || (end > start) == (step > 0.0), "Tensor::arange: step ", step,
+               " does not lead from start ", start, " to end ", end, " (expected the sign of end - start)");
+  const double count = std::ceil((end - start) / step);
+  TANDEM_CHECK(count < 0x1.0p62, "Tensor::arange: the range [", start, ", ", end, ") in steps of ", step,
+               " is too long");
+  checked_nbytes({static_cast<int64_t>(count)}, element_size(dtype), "Tensor::arange");
+  std::vector<double> values(static_cast<size_t>(count));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = start + static_cast<double>(i) * step;
+  return from_doubles(values, dtype, device, "Tensor::arange");
+}
+
+Tensor Tensor::linspace(double start, double end, int64_t steps, Device device) {
+  TANDEM_CHECK(steps >= 0, "Tensor::linspace: steps is ", steps, " but expected at least 0");
+  checked_nbytes({steps}, sizeof(float), "Tensor::linspace");
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  std::vector<double> values(static_cast<size_t>(steps));
+  for (int64_t i = 0; i < steps; ++i)
+    values[static_cast<size_t>(i)] =
+        i < (steps + 1) / 2 ? start + static_cast<double>(i) * step : end - static_cast<double>(steps - 1 - i) * step;
+  return from_doubles(values, DType::Float32, device, "Tensor::linspace");
+}
+
+namespace {
+
+// A tensor of `shape` on `device` filled with host values of type T (its dtype) from `draw`. The tensor is allocated
+// first, so a shape that does not fit in memory is refused by the allocator (an Error) before any host buffer of that
+// size is asked for; running out of host memory for the values is an Error too.
+template <typename T, typename Draw>
 Tensor drawn(const Shape& shape, Device device, const char* caller, Draw draw) {
-  checked_nbytes(shape, sizeof(float), caller);  // names the caller for a shape that overflows
-  // (float32 values)
-  Tensor out = Tensor::empty(shape, device);
+  checked_nbytes(shape, sizeof(T), caller);  // names the caller for a shape that overflows
+  Tensor out = Tensor::empty(shape, dtype_of<T>(), device);
   const int64_t count = out.numel();
-  std::vector<float> values;
+  std::vector<T> values;
   try {
     values = draw(static_cast<size_t>(count));
   } catch (const std::bad_alloc&) {
@@ -105,14 +146,41 @@ Tensor drawn(const Shape& shape, Device device, const char* caller, Draw draw) {
 }  // namespace
 
 Tensor Tensor::randn(const Shape& shape, Device device) {
-  return drawn(shape, device, "Tensor::randn", [](size_t n) { return random::normal(n); });
+  return drawn<float>(shape, device, "Tensor::randn", [](size_t n) { return random::normal(n); });
 }
 
 Tensor Tensor::rand(const Shape& shape, Device device) { return uniform(shape, 0.0f, 1.0f, device); }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Device device) {
   TANDEM_CHECK(low < high, "Tensor::uniform: low (", low, ") must be less than high (", high, ")");
-  return drawn(shape, device, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); });
+  return drawn<float>(shape, device, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); });
+}
+
+Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, Device device) {
+  TANDEM_CHECK(low < high, "Tensor::randint: low (", low, ") must be less than high (", high, ")");
+  return drawn<int64_t>(shape, device, "Tensor::randint", [=](size_t n) { return random::integers(n, low, high); });
+}
+
+Tensor empty_like(const Tensor& x) {
+  raw::check_defined("empty_like", x);
+  return Tensor::empty(x.shape(), x.dtype(), x.device());
+}
+
+Tensor zeros_like(const Tensor& x) {
+  raw::check_defined("zeros_like", x);
+  return Tensor::zeros(x.shape(), x.dtype(), x.device());
+}
+
+Tensor ones_like(const Tensor& x) {
+  raw::check_defined("ones_like", x);
+  return Tensor::ones(x.shape(), x.dtype(), x.device());
+}
+
+Tensor randn_like(const Tensor& x) {
+  raw::check_defined("randn_like", x);
+  TANDEM_CHECK(is_floating_point(x.dtype()), "randn_like: the input is ", x.dtype(),
+               " but expected a floating point dtype (float32, bfloat16)");
+  return Tensor::randn(x.shape(), x.device()).to(x.dtype());
 }
 
 // ---- metadata -----------------------------------------------------------------------------------------------------

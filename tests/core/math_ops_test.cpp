@@ -39,6 +39,8 @@ TEST_P(MathOpsTest, UnaryMatchesFloat64) {
   expect_values(abs(x), map(X, [](double v) { return std::abs(v); }), {3, 4});
   expect_values(neg(x), map(X, [](double v) { return -v; }), {3, 4});
   expect_values(sigmoid(x), map(X, [](double v) { return 1 / (1 + std::exp(-v)); }), {3, 4});
+  expect_values(sin(x), map(X, [](double v) { return std::sin(v); }), {3, 4});
+  expect_values(cos(x), map(X, [](double v) { return std::cos(v); }), {3, 4});
   expect_values(gelu(x), map(X, [&](double v) { return 0.5 * v * (1 + std::erf(v * kSqrtHalf)); }), {3, 4});
   expect_values(gelu(x, "tanh"), map(X, [](double v) {
                   return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
@@ -54,6 +56,16 @@ TEST_P(MathOpsTest, UnaryEdgeValues) {
   const Tensor x = values({-inf, -100.0f, 0.0f, 100.0f, inf}, {5});
   expect_values(sigmoid(x), {0, 0, 0.5, 1, 1}, {5});
   expect_values(exp(values({-inf, 0.0f}, {2})), {0, 1}, {2});
+  // Far from 0, where the argument reduction matters; and the exact points 0 and pi / 2 (as float32).
+  const std::vector<float> far = {1000.0f, -12345.678f, 0.0f, static_cast<float>(M_PI / 2)};
+  std::vector<double> far_sin, far_cos;
+  for (float v : far) {
+    far_sin.push_back(std::sin(static_cast<double>(v)));
+    far_cos.push_back(std::cos(static_cast<double>(v)));
+  }
+  expect_values(sin(values(far, {4})), far_sin, {4}, 1e-5, 1e-6);
+  expect_values(cos(values(far, {4})), far_cos, {4}, 1e-5, 1e-6);
+  EXPECT_TRUE(std::isnan(sin(values({inf}, {1})).item()));
   const std::vector<float> clamped = clamp(values({std::nanf(""), -3, 3}, {3}), -1, 1).to_vector();
   EXPECT_TRUE(std::isnan(clamped[0]));
   EXPECT_EQ(clamped[1], -1.0f);

@@ -32,6 +32,8 @@ TEST_P(OpsGradcheckTest, UnaryMath) {
   gradcheck([](auto& in) { return abs(in[0]); }, {values({-1.5f, -0.3f, 0.4f, 2.0f}, {4}).set_requires_grad()});
   gradcheck([](auto& in) { return neg(in[0]); }, {input({2, 3})});
   gradcheck([](auto& in) { return sigmoid(in[0]); }, {input({3, 4})});
+  gradcheck([](auto& in) { return sin(in[0]); }, {input({3, 4})});
+  gradcheck([](auto& in) { return cos(in[0]); }, {input({3, 4})});
   gradcheck([](auto& in) { return gelu(in[0]); }, {input({3, 4})});
   gradcheck([](auto& in) { return gelu(in[0], "tanh"); }, {input({3, 4})});
   gradcheck([](auto& in) { return clamp(in[0], -0.5f, 0.5f); },
@@ -55,6 +57,13 @@ TEST_P(OpsGradcheckTest, Where) {
   gradcheck([condition](auto& in) { return where(condition, in[0], in[1]); }, {input({3}), input({2, 1})});
   gradcheck([](auto& in) { return where(gt(in[0], 0.0f), in[0], in[0] * in[0]); },
             {values({-1.5f, -0.3f, 0.4f, 2.0f}, {4}).set_requires_grad()});
+}
+
+TEST_P(OpsGradcheckTest, Masks) {
+  gradcheck([](auto& in) { return tril(in[0], -1); }, {input({2, 3, 4})});
+  gradcheck([](auto& in) { return triu(in[0], 1); }, {input({4, 3})});
+  const Tensor mask = values({1, 0, 0, 1}, {4});
+  gradcheck([mask](auto& in) { return masked_fill(in[0], mask, 2.0f); }, {input({3, 4})});
 }
 
 TEST_P(OpsGradcheckTest, Reductions) {

@@ -127,6 +127,13 @@ class CpuBackend final : public Backend {
 
   void fill_bits(const Tensor& out, uint64_t bits) override { cpu::fill_bits(out, bits); }
 
+  void triangle_mask(int64_t diagonal, bool lower, const Tensor& out) override {
+    const int64_t rows = out.size(0), cols = out.size(1);
+    float* po = out.mutable_data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) po[r * cols + c] = backend::in_triangle(r, c, diagonal, lower) ? 1.0f : 0.0f;
+  }
+
   void copy(const Tensor& src, const Tensor& dst) override {
     if (src.dtype() != DType::Float32 || dst.dtype() != DType::Float32) return cpu::convert(src, dst);
     const float* ps = src.data();

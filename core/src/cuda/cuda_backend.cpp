@@ -70,6 +70,12 @@ class CudaBackend final : public backend::Backend {
                        on.stream);
   }
 
+  void triangle_mask(int64_t diagonal, bool lower, const Tensor& out) override {
+    if (out.numel() == 0) return;
+    OnDevice on(out);
+    kernels::triangle_mask(out.size(0), out.size(1), diagonal, lower, out.mutable_data(), on.stream);
+  }
+
   void copy(const Tensor& src, const Tensor& dst) override {
     if (dst.numel() == 0) return;
     OnDevice on(dst);

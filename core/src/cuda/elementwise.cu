@@ -1,6 +1,6 @@
 // The CUDA backend's elementwise kernels: one elementwise engine (Note [One elementwise engine]) that runs every
 // pointwise functor of kernel_ops.h and the fills, copies and device-scalar functions below; tiled transposing copies;
-// gather / scatter-add along a dimension. See elementwise.h for the contracts.
+// the masks of tril and triu; gather / scatter-add along a dimension. See elementwise.h for the contracts.
 
 #include "cuda/elementwise.h"
 
@@ -215,6 +215,13 @@ __device__ void transpose_kernel(int64_t rows, int64_t cols, int64_t in_col_stri
   }
 }
 
+// ---- triangle masks ------------------------------------------------------------------------------------------------
+
+__device__ void triangle_mask_kernel(int64_t rows, int64_t cols, int64_t diagonal, bool lower, float* out) {
+  for (int64_t i = global_thread(); i < rows * cols; i += grid_threads())
+    out[i] = backend::in_triangle(i / cols, i % cols, diagonal, lower) ? 1.0f : 0.0f;
+}
+
 // ---- gather / scatter-add ---------------------------------------------------------------------------------------
 
 __device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const int64_t* index,
@@ -264,6 +271,12 @@ void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stre
     return;
   }
   launch_elementwise(CopyOp{}, Inputs{{src}}, dst, layout, stream);
+}
+
+void triangle_mask(int64_t rows, int64_t cols, int64_t diagonal, bool lower, float* out, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  launch<triangle_mask_kernel>(blocks_for(n), kThreads, stream, rows, cols, diagonal, lower, out);
 }
 
 void broadcast_scalar(const float* scalar, float scale, float* out, int64_t n, cudaStream_t stream) {

@@ -20,6 +20,8 @@ void pointwise(const backend::PointwiseCall& call, const float* const* inputs, f
                cudaStream_t stream);
 void fill(float* out, const Strided& layout, float value, cudaStream_t stream);
 void copy(const float* src, float* dst, const Strided& layout, cudaStream_t stream);
+// out (contiguous [rows, cols]) = Backend::triangle_mask's 0/1 mask.
+void triangle_mask(int64_t rows, int64_t cols, int64_t diagonal, bool lower, float* out, cudaStream_t stream);
 
 // out = the row-major copy of the [rows, cols] matrix that `in` holds at (r, c) -> r + c * in_col_stride (a
 // transposed view), through shared-memory tiles (Note [Transposing copies] in elementwise.cu); copy() takes it for

@@ -43,7 +43,7 @@ class ScatterAdd final : public Function {
     const Tensor& x = in[0];
     const Tensor& src = in[1];
     src_shape_ = src.shape();
-    Tensor out = raw::empty_like(x);
+    Tensor out = empty_like(x);
     raw::copy(x, out);
     raw::scatter_add_into(out, dim_, index_, raw::alias(src, index_.shape(), src.strides(), src.storage_offset()));
     return {out};

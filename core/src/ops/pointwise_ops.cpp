@@ -183,6 +183,8 @@ Tensor operator-(const Tensor& a) { return a * -1.0f; }
 
 Tensor relu(const Tensor& x) { return unary({"relu", {Pointwise::Relu}, {Pointwise::ReluBackward}, false}, x); }
 Tensor tanh(const Tensor& x) { return unary({"tanh", {Pointwise::Tanh}, {Pointwise::TanhBackward}, true}, x); }
+Tensor sin(const Tensor& x) { return unary({"sin", {Pointwise::Sin}, {Pointwise::SinBackward}, false}, x); }
+Tensor cos(const Tensor& x) { return unary({"cos", {Pointwise::Cos}, {Pointwise::CosBackward}, false}, x); }
 Tensor exp(const Tensor& x) { return unary({"exp", {Pointwise::Exp}, {Pointwise::ScaledMul, 1.0f}, true}, x); }
 Tensor log(const Tensor& x) { return unary({"log", {Pointwise::Log}, {Pointwise::Div}, false}, x); }
 Tensor sqrt(const Tensor& x) { return unary({"sqrt", {Pointwise::Sqrt}, {Pointwise::SqrtBackward}, true}, x); }

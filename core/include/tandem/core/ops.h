@@ -56,6 +56,8 @@ Tensor pow(const Tensor& base, const Tensor& exponent);  // broadcasting
 Tensor abs(const Tensor& x);                   // gradient sign(x), 0 at 0
 Tensor neg(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+Tensor sin(const Tensor& x);  // radians
+Tensor cos(const Tensor& x);
 // torch.nn.functional.gelu: approximate "none" (x * Phi(x), with erf) or "tanh". Errors: any other approximate.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // min(max(x, min), max), NaN kept; max wins where min > max. Gradient 1 where min <= x <= max, else 0.
@@ -95,6 +97,17 @@ Tensor operator>(const Tensor& a, float b);
 Tensor operator>=(const Tensor& a, float b);
 // condition != 0 ? a : b elementwise, the three broadcast together; differentiable in a and b (not in condition).
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// x with `value` where mask is non-zero (torch.masked_fill; tandem has no bool dtype, so the mask is a float32 0/1
+// mask, as the comparisons return, or an int64 one). The mask broadcasts to x's shape, which the result has; it is
+// converted on its device (no host round trip). Differentiable in x: the gradient is 0 where filled. Errors: a mask
+// of another dtype, or one that does not broadcast to x's shape.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+// The lower (tril) or upper (triu) triangle of each matrix in x's last two dims, the rest 0, as torch.tril / triu:
+// element (i, j) is kept where j - i <= diagonal (tril) or j - i >= diagonal (triu); diagonal 0 is the main diagonal,
+// positive ones lie above it. Any leading (batch) dims; the mask is made on x's device. Differentiable: the gradient
+// is masked the same way. Errors: fewer than 2 dims.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
 // ---- reductions over dimensions -----------------------------------------------------------------------------------
 // `dims` may be negative and come in any order; an empty list means every dimension. keepdim keeps them as size 1.
@@ -146,6 +159,17 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // Joins tensors of one shape along a new dimension `dim` (in [-(ndim + 1), ndim]); differentiable.
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---- sampling -----------------------------------------------------------------------------------------------------
+// int64 category indices drawn from each row of probs (1-D [C] -> [num_samples]; 2-D [N, C] -> [N, num_samples]),
+// category c with probability proportional to its weight (non-negative, finite, not necessarily normalized), as
+// torch.multinomial; without replacement every index of a row is distinct. Computed on the host: probs is copied to
+// the host (on a GPU this waits for the work queued before it), the indices are drawn with the calling thread's
+// generator stream (Note [Generator streams] in random.h; one uniform per sample, so the same seed gives the same
+// indices on every device) and copied to probs' device. No gradient. Errors: not 1-D or 2-D; num_samples < 1; a
+// negative, infinite or NaN weight; a row without a positive weight; without replacement, more samples than a row
+// has positive weights.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
 
 // Compares values on any devices (copies to the host): |a - b| <= atol + rtol * |b| elementwise, shapes equal.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

@@ -66,6 +66,10 @@ namespace random {
 // Draws from the calling thread's stream (thread-safe).
 std::vector<float> normal(size_t count);                          // N(0, 1)
 std::vector<float> uniform(size_t count, float low, float high);  // U[low, high)
+// U{low, ..., high - 1} for low < high (unchecked), one value of the stream each: its 64 bits times the range's size,
+// the high 64 bits of that product (multiply-shift), so a value is off uniform by at most (high - low) / 2^64.
+std::vector<int64_t> integers(size_t count, int64_t low, int64_t high);
+std::vector<double> unit_doubles(size_t count);  // U[0, 1) with 53 random bits
 uint64_t next_u64();
 }  // namespace random
 

@@ -71,6 +71,8 @@ class Tensor {
   static Tensor randn(const Shape& shape, Device device = Device::cpu());  // N(0, 1)
   static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
   static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());
+  // int64 values uniform in [low, high) (random::integers), as torch.randint. Errors: low >= high.
+  static Tensor randint(int64_t low, int64_t high, const Shape& shape, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
   // int64 or bfloat16 values from a std::vector<int64_t> or std::vector<BFloat16> (a template, so that a braced list
   // of numbers, from_vector({1, 2}, {2}), still means float32 values).
@@ -79,6 +81,17 @@ class Tensor {
   // [start, start + 1, ..., end - 1] (empty when end <= start) as `dtype`, like torch.arange with integer bounds.
   static Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
   static Tensor arange(int64_t start, int64_t end, DType dtype = DType::Int64, Device device = Device::cpu());
+  // [start, start + step, ...] short of end: ceil((end - start) / step) values, as torch.arange with a step. Each
+  // value start + i * step is computed in double, then truncated toward zero for int64, or rounded to float32 (and
+  // from there converted) for the other dtypes. Integer bounds with a step take this overload too (arange(0, 5, 2)
+  // is float32 [0, 2, 4] unless a dtype is given). Errors: bounds or step not finite; step 0, or of the sign opposite
+  // to end - start; as int64, a value beyond int64's range.
+  static Tensor arange(double start, double end, double step, DType dtype = DType::Float32,
+                       Device device = Device::cpu());
+  // `steps` float32 values from start to end, both included, evenly spaced, as torch.linspace (the first half
+  // and the middle counted from start, the rest from end, so both ends are exact; one step: [start]). Errors: steps
+  // < 0.
+  static Tensor linspace(double start, double end, int64_t steps, Device device = Device::cpu());
   static Tensor scalar(float value, Device device = Device::cpu());  // shape {}
   // An uninitialized tensor in page-locked host memory (is_pinned()) on the CPU device `device`, as PyTorch's
   // torch.empty(..., pin_memory=True). Errors: a CUDA device; no CUDA device to pin for (none visible, or a build
@@ -245,5 +258,13 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+// New contiguous tensors of x's shape, dtype and device, without autograd history (torch.empty_like, zeros_like,
+// ones_like). randn_like draws N(0, 1) values as Tensor::randn does (the calling thread's generator stream) and
+// converts them to x's dtype. Errors: x undefined; randn_like of an int64 tensor.
+Tensor empty_like(const Tensor& x);
+Tensor zeros_like(const Tensor& x);
+Tensor ones_like(const Tensor& x);
+Tensor randn_like(const Tensor& x);
 
 }  // namespace tandem
