@@ -15,28 +15,6 @@ using autograd::Function;
 
 namespace {
 
-// a [m, k] @ b [k, n]: one GEMM, its gradients two more.
-class Matmul final : public Function {
- public:
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    raw::check_float32("matmul", in);
-    raw::check_same_device("matmul", in[0], in[1]);
-    save_for_backward(in);
-    return {raw::gemm(in[0], in[1], {.precision = precision_})};
-  }
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& g = grads[0];
-    const Tensor& a = saved_tensors()[0];
-    const Tensor& b = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm(g, b.t(), {.precision = precision_}) : Tensor(),
-            needs_input_grad(1) ? raw::gemm(a.t(), g, {.precision = precision_}) : Tensor()};
-  }
-  std::string name() const override { return "MatmulBackward"; }
-
- private:
-  Precision precision_ = default_precision();  // fixed when the product is recorded, for its backward too
-};
-
 // The last two dims of t swapped (a view, no history: the operands of the backward products).
 Tensor matrices_transposed(const Tensor& t) {
   Shape shape = t.shape(), strides = t.strides();
@@ -45,33 +23,39 @@ Tensor matrices_transposed(const Tensor& t) {
   return raw::alias(t, shape, strides, t.storage_offset());
 }
 
-// a [..., m, k] @ b [..., k, n] over equal batch dims (broadcast by the caller's expand views, which read stride 0
-// in place): one batched GEMM, its gradients two more, each of the operand's full batch shape (expand's backward
-// sums the broadcast dims away).
-class BatchedMatmul final : public Function {
+// a @ b as one GEMM, its gradients two more: a [m, k] @ b [k, n], or batched, a [..., m, k] @ b [..., k, n] over
+// equal batch dims (broadcast by the caller's expand views, which read stride 0 in place), each gradient then of the
+// operand's full batch shape (expand's backward sums the broadcast dims away).
+class Product final : public Function {
  public:
+  explicit Product(bool batched) : batched_(batched) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     raw::check_float32("matmul", in);
     raw::check_same_device("matmul", in[0], in[1]);
     save_for_backward(in);
-    return {raw::gemm_batched(in[0], in[1], precision_)};
+    return {multiply(in[0], in[1])};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     const Tensor& a = saved_tensors()[0];
     const Tensor& b = saved_tensors()[1];
-    return {needs_input_grad(0) ? raw::gemm_batched(g, matrices_transposed(b), precision_) : Tensor(),
-            needs_input_grad(1) ? raw::gemm_batched(matrices_transposed(a), g, precision_) : Tensor()};
+    return {needs_input_grad(0) ? multiply(g, matrices_transposed(b)) : Tensor(),
+            needs_input_grad(1) ? multiply(matrices_transposed(a), g) : Tensor()};
   }
-  std::string name() const override { return "BmmBackward"; }
+  std::string name() const override { return batched_ ? "BmmBackward" : "MatmulBackward"; }
 
  private:
-  Precision precision_ = default_precision();
+  Tensor multiply(const Tensor& a, const Tensor& b) const {
+    return batched_ ? raw::gemm_batched(a, b, precision_) : raw::gemm(a, b, {.precision = precision_});
+  }
+
+  bool batched_;
+  Precision precision_ = default_precision();  // fixed when the product is recorded, for its backward too
 };
 
-Tensor matrix_product(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Matmul>(), {a, b}); }
+Tensor matrix_product(const Tensor& a, const Tensor& b) { return apply_one(std::make_shared<Product>(false), {a, b}); }
 Tensor batched_product(const Tensor& a, const Tensor& b) {
-  return apply_one(std::make_shared<BatchedMatmul>(), {a, b});
+  return apply_one(std::make_shared<Product>(true), {a, b});
 }
 
 void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t a_inner, int64_t b_inner) {
