@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "environment.h"
+#include "tandem/core/autocast.h"
 
 namespace tandem {
 namespace {
@@ -24,7 +25,9 @@ std::atomic<bool>& fused_linear_setting() {
 
 bool allow_tf32() { return tf32_setting().load(std::memory_order_relaxed); }
 void set_allow_tf32(bool allow) { tf32_setting().store(allow, std::memory_order_relaxed); }
-Precision default_precision() { return allow_tf32() ? Precision::TF32 : Precision::Float32; }
+Precision default_precision() {
+  return autocast_precision().value_or(allow_tf32() ? Precision::TF32 : Precision::Float32);
+}
 
 bool fused_linear() { return fused_linear_setting().load(std::memory_order_relaxed); }
 void set_fused_linear(bool fused) { fused_linear_setting().store(fused, std::memory_order_relaxed); }

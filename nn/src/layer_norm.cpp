@@ -8,7 +8,7 @@
 
 namespace tandem::nn {
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, Device device)
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool bias, Device device)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   TANDEM_CHECK(!normalized_shape_.empty(), "nn::LayerNorm: normalized_shape is empty but expected at least one size");
   for (int64_t size : normalized_shape_)
@@ -17,9 +17,11 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
   TANDEM_CHECK(eps >= 0.0, "nn::LayerNorm: eps is ", eps, " but expected a non-negative number");
   if (elementwise_affine) {
     weight = Tensor::ones(normalized_shape_, device);
-    bias = Tensor::zeros(normalized_shape_, device);
     register_parameter("weight", weight);
-    register_parameter("bias", bias);
+  }
+  if (elementwise_affine && bias) {
+    this->bias = Tensor::zeros(normalized_shape_, device);
+    register_parameter("bias", this->bias);
   }
 }
 
@@ -35,13 +37,15 @@ Tensor LayerNorm::forward(const Tensor& input) {
   const Tensor centered = input - mean(input, dims, /*keepdim=*/true);
   const Tensor normalized =
       centered * rsqrt(var(input, dims, /*correction=*/0.0, /*keepdim=*/true) + static_cast<float>(eps_));
-  return weight.defined() ? normalized * weight + bias : normalized;
+  if (!weight.defined()) return normalized;
+  return bias.defined() ? normalized * weight + bias : normalized * weight;
 }
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
   os << "normalized_shape=" << to_string(normalized_shape_) << ", eps=" << eps_
      << ", elementwise_affine=" << (weight.defined() ? "true" : "false");
+  if (weight.defined() && !bias.defined()) os << ", bias=false";
   return os.str();
 }
 

@@ -1,6 +1,7 @@
 #include "tandem/nn/multihead_attention.h"
 
 #include "attention_bias.h"
+#include "tandem/core/autocast.h"
 #include "tandem/core/error.h"
 #include "tandem/core/ops.h"
 #include "tandem/nn/attention.h"
@@ -84,6 +85,8 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
                " must share the batch size, and key and value their length");
   const int64_t batch = q.size(0), queries = q.size(1), keys = k.size(1);
   const Tensor bias = scores_bias(masks, batch, queries, keys, q);
+  // The attention's own products (scores and weighted values) run in the module's precision, as its projections do.
+  const tandem::detail::AutocastStateGuard products(precision() ? precision() : autocast_precision());
   const bool causal = masks.is_causal && !bias.defined();
   const double dropout_p = is_training() ? options_.dropout : 0.0;
   const Tensor heads = scaled_dot_product_attention(project(q, 0), project(k, 1), project(v, 2), bias, dropout_p,

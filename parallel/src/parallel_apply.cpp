@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/autocast.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
 #include "worker_pool.h"
@@ -41,9 +42,11 @@ void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::
   std::vector<std::exception_ptr> errors(n);
   std::latch done(static_cast<std::ptrdiff_t>(n));
   const bool grad_mode = GradMode::is_enabled();
-  auto run_one = [&tasks, &errors, &done, grad_mode](size_t i) {
+  const std::optional<Precision> autocast = autocast_precision();
+  auto run_one = [&tasks, &errors, &done, grad_mode, autocast](size_t i) {
     try {
       GradModeGuard mode(grad_mode);
+      tandem::detail::AutocastStateGuard autocast_state(autocast);
       tasks[i]();
     } catch (...) {
       errors[i] = std::current_exception();

@@ -8,6 +8,7 @@
 #include "steps_in_backward.h"
 #include "tandem/comm/comm.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/warm_up.h"
 
@@ -77,6 +78,8 @@ TrainingStep::TrainingStep(ReplicatedModule& model, DistributedDataParallel* dis
   TANDEM_CHECK(loss_ != nullptr, "parallel::TrainingStep: the loss function is empty");
   TANDEM_CHECK(options_.warmup_steps >= 0, "parallel::TrainingStep: warmup_steps is ", options_.warmup_steps,
                " but expected >= 0");
+  TANDEM_CHECK(!options_.max_grad_norm || *options_.max_grad_norm >= 0.0, "parallel::TrainingStep: max_grad_norm is ",
+               options_.max_grad_norm.value_or(0.0), " but expected a number >= 0");
   TANDEM_CHECK(&optimizer_.model() == &model_, "parallel::TrainingStep: the optimizer was built over another ",
                "ReplicatedModule than the model it steps");
 }
@@ -196,7 +199,9 @@ Tensor TrainingStep::deliver(const Batch& batch, const Tensor& loss) {
   return out;
 }
 
-bool TrainingStep::may_step_in_backward() const { return options_.steps_in_backward && optimizer_.steps_in_backward(); }
+bool TrainingStep::may_step_in_backward() const {
+  return options_.steps_in_backward && !options_.max_grad_norm && optimizer_.steps_in_backward();
+}
 
 Tensor TrainingStep::eager(const Batch& batch, std::string reason) {
   strategy_ = may_step_in_backward() ? StepStrategy::StepsInBackward : StepStrategy::Eager;
@@ -231,6 +236,13 @@ Tensor TrainingStep::eager(const Batch& batch, std::string reason) {
 void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows,
                             const Pass& pass) {
   const auto take_step = [this, &pass] {
+    if (options_.max_grad_norm) {
+      NoGradGuard no_grad;
+      for (size_t d = 0; d < model_.size(); ++d) {
+        const Tensor& gradients = model_.gradient_buffer(d);
+        clip_by_norm_(gradients, total_norm({gradients}, 2.0), static_cast<float>(*options_.max_grad_norm));
+      }
+    }
     if (pass.form == StepForm::Replayable) {
       optimizer_.replayable_step();
     } else {

@@ -96,7 +96,7 @@ TEST_P(LayersTest, ActivationLayerErrors) {
 TEST_P(LayersTest, SequentialFromValuesAndSharedPointers) {
   manual_seed(34);
   auto head = std::make_shared<nn::Linear>(8, 1, true, device());
-  nn::Sequential net(nn::Linear(4, 8, true, device()), nn::GELU(), nn::LayerNorm({8}, 1e-5, true, device()),
+  nn::Sequential net(nn::Linear(4, 8, true, device()), nn::GELU(), nn::LayerNorm({8}, 1e-5, true, true, device()),
                      nn::Dropout(0.5), head);
   ASSERT_EQ(net.size(), 5u);
   EXPECT_EQ(net[4], head);  // a shared pointer is kept, not copied

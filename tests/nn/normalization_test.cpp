@@ -28,7 +28,7 @@ std::vector<double> layer_norm_reference(const std::vector<double>& x, int64_t w
 
 TEST_P(NormalizationTest, LayerNormMatchesFloat64Reference) {
   manual_seed(11);
-  nn::LayerNorm norm({3, 4}, 1e-3, true, device());
+  nn::LayerNorm norm({3, 4}, 1e-3, true, true, device());
   EXPECT_EQ(norm.named_parameters().size(), 2u);
   EXPECT_EQ(norm.weight.shape(), (Shape{3, 4}));
   // Non-trivial affine parameters, so the reference checks that they are applied elementwise.
@@ -38,16 +38,30 @@ TEST_P(NormalizationTest, LayerNormMatchesFloat64Reference) {
   expect_values(norm(x), layer_norm_reference(to_double(x), 12, 1e-3, to_double(norm.weight), to_double(norm.bias)),
                 {2, 5, 3, 4}, 1e-4, 1e-5);
 
-  nn::LayerNorm plain({4}, 1e-5, false, device());
+  nn::LayerNorm plain({4}, 1e-5, false, true, device());
   EXPECT_TRUE(plain.parameters().empty());
   const Tensor rows = Tensor::randn({6, 4}, device());
   expect_values(plain(rows), layer_norm_reference(to_double(rows), 4, 1e-5, {1, 1, 1, 1}, {0, 0, 0, 0}), {6, 4},
                 1e-4, 1e-5);
 }
 
+TEST_P(NormalizationTest, LayerNormWithoutBiasHasAWeightOnly) {
+  manual_seed(13);
+  nn::LayerNorm norm({4}, 1e-5, true, /*bias=*/false, device());
+  const auto named = norm.named_parameters();
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].first, "weight");
+  EXPECT_FALSE(norm.bias.defined());
+  nn::init::normal_(norm.weight);
+  const Tensor x = Tensor::randn({3, 4}, device());
+  expect_values(norm(x), layer_norm_reference(to_double(x), 4, 1e-5, to_double(norm.weight), {0, 0, 0, 0}), {3, 4},
+                1e-4, 1e-5);
+  EXPECT_NE(norm.extra_repr().find("bias=false"), std::string::npos) << norm.extra_repr();
+}
+
 TEST_P(NormalizationTest, LayerNormGradcheck) {
   manual_seed(12);
-  nn::LayerNorm norm({5}, 1e-5, true, device());
+  nn::LayerNorm norm({5}, 1e-5, true, true, device());
   nn::init::normal_(norm.weight);
   nn::init::normal_(norm.bias);
   const Tensor x = Tensor::randn({3, 5}, device()).set_requires_grad();
@@ -182,7 +196,7 @@ TEST_P(NormalizationTest, ErrorsNameTheLayer) {
   EXPECT_ERROR(nn::LayerNorm(Shape{}), "nn::LayerNorm: normalized_shape is empty");
   EXPECT_ERROR(nn::LayerNorm({3, 0}), "nn::LayerNorm: normalized_shape is [3, 0] but expected positive sizes");
   EXPECT_ERROR(nn::LayerNorm({3}, -1.0), "nn::LayerNorm: eps is -1");
-  nn::LayerNorm layer_norm({3, 4}, 1e-5, true, device());
+  nn::LayerNorm layer_norm({3, 4}, 1e-5, true, true, device());
   EXPECT_ERROR(layer_norm(Tensor::zeros({2, 4, 3}, device())),
                "nn::LayerNorm: input has shape [2, 4, 3] but expected [..., 3, 4] (normalized_shape = [3, 4])");
   EXPECT_ERROR(layer_norm(Tensor::zeros({4}, device())), "nn::LayerNorm: input has shape [4]");

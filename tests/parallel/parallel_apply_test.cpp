@@ -1,4 +1,5 @@
-// parallel::parallel_apply and run_on_devices: results, worker threads, grad mode, failures, concurrency.
+// parallel::parallel_apply and run_on_devices: results, worker threads, grad mode and autocast state, failures,
+// concurrency.
 
 #include <atomic>
 #include <chrono>
@@ -152,6 +153,20 @@ TEST_P(ParallelApply, WorkersInheritTheCallersGradMode) {
     EXPECT_TRUE(std::static_pointer_cast<Probe>(modules[i])->grad_mode);
     EXPECT_TRUE(outputs[i].requires_grad());
   }
+}
+
+TEST_P(ParallelApply, WorkersTakeTheCallersAutocastStateAndGiveTheirOwnBack) {
+  const auto devices = this->devices();
+  std::vector<std::optional<Precision>> seen(devices.size(), Precision::TF32);
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < devices.size(); ++i) tasks.push_back([&seen, i] { seen[i] = autocast_precision(); });
+  {
+    AutocastGuard autocast(DType::BFloat16);
+    parallel::run_on_devices(tasks, devices);
+    for (size_t i = 0; i < devices.size(); ++i) EXPECT_EQ(seen[i], Precision::BFloat16) << "task " << i;
+  }
+  parallel::run_on_devices(tasks, devices);  // the same workers, now outside the scope
+  for (size_t i = 0; i < devices.size(); ++i) EXPECT_EQ(seen[i], std::nullopt) << "task " << i;
 }
 
 TEST_P(ParallelApply, AFailingReplicaIsRethrownNamingReplicaAndDeviceAndTheNextCallWorks) {

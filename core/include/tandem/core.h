@@ -2,6 +2,7 @@
 // core: devices, tensors, ops, autograd, random, atomic file writes.
 
 #include "tandem/core/atomic_file.h"
+#include "tandem/core/autocast.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/bfloat16.h"
 #include "tandem/core/build_info.h"

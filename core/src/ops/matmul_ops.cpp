@@ -23,7 +23,8 @@ Tensor matrices_transposed(const Tensor& t) {
   return raw::alias(t, shape, strides, t.storage_offset());
 }
 
-// a @ b as one GEMM, its gradients two more: a [m, k] @ b [k, n], or batched, a [..., m, k] @ b [..., k, n] over
+// a @ b as one GEMM, its gradients two more, in the precision of the product's recording (a BFloat16 product rounds
+// each operand, the incoming gradient included, to bfloat16 as it multiplies it): a [m, k] @ b [k, n], or batched, a [..., m, k] @ b [..., k, n] over
 // equal batch dims (broadcast by the caller's expand views, which read stride 0 in place), each gradient then of the
 // operand's full batch shape (expand's backward sums the broadcast dims away).
 class Product final : public Function {
@@ -46,7 +47,8 @@ class Product final : public Function {
 
  private:
   Tensor multiply(const Tensor& a, const Tensor& b) const {
-    return batched_ ? raw::gemm_batched(a, b, precision_) : raw::gemm(a, b, {.precision = precision_});
+    if (batched_) return raw::gemm_batched(a, b, precision_);  // rounds its operands itself
+    return raw::gemm(raw::gemm_input(a, precision_), raw::gemm_input(b, precision_), {.precision = precision_});
   }
 
   bool batched_;

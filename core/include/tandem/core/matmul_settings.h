@@ -13,7 +13,8 @@ namespace tandem {
 // (nn::Module::set_precision) wins over this switch.
 bool allow_tf32();
 void set_allow_tf32(bool allow);
-// The precision of a product given none: Precision::TF32 when allow_tf32(), else Precision::Float32.
+// The precision of a product given none: the calling thread's autocast precision inside an AutocastGuard
+// (autocast.h), else Precision::TF32 when allow_tf32(), else Precision::Float32.
 Precision default_precision();
 
 // Whether linear() takes its fused form (on by default; TANDEM_FUSED_LINEAR=0 in the environment turns it off from

@@ -13,8 +13,9 @@
 //                      float32 product (a product of two bfloat16 values is exact in float32).
 // linear() and linear_relu() (ops.h) take a precision, and nn::Module::set_precision gives one to every layer of a
 // model that multiplies matrices (nn::Linear). Where none is given, a product follows the process-wide switch of
-// matmul_settings.h: TF32 when allow_tf32(), else Float32 (default_precision()). A precision given explicitly wins
-// over the switch, Float32 included. matmul() always follows the switch.
+// matmul_settings.h: the thread's autocast scope (AutocastGuard, autocast.h) when one is open, else TF32 when
+// allow_tf32(), else Float32 (default_precision()). A precision given explicitly wins over both, Float32 included.
+// matmul() always follows default_precision().
 
 #include <cstdint>
 #include <iosfwd>

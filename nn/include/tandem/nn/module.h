@@ -167,8 +167,8 @@ class Module {
   // ---- precision ----
   // How the layers of this module multiply matrices (Note [Precision modes] in tandem/core/precision.h): sets the
   // precision of this module and of every descendant; nn::Linear runs its product in it, and a custom layer may pass
-  // precision() to linear(). std::nullopt (the default of every module) follows the process-wide switch,
-  // default_precision(); a precision set here wins over it. Parameters, gradients and optimizer state stay float32.
+  // precision() to linear(). std::nullopt (the default of every module) follows default_precision() (the thread's
+  // AutocastGuard scope, else the process-wide switch); a precision set here wins over both. Parameters, gradients and optimizer state stay float32.
   // Copies (clone(), and with it parallel::replicate and the replicas of parallel::ReplicatedModule) take the
   // precision the module has when they are made: set it before replicating.
   void set_precision(std::optional<Precision> precision);

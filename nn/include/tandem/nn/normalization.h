@@ -14,11 +14,12 @@ namespace tandem::nn {
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias, with mean and the population variance taken over the last
 // normalized_shape.size() dimensions, which must equal normalized_shape; weight (ones) and bias (zeros) have
-// normalized_shape, as torch.nn.LayerNorm.
+// normalized_shape, as torch.nn.LayerNorm; with elementwise_affine but not bias, there is a weight and no bias
+// (PyTorch's bias=False).
 class LayerNorm : public Cloneable<LayerNorm> {
  public:
   // Errors: an empty normalized_shape or a size < 1; eps negative or NaN.
-  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true,
                      Device device = Device::cpu());
 
   // input: [..., normalized_shape] -> the same shape. Errors: any other shape (naming the layer).
@@ -28,7 +29,7 @@ class LayerNorm : public Cloneable<LayerNorm> {
   const Shape& normalized_shape() const { return normalized_shape_; }
 
   Tensor weight;  // undefined (and not a parameter) without elementwise_affine
-  Tensor bias;
+  Tensor bias;    // undefined (and not a parameter) without elementwise_affine or without bias
 
  private:
   Shape normalized_shape_;

@@ -16,7 +16,7 @@ namespace tandem::parallel {
 // Output i is replicas[i]->forward(inputs[i]), run on the worker of inputs[i].device() (replica 0 on the calling
 // thread in its worker's place when that worker is idle and no other replica shares its device: Note [The caller
 // takes a turn] in parallel_apply.cpp); replicas whose inputs share a device run one after another on that device's
-// worker. Workers run with the caller's grad mode, and the random
+// worker. Workers run with the caller's grad mode and autocast state (tandem/core/autocast.h), and the random
 // draws of replica i come from the generator stream of inputs[i].device(), so they do not depend on thread timing
 // (Note [Generator streams] in tandem/core/random.h). `devices`, when not empty, gives one device per replica and
 // output i is moved there. Returns after every replica has finished.
@@ -58,7 +58,7 @@ std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_pt
 enum class ReplicaThreads { Workers, Caller };
 
 // The pool itself, for work that is not a module forward: runs tasks[i] on the worker of devices[i] (same rules:
-// concurrent across devices, in order on one device, caller's grad mode, first failure rethrown as
+// concurrent across devices, in order on one device, caller's grad mode and autocast state, first failure rethrown as
 // "in replica i on device d: <what>"), or on the calling thread (`threads`). tasks.size() must equal devices.size().
 void run_on_devices(const std::vector<std::function<void()>>& tasks, const std::vector<Device>& devices,
                     ReplicaThreads threads = ReplicaThreads::Workers);

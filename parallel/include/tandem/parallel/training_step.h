@@ -113,6 +113,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -161,6 +162,13 @@ struct TrainingStepOptions {
   int warmup_steps = 2;           // eager steps before the first capture; at least one is always taken
   size_t max_graphs = 4;          // graphs held at most (one per batch shape); further shapes run eagerly
   bool steps_in_backward = true;  // false: the optimizer steps only after backward, also where it could step during
+  // Clips the summed gradients to this total 2-norm before each optimizer step, as
+  // torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm) between backward and step: each replica scales
+  // its flat gradient buffer (which holds every gradient, summed over every device of every process, so every
+  // replica computes the same norm) by min(max_grad_norm / (norm + 1e-6), 1), on the device, captured with the step.
+  // The optimizer then steps only after the whole reduction (steps in backward would update before the norm is
+  // known). None: no clipping. Errors (constructor): a negative or NaN value.
+  std::optional<double> max_grad_norm{};
 };
 
 // What a step ran.
