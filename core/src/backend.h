@@ -37,6 +37,19 @@ struct GemmOptions {
   Precision precision = Precision::Float32;
 };
 
+// One fused attention call (Backend::attention_forward / attention_backward; Note [Fused attention] in
+// cuda/attention.h): q [B1, B2, L, E], k and v [B1, B2, S, E] (each operand may split its N = B1 * B2 matrices
+// differently, the matrices in the same row-major order), all of one dtype, float32 (products in float32) or
+// bfloat16 (products of bfloat16 operands, float32 sums, as a BFloat16 gemm), each with stride 1 in its last dim,
+// every other stride a multiple of 8 and a 16-byte aligned start (any batch and row strides otherwise: the views of
+// x.reshape({B, T, H, E}).transpose(1, 2) are read in place). E is 32, 64 or 128. Softmax over scale * q k^T, keys
+// after the query's position left out when causal (top left aligned).
+struct AttentionCall {
+  Tensor q, k, v;
+  float scale = 1.0f;
+  bool causal = false;
+};
+
 // One product as Backend::gemm takes it, for gemm_pair.
 struct GemmCall {
   Tensor a, b;
@@ -78,6 +91,16 @@ class Backend {
   // out (any shape, contiguous) = scale * scalar, where scalar is a one-element tensor on the device
   // (no host round trip: this is the backward of sum/mean)
   virtual void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) = 0;
+  // out (contiguous, N * L * E elements in [B1, B2, L, E] order, float32 or bfloat16) = softmax(scale * q k^T with
+  // the causal mask) v, and lse (contiguous float32, N * L) = each row's logsumexp of its scaled scores (-inf, and a
+  // NaN out, for a row without keys). L, S or N may be 0.
+  virtual void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) = 0;
+  // grad_q, grad_k, grad_v (contiguous float32, q's, k's and v's sizes) = the gradients of sum(grad_out * out) for
+  // the forward's out and lse, the softmax recomputed from lse. grad_out: q's dtype, [B1, B2, L, E] with an operand's
+  // layout (as q's); out: the forward's.
+  virtual void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out,
+                                  const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k,
+                                  const Tensor& grad_v) = 0;
   // out (shape {}) = mean((input - target)^2); input, target contiguous with equal shapes
   virtual void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) = 0;
   // grad_input = grad * 2 / n * (input - target), grad a one-element tensor; all contiguous. Not a pointwise

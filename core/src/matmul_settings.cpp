@@ -21,6 +21,11 @@ std::atomic<bool>& fused_linear_setting() {
   return fused;
 }
 
+std::atomic<bool>& fused_attention_setting() {
+  static std::atomic<bool> fused{!environment_is("TANDEM_FUSED_ATTENTION", "0")};
+  return fused;
+}
+
 }  // namespace
 
 bool allow_tf32() { return tf32_setting().load(std::memory_order_relaxed); }
@@ -31,5 +36,10 @@ Precision default_precision() {
 
 bool fused_linear() { return fused_linear_setting().load(std::memory_order_relaxed); }
 void set_fused_linear(bool fused) { fused_linear_setting().store(fused, std::memory_order_relaxed); }
+
+bool fused_attention_enabled() { return fused_attention_setting().load(std::memory_order_relaxed); }
+void set_fused_attention_enabled(bool enabled) {
+  fused_attention_setting().store(enabled, std::memory_order_relaxed);
+}
 
 }  // namespace tandem

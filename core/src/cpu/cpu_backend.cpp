@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/attention.h"
 #include "cpu/convert.h"
 #include "cpu/elementwise.h"
 #include "cpu/strided_loop.h"
@@ -335,6 +336,13 @@ class CpuBackend final : public Backend {
   }
   void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) override {
     cpu::scatter_add(src, dim, index, target);
+  }
+  void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) override {
+    cpu::attention_forward(call, out, lse);
+  }
+  void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override {
+    cpu::attention_backward(call, out, grad_out, lse, grad_q, grad_k, grad_v);
   }
 
  private:

@@ -7,6 +7,7 @@
 
 #include "allocator.h"
 #include "backend.h"
+#include "cuda/attention.h"
 #include "cuda/convert.h"
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
@@ -201,6 +202,18 @@ class CudaBackend final : public backend::Backend {
     }
     OnDevice on(parameters.front().param);
     kernels::adam_update(entries, stream_for(on, stream));
+  }
+
+  void attention_forward(const backend::AttentionCall& call, const Tensor& out, const Tensor& lse) override {
+    OnDevice on(out);
+    cuda::attention_forward(call, out, lse, on.stream);
+  }
+
+  void attention_backward(const backend::AttentionCall& call, const Tensor& out, const Tensor& grad_out,
+                          const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k,
+                          const Tensor& grad_v) override {
+    OnDevice on(out);
+    cuda::attention_backward(call, out, grad_out, lse, grad_q, grad_k, grad_v, on.stream);
   }
 
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {

@@ -61,21 +61,33 @@ struct DependentKernel<Body> {
   static auto get() { return &dependent_kernel<Body, Params...>; }
 };
 
-// Launches Body(args...) as a dependent_kernel on `stream` (Note [Dependent launches]); throws tandem::Error when
-// the launch fails.
+// Launches Body(args...) as a dependent_kernel on `stream` (Note [Dependent launches]) with `shared_bytes` of dynamic
+// shared memory (extern __shared__ in Body; the kernel's limit is raised past the default 48 KiB where it asks for
+// more); throws tandem::Error when the launch fails.
 template <auto Body, typename... Args>
-void launch(dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+void launch_with_shared(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   const auto kernel = DependentKernel<Body>::get();
+  if (shared_bytes > 48 * 1024) {  // per device: set at every such launch (a host call, no stream work)
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+  }
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &overlap;
   config.numAttrs = may_overlap_previous_kernel(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// launch_with_shared without dynamic shared memory: how the backend's other kernels start.
+template <auto Body, typename... Args>
+void launch(dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  launch_with_shared<Body>(grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace tandem::cuda::kernels

@@ -27,4 +27,10 @@ Precision default_precision();
 bool fused_linear();
 void set_fused_linear(bool fused);
 
+// Whether nn::scaled_dot_product_attention takes the fused op (fused_attention in ops.h) where it applies (on by
+// default; TANDEM_FUSED_ATTENTION=0 in the environment turns it off from the start). Off, every call takes the
+// reference path of composed products and softmax, which stores the scores. The switch exists to compare the two.
+bool fused_attention_enabled();
+void set_fused_attention_enabled(bool enabled);
+
 }  // namespace tandem

@@ -139,6 +139,24 @@ Tensor argmin(const Tensor& x);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// ---- fused attention ------------------------------------------------------------------------------------------------
+// softmax(scale * q k^T) v for q [..., L, E], k and v [..., S, E] with equal batch dims (not broadcast), in one
+// forward and one backward pass that never store the [..., L, S] scores (FlashAttention-2's tiling, online softmax
+// and recomputation: Note [Fused attention] in core/src/cuda/attention.h). With is_causal, key j is left out for query
+// i when j > i (aligned at the top left, as PyTorch's is_causal); a row without keys (S == 0) is NaN. Returns
+// [..., L, E] of q's dtype. q, k and v are float32 or bfloat16 (one dtype); any strides (views with stride 1 in the
+// last dim, as x.reshape({B, T, H, E}).transpose(1, 2), are read in place, others copied). The products run in
+// `precision` (default_precision() when none is given, fixed when the op is recorded): BFloat16 multiplies bfloat16
+// operands with float32 sums on CUDA's tensor cores (float32 inputs rounded first, the result and gradients in the
+// inputs' dtype); Float32 and TF32 multiply in float32 (TF32 is not used: the scores' softmax needs float32 inputs).
+// The CPU computes the same definition in double. Differentiable in q, k and v; the forward keeps each row's
+// logsumexp for the backward. nn::scaled_dot_product_attention calls it where it applies.
+// Errors: undefined or fewer than 2-D inputs; dtypes other than float32 and bfloat16, or that differ; different
+// devices; batch dims that differ; S of k and v that differ; head dims that differ or are not 32, 64 or 128; a scale
+// that is not finite.
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool is_causal = false,
+                       std::optional<Precision> precision = std::nullopt);
+
 // ---- indexing -----------------------------------------------------------------------------------------------------
 // Indices are int64 tensors on x's device, as in PyTorch. Each is checked on the host (one copy from the device, which
 // waits for the device's queued work): Error when it is not int64 (a float32 index too: convert it with

@@ -1,0 +1,150 @@
+// fused_attention: softmax(scale * q k^T) v as one op whose forward and backward are single backend calls
+// (Backend::attention_forward / attention_backward), the scores never stored.
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "raw_ops.h"
+#include "tandem/core/autograd.h"
+#include "tandem/core/error.h"
+#include "tandem/core/matmul_settings.h"
+#include "tandem/core/ops.h"
+
+namespace tandem {
+
+using autograd::Function;
+
+namespace {
+
+constexpr const char* kOp = "fused_attention";
+
+bool supported_head_dim(int64_t e) { return e == 32 || e == 64 || e == 128; }
+
+// t [batch..., rows, E] as the 4-D view [B1, B2, rows, E] that the backend reads (backend::AttentionCall): adjacent
+// batch dims merged where their strides allow, unit dims dropped. A layout that is not such a view (more than two
+// batch dims left, the last dim not contiguous, a stride that is not a multiple of 8 or a start that is not 16-byte
+// aligned) is copied into a contiguous tensor first.
+Tensor operand_view(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> batch;  // (size, stride)
+  for (int64_t d = 0; d + 2 < t.dim(); ++d) {
+    const int64_t size = t.size(d), stride = t.strides()[d];
+    if (size == 1) continue;
+    if (!batch.empty() && batch.back().second == size * stride) {
+      batch.back() = {batch.back().first * size, stride};
+    } else {
+      batch.emplace_back(size, stride);
+    }
+  }
+  while (batch.size() < 2) batch.insert(batch.begin(), {1, 0});
+  const int64_t rows = t.size(-2), e = t.size(-1);
+  const int64_t row_stride = rows == 1 ? e : t.strides()[t.dim() - 2];
+  const bool fits = batch.size() == 2 && t.strides().back() == 1 && batch[0].second % 8 == 0 &&
+                    batch[1].second % 8 == 0 && row_stride % 8 == 0 &&
+                    reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  if (!fits) {
+    const Tensor packed = raw::allocate(t.shape(), t.dtype(), t.device(), false, kOp);
+    raw::copy(t, packed);
+    return operand_view(packed);
+  }
+  return raw::alias(t, {batch[0].first, batch[1].first, rows, e}, {batch[0].second, batch[1].second, row_stride, 1},
+                    t.storage_offset());
+}
+
+// t in the dtype that a product in `precision` multiplies (Note [Precision modes]): bfloat16 for BFloat16, else
+// float32 (TF32 runs the float32 kernels); t itself when it has that dtype.
+Tensor in_compute_dtype(const Tensor& t, Precision precision) {
+  const DType dtype = precision == Precision::BFloat16 ? DType::BFloat16 : DType::Float32;
+  return t.dtype() == dtype ? t : raw::convert(t, dtype);
+}
+
+// A float32 gradient back in its input's dtype and shape.
+Tensor as_input_gradient(const Tensor& grad, DType dtype, const Shape& shape) {
+  const Tensor shaped = raw::alias(grad, shape, contiguous_strides(shape), 0);
+  return dtype == DType::Float32 ? shaped : raw::convert(shaped, dtype);
+}
+
+class Attention final : public Function {
+ public:
+  Attention(float scale, bool causal, Precision precision) : scale_(scale), causal_(causal), precision_(precision) {}
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    for (int i = 0; i < 3; ++i) {
+      shapes_[i] = in[i].shape();
+      dtypes_[i] = in[i].dtype();
+    }
+    const backend::AttentionCall call = call_of(in[0], in[1], in[2]);
+    Shape lse_shape = in[0].shape();
+    lse_shape.pop_back();
+    const Tensor out = raw::allocate(in[0].shape(), in[0].dtype(), in[0].device(), false, kOp);
+    const Tensor lse = raw::allocate(lse_shape, DType::Float32, in[0].device(), false, kOp);
+    backend::for_device(out.device()).attention_forward(call, out, lse);
+    save_for_backward({call.q, call.k, call.v, out, lse});
+    return {out};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const std::vector<Tensor>& saved = saved_tensors();
+    const backend::AttentionCall call{saved[0], saved[1], saved[2], scale_, causal_};
+    const Tensor grad_out = operand_view(in_compute_dtype(grads[0], precision_));
+    std::vector<Tensor> result(3);
+    for (int i = 0; i < 3; ++i)
+      result[i] = raw::allocate({numel_of(shapes_[i])}, DType::Float32, saved[0].device(), false, kOp);
+    backend::for_device(grad_out.device())
+        .attention_backward(call, saved[3], grad_out, saved[4], result[0], result[1], result[2]);
+    for (int i = 0; i < 3; ++i)
+      result[i] = needs_input_grad(i) ? as_input_gradient(result[i], dtypes_[i], shapes_[i]) : Tensor();
+    return result;
+  }
+
+  std::string name() const override { return "FusedAttentionBackward"; }
+
+ private:
+  backend::AttentionCall call_of(const Tensor& q, const Tensor& k, const Tensor& v) const {
+    return {operand_view(in_compute_dtype(q, precision_)), operand_view(in_compute_dtype(k, precision_)),
+            operand_view(in_compute_dtype(v, precision_)), scale_, causal_};
+  }
+
+  float scale_;
+  bool causal_;
+  Precision precision_;
+  Shape shapes_[3];
+  DType dtypes_[3] = {};
+};
+
+void check_operand(const Tensor& t, const char* what, const char* rows) {
+  raw::check_defined(kOp, t, what);
+  TANDEM_CHECK(t.dim() >= 2, kOp, ": ", what, " has shape ", to_string(t.shape()), " but expected [..., ", rows,
+               ", E]");
+  TANDEM_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::BFloat16, kOp, ": ", what, " is ", t.dtype(),
+               " but expected float32 or bfloat16");
+}
+
+}  // namespace
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool is_causal,
+                       std::optional<Precision> precision) {
+  check_operand(q, "q", "L");
+  check_operand(k, "k", "S");
+  check_operand(v, "v", "S");
+  raw::check_same_device(kOp, q, k);
+  raw::check_same_device(kOp, q, v);
+  TANDEM_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp, ": q, k and v are ", q.dtype(), ", ",
+               k.dtype(), " and ", v.dtype(), "; expected one dtype");
+  const Shape batch(q.shape().begin(), q.shape().end() - 2);
+  TANDEM_CHECK(Shape(k.shape().begin(), k.shape().end() - 2) == batch &&
+                   Shape(v.shape().begin(), v.shape().end() - 2) == batch,
+               kOp, ": q ", to_string(q.shape()), ", k ", to_string(k.shape()), " and v ", to_string(v.shape()),
+               " have different batch dims (they are not broadcast)");
+  TANDEM_CHECK(k.size(-2) == v.size(-2), kOp, ": k [..., S, E] has shape ", to_string(k.shape()),
+               " and v [..., S, E] ", to_string(v.shape()), ", but their S differ");
+  TANDEM_CHECK(q.size(-1) == k.size(-1) && q.size(-1) == v.size(-1), kOp, ": q, k and v have head dims ", q.size(-1),
+               ", ", k.size(-1), " and ", v.size(-1), "; expected one head dim");
+  TANDEM_CHECK(supported_head_dim(q.size(-1)), kOp, ": head dim ", q.size(-1),
+               " is not supported (32, 64 or 128; nn::scaled_dot_product_attention takes any)");
+  TANDEM_CHECK(std::isfinite(scale), kOp, ": scale is ", scale, " but expected a finite number");
+  const auto node =
+      std::make_shared<Attention>(static_cast<float>(scale), is_causal, precision.value_or(default_precision()));
+  return autograd::apply_one(node, {q, k, v});
+}
+
+}  // namespace tandem
