@@ -13,6 +13,8 @@
 namespace tandem {
 namespace {
 
+using testing::kGpu;
+
 struct Case {
   int64_t e, l, s;
   bool causal;
@@ -130,8 +132,10 @@ TEST_F(FusedAttentionCudaTest, Float32MatchesTheCpuLoops_CUDA) {
 TEST_F(FusedAttentionCudaTest, BFloat16MatchesAFloat32Reference_CUDA) {
   for (const Case& c : cases()) {
     const auto rounded = [](const Tensor& t) { return t.to(DType::BFloat16).to(DType::Float32); };
-    const Tensor q = rounded(Tensor::randn(shape_of(c, c.l), kGpu)), k = rounded(Tensor::randn(shape_of(c, c.s), kGpu));
-    const Tensor v = rounded(Tensor::randn(shape_of(c, c.s), kGpu)), w = rounded(Tensor::randn(shape_of(c, c.l), kGpu));
+    const Tensor q = rounded(Tensor::randn(shape_of(c, c.l), kGpu));
+    const Tensor k = rounded(Tensor::randn(shape_of(c, c.s), kGpu));
+    const Tensor v = rounded(Tensor::randn(shape_of(c, c.s), kGpu));
+    const Tensor w = rounded(Tensor::randn(shape_of(c, c.l), kGpu));
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.e));
     const Result want = reference(q, k, v, w, scale, c.causal);
     // float32 tensors, bfloat16 products (the mixed-precision model)...
@@ -155,12 +159,14 @@ TEST_F(FusedAttentionCudaTest, ReadsTransposedHeadViewsInPlace_CUDA) {
   const Tensor x = Tensor::randn({B, T, H * D}, kGpu), y = Tensor::randn({B, T, H * D}, kGpu);
   const Tensor z = Tensor::randn({B, T, H * D}, kGpu), w = Tensor::randn({B, H, T, D}, kGpu);
   for (const Precision precision : {Precision::Float32, Precision::BFloat16}) {
+    // bfloat16 products read bfloat16 head views in place (float32 ones are rounded into packed copies first).
+    const DType dtype = precision == Precision::BFloat16 ? DType::BFloat16 : DType::Float32;
     const auto fused = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return fused_attention(heads(a), heads(b), heads(c), 0.125, true, precision);
+      return fused_attention(heads(a.to(dtype)), heads(b.to(dtype)), heads(c.to(dtype)), 0.125, true, precision);
     };
     const auto packed = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
-      return fused_attention(heads(a).contiguous(), heads(b).contiguous(), heads(c).contiguous(), 0.125, true,
-                             precision);
+      return fused_attention(heads(a.to(dtype)).contiguous(), heads(b.to(dtype)).contiguous(),
+                             heads(c.to(dtype)).contiguous(), 0.125, true, precision);
     };
     const Result got = run(x, y, z, w, fused), want = run(x, y, z, w, packed);
     expect_results(got, want, 1e-6, 1e-5, std::string("head views, ") + precision_name(precision));
@@ -177,8 +183,9 @@ TEST_F(FusedAttentionCudaTest, ScaledDotProductAttentionTakesTheFusedPath_CUDA) 
 
 TEST_F(FusedAttentionCudaTest, CapturedForwardAndBackwardReplayWithNewInputs_CUDA) {
   const Shape shape{2, 3, 200, 64};
-  const Tensor q = Tensor::randn(shape, kGpu).set_requires_grad(), k = Tensor::randn(shape, kGpu).set_requires_grad();
-  const Tensor v = Tensor::randn(shape, kGpu).set_requires_grad(), w = Tensor::randn(shape, kGpu);
+  Tensor q = Tensor::randn(shape, kGpu).set_requires_grad();  // fed new values before the replay
+  const Tensor k = Tensor::randn(shape, kGpu).set_requires_grad(), v = Tensor::randn(shape, kGpu).set_requires_grad();
+  const Tensor w = Tensor::randn(shape, kGpu);
   for (const Precision precision : {Precision::Float32, Precision::BFloat16}) {
     SCOPED_TRACE(precision_name(precision));
     // Warm up the allocator and every kernel outside the capture.

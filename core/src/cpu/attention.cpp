@@ -39,6 +39,16 @@ class Operand {
   int64_t b2_, batch1_, batch2_, row_;
 };
 
+// Element i of the contiguous float32 or bfloat16 tensor t.
+double load(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::BFloat16) {
+    BFloat16 value;
+    std::memcpy(&value, static_cast<const unsigned char*>(t.data_ptr()) + i * 2, 2);
+    return static_cast<float>(value);
+  }
+  return t.data()[i];
+}
+
 // Writes v to element i of the contiguous float32 or bfloat16 tensor t.
 void store(const Tensor& t, int64_t i, double v) {
   if (t.dtype() == DType::BFloat16) {
@@ -92,7 +102,7 @@ void attention_forward(const AttentionCall& call, const Tensor& out, const Tenso
 void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) {
   const int64_t N = call.q.size(0) * call.q.size(1), L = call.q.size(2), S = call.k.size(2), E = call.q.size(3);
-  const Operand q(call.q), k(call.k), v(call.v), o(out), dout(grad_out);
+  const Operand q(call.q), k(call.k), v(call.v), dout(grad_out);
   std::vector<double> dq(static_cast<size_t>(N * L * E)), dk(static_cast<size_t>(N * S * E)),
       dv(static_cast<size_t>(N * S * E)), p(static_cast<size_t>(S));
   for (int64_t n = 0; n < N; ++n) {
@@ -100,7 +110,7 @@ void attention_backward(const AttentionCall& call, const Tensor& out, const Tens
       scores_of(call, q, k, n, i, S, E, p);
       const double row_lse = lse.data()[n * L + i];
       double d = 0;
-      for (int64_t e = 0; e < E; ++e) d += dout.at(n, i, e) * o.at(n, i, e);
+      for (int64_t e = 0; e < E; ++e) d += dout.at(n, i, e) * load(out, (n * L + i) * E + e);
       for (int64_t j = 0; j < S; ++j) {
         const double pj = std::exp(p[j] - row_lse);
         if (pj == 0.0) continue;  // left out (or underflowed): no contribution
