@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ostream>
 #include <sstream>
+#include <unordered_map>
 
 #include "tandem/core/autograd.h"
 #include "tandem/core/grad_mode.h"
@@ -156,30 +157,75 @@ std::shared_ptr<Module> Module::child(size_t index) const {
 
 // ---- queries --------------------------------------------------------------------------------------------------
 
-void Module::collect_named(const std::string& prefix, TensorKinds kinds,
-                           std::vector<std::pair<std::string, Tensor>>& out) const {
+// Every parameter or buffer member of this module and its descendants: for each module in pre-order, its own
+// parameters, then its own buffers, then its children's.
+void Module::collect_members(const std::string& prefix, TensorKinds kinds, std::vector<Member>& out) const {
   if (kinds.parameters)
-    for (const auto& slot : parameter_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
+    for (const auto& slot : parameter_slots_) out.push_back({prefix + slot.name, &parameter_at(slot), true});
   if (kinds.buffers)
-    for (const auto& slot : buffer_slots_) out.emplace_back(prefix + slot.name, parameter_at(slot));
-  for (const auto& slot : module_slots_) module_at(slot)->collect_named(prefix + slot.name + ".", kinds, out);
+    for (const auto& slot : buffer_slots_) out.push_back({prefix + slot.name, &parameter_at(slot), false});
+  for (const auto& slot : module_slots_) module_at(slot)->collect_members(prefix + slot.name + ".", kinds, out);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+std::vector<std::vector<Module::Member>> Module::shared_members(TensorKinds kinds, const char* caller) const {
+  std::vector<Member> members;
+  collect_members("", kinds, members);
+  std::vector<std::vector<Member>> groups;
+  std::unordered_map<const TensorImpl*, size_t> group_of;
+  for (Member& member : members) {
+    const auto [found, fresh] = group_of.try_emplace(member.tensor->impl(), groups.size());
+    if (fresh) {
+      groups.emplace_back();
+    } else {
+      const Member& first = groups[found->second].front();
+      TANDEM_CHECK(first.parameter == member.parameter, caller, ": '", first.name, "' is a ",
+                   first.parameter ? "parameter" : "buffer", " of ", name(), " and '", member.name, "' a ",
+                   member.parameter ? "parameter" : "buffer",
+                   ", but they are one tensor; a tensor is either trained or not (Note [Shared parameters])");
+    }
+    groups[found->second].push_back(std::move(member));
+  }
+  return groups;
+}
+
+namespace {
+
+// Each group's first member by name, as named_parameters() and named_buffers() list them.
+template <class Groups>
+std::vector<std::pair<std::string, Tensor>> first_names(const Groups& groups) {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect_named("", {.parameters = true, .buffers = false}, out);
+  out.reserve(groups.size());
+  for (const auto& group : groups) out.emplace_back(group.front().name, *group.front().tensor);
   return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  return first_names(shared_members({.parameters = true, .buffers = false}, "nn::Module::named_parameters"));
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  collect_named("", {.parameters = false, .buffers = true}, out);
-  return out;
+  return first_names(shared_members({.parameters = false, .buffers = true}, "nn::Module::named_buffers"));
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::state_dict() const {
+  std::vector<Member> members;
+  collect_members("", {.parameters = true, .buffers = true}, members);
   std::vector<std::pair<std::string, Tensor>> out;
-  collect_named("", {.parameters = true, .buffers = true}, out);
+  out.reserve(members.size());
+  for (Member& member : members) out.emplace_back(std::move(member.name), *member.tensor);
+  return out;
+}
+
+std::vector<Module::StateTensor> Module::state_tensors() const {
+  std::vector<StateTensor> out;
+  for (std::vector<Member>& group :
+       shared_members({.parameters = true, .buffers = true}, "nn::Module::state_tensors")) {
+    StateTensor& entry = out.emplace_back();
+    entry.tensor = *group.front().tensor;
+    for (Member& member : group) entry.names.push_back(std::move(member.name));
+  }
   return out;
 }
 
@@ -219,15 +265,6 @@ Device Module::device() const {
   return all.front().device();
 }
 
-// Every parameter or buffer slot of this module and its descendants, in collect_named order, with its owner.
-void Module::collect_slots(TensorKinds kinds, std::vector<std::pair<Module*, const ParameterSlot*>>& out) {
-  if (kinds.parameters)
-    for (const auto& slot : parameter_slots_) out.emplace_back(this, &slot);
-  if (kinds.buffers)
-    for (const auto& slot : buffer_slots_) out.emplace_back(this, &slot);
-  for (const auto& slot : module_slots_) module_at(slot)->collect_slots(kinds, out);
-}
-
 // ---- state ----------------------------------------------------------------------------------------------------
 
 void Module::to(Device device) {
@@ -238,15 +275,14 @@ void Module::to(Device device) {
     Tensor grad;  // on `device`, or undefined
   };
   std::vector<Move> moves;
-  for (const auto& [name, parameter] : state_dict()) {
+  for (const auto& [names, parameter] : state_tensors()) {  // a shared tensor once (Note [Shared parameters])
     if (parameter.device() == device) continue;
-    TANDEM_CHECK(parameter.is_leaf(), "nn::Module::to: parameter '", name, "' of ", this->name(),
+    TANDEM_CHECK(parameter.is_leaf(), "nn::Module::to: parameter '", names.front(), "' of ", this->name(),
                  " is the result of ", parameter.grad_fn()->name(), " but only leaf parameters can be moved");
     const Tensor grad = parameter.grad();
     moves.push_back({parameter, parameter.detach().to(device), grad.defined() ? grad.to(device) : Tensor()});
   }
   for (const Move& move : moves) {
-    if (move.parameter.device() == device) continue;  // a tensor registered twice, moved already
     move.parameter.set_grad(Tensor());
     move.parameter.set_data(move.data);
     move.parameter.set_grad(move.grad);
@@ -309,49 +345,63 @@ void Module::check_clone_type(const std::type_info& actual, const std::type_info
                " from nn::Cloneable<", name(), "> itself");
 }
 
-// A copy of the whole tree whose modules are new objects and whose parameter members still share the originals.
-std::shared_ptr<Module> Module::structural_copy(const char* caller) const {
+struct Module::CopiedModules {
+  std::unordered_map<const Module*, std::shared_ptr<Module>> by_original;
+};
+
+// A copy of the whole tree whose modules are new objects (a submodule registered in several places copied once) and
+// whose parameter members still share the originals.
+std::shared_ptr<Module> Module::structural_copy(const char* caller, CopiedModules& copies) const {
   std::shared_ptr<Module> copy = shallow_copy(caller);
-  for (auto& slot : copy->module_slots_) copy->replace_module(slot, copy->module_at(slot)->structural_copy(caller));
+  for (auto& slot : copy->module_slots_) {
+    const std::shared_ptr<Module> original = copy->module_at(slot);
+    const auto found = copies.by_original.find(original.get());
+    std::shared_ptr<Module> child =
+        found != copies.by_original.end() ? found->second : original->structural_copy(caller, copies);
+    copies.by_original.emplace(original.get(), child);
+    copy->replace_module(slot, std::move(child));
+  }
   return copy;
 }
 
 std::shared_ptr<Module> Module::clone(std::optional<Device> device) const {
   NoGradGuard no_grad;
-  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone");
-  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  copy->collect_slots({.parameters = true, .buffers = true}, slots);
-  for (const auto& [owner, slot] : slots) {
-    Tensor& tensor = owner->parameter_at(*slot);
-    tensor = copy_leaf(tensor, device);
+  CopiedModules copies;
+  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone", copies);
+  // The copy's members still hold the original tensors, so its groups are the original's ties.
+  for (const std::vector<Member>& group :
+       copy->shared_members({.parameters = true, .buffers = true}, "nn::Module::clone")) {
+    const Tensor tensor = copy_leaf(*group.front().tensor, device);
+    for (const Member& member : group) *member.tensor = tensor;
   }
   return copy;
 }
 
 void Module::set_parameters(const std::vector<Tensor>& parameters) {
-  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  collect_slots({.parameters = true, .buffers = false}, slots);
-  TANDEM_CHECK(parameters.size() == slots.size(), "nn::Module::set_parameters: ", name(), " has ", slots.size(),
+  const std::vector<std::vector<Member>> groups =
+      shared_members({.parameters = true, .buffers = false}, "nn::Module::set_parameters");
+  TANDEM_CHECK(parameters.size() == groups.size(), "nn::Module::set_parameters: ", name(), " has ", groups.size(),
                " parameters but ", parameters.size(), " tensors were given");
-  std::vector<std::pair<std::string, Tensor>> named = named_parameters();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    TANDEM_CHECK(parameters[i].defined(), "nn::Module::set_parameters: the tensor for '", named[i].first,
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const Member& parameter = groups[i].front();
+    TANDEM_CHECK(parameters[i].defined(), "nn::Module::set_parameters: the tensor for '", parameter.name,
                  "' is undefined");
-    TANDEM_CHECK(parameters[i].shape() == named[i].second.shape(), "nn::Module::set_parameters: '", named[i].first,
-                 "' has shape ", to_string(named[i].second.shape()), " but the tensor given for it has shape ",
+    TANDEM_CHECK(parameters[i].shape() == parameter.tensor->shape(), "nn::Module::set_parameters: '", parameter.name,
+                 "' has shape ", to_string(parameter.tensor->shape()), " but the tensor given for it has shape ",
                  to_string(parameters[i].shape()));
   }
-  for (size_t i = 0; i < slots.size(); ++i) slots[i].first->parameter_at(*slots[i].second) = parameters[i];
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (const Member& member : groups[i]) *member.tensor = parameters[i];
 }
 
 void Module::set_buffers(const std::vector<Tensor>& buffers) {
-  std::vector<std::pair<Module*, const ParameterSlot*>> slots;
-  collect_slots({.parameters = false, .buffers = true}, slots);
-  TANDEM_CHECK(buffers.size() == slots.size(), "nn::Module::set_buffers: ", name(), " has ", slots.size(),
+  const std::vector<std::vector<Member>> groups =
+      shared_members({.parameters = false, .buffers = true}, "nn::Module::set_buffers");
+  TANDEM_CHECK(buffers.size() == groups.size(), "nn::Module::set_buffers: ", name(), " has ", groups.size(),
                " buffers but ", buffers.size(), " tensors were given");
-  std::vector<std::pair<std::string, Tensor>> named = named_buffers();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const auto& [buffer_name, buffer] = named[i];
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string& buffer_name = groups[i].front().name;
+    const Tensor& buffer = *groups[i].front().tensor;
     TANDEM_CHECK(buffers[i].defined(), "nn::Module::set_buffers: the tensor for '", buffer_name, "' is undefined");
     TANDEM_CHECK(buffers[i].shape() == buffer.shape() && buffers[i].dtype() == buffer.dtype(),
                  "nn::Module::set_buffers: '", buffer_name, "' is ", buffer.dtype(), " of shape ",
@@ -360,11 +410,13 @@ void Module::set_buffers(const std::vector<Tensor>& buffers) {
     TANDEM_CHECK(!buffers[i].requires_grad(), "nn::Module::set_buffers: the tensor for '", buffer_name,
                  "' requires grad, but buffers are not trained");
   }
-  for (size_t i = 0; i < slots.size(); ++i) slots[i].first->parameter_at(*slots[i].second) = buffers[i];
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (const Member& member : groups[i]) *member.tensor = buffers[i];
 }
 
 std::shared_ptr<Module> Module::clone_with_parameters(const std::vector<Tensor>& parameters) const {
-  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone_with_parameters");
+  CopiedModules copies;
+  std::shared_ptr<Module> copy = structural_copy("nn::Module::clone_with_parameters", copies);
   copy->set_parameters(parameters);
   return copy;
 }

@@ -1,6 +1,7 @@
 // Reading safetensors files: load_tensors, load_tensors_from_bytes and load(module). The header is parsed and
 // checked by safetensors_header; this file reads the bytes, from a file or from memory, through one ByteSource.
 #include <bit>
+#include <cstring>
 #include <map>
 #include <new>
 
@@ -79,6 +80,12 @@ TensorFile read_file(const std::string& path, const char* caller) {
   return read_tensors_or_fail(source, where);
 }
 
+// Whether two tensors read from a file (contiguous, on the CPU, of one shape and dtype) hold the same bytes.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const size_t bytes = static_cast<size_t>(a.numel()) * element_size(a.dtype());
+  return bytes == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), bytes) == 0;
+}
+
 }  // namespace
 
 TensorFile load_tensors(const std::string& path) { return read_file(path, "load_tensors"); }
@@ -89,31 +96,57 @@ TensorFile load_tensors_from_bytes(std::string_view bytes, std::string_view sour
   return read_tensors_or_fail(source, where);
 }
 
+namespace {
+
+// The file's tensor for `target`, one tensor of `module` with these names (Note [Shared parameters] in module.h):
+// under any of them, and where several are in the file they must hold the same bytes. The entries found are taken
+// out of `in_file`.
+const Tensor* source_of(const std::vector<std::string>& names, const Tensor& target,
+                        std::map<std::string, const Tensor*>& in_file, const nn::Module& module,
+                        const std::string& path) {
+  const Tensor* source = nullptr;
+  const std::string* source_name = nullptr;
+  for (const std::string& name : names) {
+    const auto found = in_file.find(name);
+    if (found == in_file.end()) continue;
+    const Tensor& stored = *found->second;
+    TANDEM_CHECK(stored.shape() == target.shape(), "load: '", name, "' has shape ", to_string(stored.shape()),
+                 " in the file but ", to_string(target.shape()), " in the module (reading '", path, "')");
+    TANDEM_CHECK(stored.dtype() == target.dtype(), "load: '", name, "' is ", stored.dtype(), " in the file but ",
+                 target.dtype(), " in the module (reading '", path, "')");
+    TANDEM_CHECK(source == nullptr || same_bytes(*source, stored), "load: '", *source_name, "' and '", name,
+                 "' are one tensor of ", module.name(), " but hold different values in the file (reading '", path,
+                 "')");
+    if (source == nullptr) {
+      source = &stored;
+      source_name = &name;
+    }
+    in_file.erase(found);
+  }
+  if (source != nullptr) return source;
+  std::string listed = "'" + names.front() + "'";
+  for (size_t i = 1; i < names.size(); ++i) listed += ", '" + names[i] + "'";
+  const bool shared = names.size() > 1;
+  TANDEM_FAIL("load: checkpoint has no tensor ", shared ? "under any of the names " : "", listed,
+              shared ? " of one shared tensor" : "", " (reading '", path, "' into ", module.name(), ")");
+}
+
+}  // namespace
+
 void load(nn::Module& module, const std::string& path) {
   TensorFile file = read_file(path, "load");
   std::map<std::string, const Tensor*> in_file;
   for (const auto& [name, tensor] : file.tensors) in_file[name] = &tensor;
 
-  std::vector<std::pair<std::string, Tensor>> parameters = module.state_dict();
+  std::vector<nn::Module::StateTensor> state = module.state_tensors();
   std::vector<const Tensor*> sources;
-  for (const auto& [name, parameter] : parameters) {
-    auto found = in_file.find(name);
-    TANDEM_CHECK(found != in_file.end(), "load: checkpoint has no tensor '", name, "' (reading '", path, "' into ",
-                 module.name(), ")");
-    TANDEM_CHECK(found->second->shape() == parameter.shape(), "load: '", name, "' has shape ",
-                 to_string(found->second->shape()), " in the file but ", to_string(parameter.shape()),
-                 " in the module (reading '", path, "')");
-    TANDEM_CHECK(found->second->dtype() == parameter.dtype(), "load: '", name, "' is ", found->second->dtype(),
-                 " in the file but ", parameter.dtype(), " in the module (reading '", path, "')");
-    sources.push_back(found->second);
-    in_file.erase(found);
-  }
+  for (const auto& [names, tensor] : state) sources.push_back(source_of(names, tensor, in_file, module, path));
   TANDEM_CHECK(in_file.empty(), "load: checkpoint has a tensor '",
                in_file.empty() ? "" : excerpt(in_file.begin()->first), "' that ", module.name(),
                " does not have (reading '", path, "')");
 
   NoGradGuard no_grad;
-  for (size_t i = 0; i < parameters.size(); ++i) parameters[i].second.copy_(*sources[i]);
+  for (size_t i = 0; i < state.size(); ++i) state[i].tensor.copy_(*sources[i]);
 }
 
 }  // namespace tandem

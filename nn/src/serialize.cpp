@@ -83,7 +83,9 @@ void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, co
 }
 
 void save(const nn::Module& module, const std::string& path) {
-  write_safetensors(module.state_dict(), path, {{"format", "pt"}}, "save");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [names, tensor] : module.state_tensors()) tensors.emplace_back(names.front(), tensor);
+  write_safetensors(tensors, path, {{"format", "pt"}}, "save");
 }
 
 }  // namespace tandem

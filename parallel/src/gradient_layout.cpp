@@ -1,6 +1,7 @@
 #include "tandem/parallel/gradient_layout.h"
 
 #include <limits>
+#include <unordered_map>
 
 #include "tandem/core/error.h"
 #include "tandem/core/shape.h"
@@ -14,8 +15,12 @@ constexpr size_t kNoBucket = std::numeric_limits<size_t>::max();
 
 GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size) {
   TANDEM_CHECK(bucket_size > 0, kGradientLayout, ": bucket_size is 0 but expected > 0");
+  std::unordered_map<const TensorImpl*, const std::string*> listed;
   for (const auto& [name, parameter] : parameters) {
     TANDEM_CHECK(parameter.defined(), kGradientLayout, ": parameter '", name, "' is undefined");
+    const auto [first, fresh] = listed.try_emplace(parameter.impl(), &name);
+    TANDEM_CHECK(fresh, kGradientLayout, ": parameters '", *first->second, "' and '", name,
+                 "' are one tensor, but each parameter must be listed once");
     const bool placed = parameter.requires_grad();
     places_.push_back({name, parameter.shape(), placed ? numel_ : -1, kNoBucket});
     if (placed) numel_ += parameter.numel();

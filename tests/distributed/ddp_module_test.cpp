@@ -3,6 +3,7 @@
 // feeds its slice of each global batch; the result must be one net on one device trained on the whole batches.
 #include "distributed/group_devices.h"
 #include "parallel/distributed_test_helpers.h"
+#include "support/tied_net.h"
 
 namespace tandem::testing {
 namespace {
@@ -137,6 +138,37 @@ TEST_P(DdpModuleForm, FindUnusedParametersReducesZerosForAParameterOneRankSkips)
   } else {
     nn::mse_loss((*strict)(slice(b.x)), slice(b.y).to(device())).backward();
   }
+}
+
+// Note [Shared parameters] in nn/module.h: a tied weight is one parameter with one place in the buckets, reduced
+// once per step over every process.
+TEST_P(DdpModuleForm, ATiedNetTrainsAsOneDeviceOnTheWholeBatches) {
+  auto ddp = std::make_shared<DistributedDataParallel>(make_tied_net(device(), 2), group_);
+  EXPECT_EQ(ddp->replicated().gradient_layout().parameter_count(), 5u);
+  optim::AdamW adamw(ddp->parameters(), kAdamW);
+  auto net = make_tied_net(Device::cpu(0), 2);
+  optim::AdamW expected(net->parameters(), kAdamW);
+  for (size_t step = 0; step < 20; ++step) {
+    const DistributedBatch b = global_batch(step);
+    adamw.zero_grad();
+    nn::mse_loss((*ddp)(slice(b.x)), slice(b.y).to(device())).backward();
+    adamw.step();
+    expected.zero_grad();
+    nn::mse_loss((*net)(b.x), b.y).backward();
+    expected.step();
+  }
+  expect_parameters_close(*ddp->module(), *net, 1e-6, atol());
+  const auto& trained = dynamic_cast<const TiedNet&>(*ddp->module());
+  EXPECT_TRUE(trained.decoder->weight.is_same(trained.encoder->weight));
+}
+
+// Every process must tie alike: a model untied on one rank has another parameter count, refused on every rank.
+TEST_P(DdpModuleForm, AModelTiedOnSomeRanksOnlyIsRefusedOnEveryRank) {
+  if (group_->size() == 1) GTEST_SKIP() << "needs several processes";
+  std::shared_ptr<nn::Module> model = make_tied_net(device());
+  if (group_->rank() == 1) model = untied_copy(dynamic_cast<const TiedNet&>(*model));
+  EXPECT_ERROR(std::make_shared<DistributedDataParallel>(model, group_),
+               "the processes' models differ: rank 1 has 6 parameters but rank 0 has 5");
 }
 
 TANDEM_INSTANTIATE_ON_GROUP_DEVICES(LocalDevices, DdpModuleForm);

@@ -1,4 +1,5 @@
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "support/test_support.h"
+#include "support/tied_net.h"
 
 namespace tandem::trainers {
 namespace {
@@ -70,6 +72,11 @@ std::shared_ptr<nn::Module> batch_norm_net() {
 Trainer batch_norm_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
   manual_seed(init_seed);
   return Trainer(batch_norm_net(), test_options(std::move(devices), epochs));
+}
+
+// A net whose decoder.weight is its encoder.weight (support/tied_net.h), initialized with `init_seed`.
+Trainer tied_net_trainer(std::vector<Device> devices, int64_t epochs, uint64_t init_seed = 0) {
+  return Trainer(testing::make_tied_net(Device::cpu(0), init_seed), test_options(std::move(devices), epochs));
 }
 
 std::vector<std::vector<float>> parameter_values(const Trainer& trainer) {
@@ -246,6 +253,31 @@ TEST(Trainer, ResumeContinuesExactlyWithBatchNormBuffersOnCpu) {
   expect_resume_continues_exactly(
       [](std::vector<Device> on, int64_t epochs, uint64_t seed) { return batch_norm_net_trainer(on, epochs, seed); },
       {Device::cpu(0), Device::cpu(1)});
+}
+
+// Note [Shared parameters] in nn/module.h: the checkpoint holds the shared weight once, under its first name, and a
+// resume continues exactly with the tie kept (one tensor, loaded in place).
+TEST(Trainer, ResumeContinuesExactlyWithATiedWeightOnCpu) {
+  const std::vector<Device> devices = {Device::cpu(0), Device::cpu(1)};
+  expect_resume_continues_exactly(tied_net_trainer, devices);
+
+  const std::string path = testing::scratch_path("tied.safetensors");
+  Trainer first = tied_net_trainer(devices, 1);
+  first.add_callback(std::make_shared<CheckpointSaver>(path));
+  first.fit(diabetes().train, diabetes().test);
+  std::vector<std::string> model_names;
+  for (const auto& [name, tensor] : load_tensors(path).tensors) {
+    if (name.starts_with("model.")) model_names.push_back(name);
+  }
+  std::sort(model_names.begin(), model_names.end());
+  EXPECT_EQ(model_names, (std::vector<std::string>{"model.decoder.bias", "model.encoder.bias", "model.encoder.weight",
+                                                   "model.head.bias", "model.head.weight"}));
+
+  Trainer resumed = tied_net_trainer(devices, 2, /*init_seed=*/5);
+  resumed.load_checkpoint(path);
+  const auto& net = dynamic_cast<const testing::TiedNet&>(*resumed.model());
+  EXPECT_TRUE(net.decoder->weight.is_same(net.encoder->weight));
+  EXPECT_EQ(parameter_values(resumed), parameter_values(first));
 }
 
 // A version 4 checkpoint of an SGD run rewritten as version 3 wrote it: parameters as model.<name>, the momentum

@@ -75,7 +75,10 @@ SetupFacts Trainer::setup() const {
 void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
-  checkpoint.model_state = model_->state_dict();
+  // Each tensor once, under the name named_parameters() or named_buffers() gives it, which a resume looks for
+  // (Note [Shared parameters] in nn/module.h).
+  for (const auto& [names, tensor] : model_->state_tensors())
+    checkpoint.model_state.emplace_back(names.front(), tensor);
   checkpoint.optimizer = optimizer_->state_dict();
   checkpoint.epoch = epoch_;
   checkpoint.step = step_;

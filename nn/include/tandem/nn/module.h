@@ -34,6 +34,30 @@
 // Modules that derive from Module directly have no known size: their registrations are not checked (they cannot be
 // cloned; derive them from Cloneable<Self> to have them checked).
 //
+// Note [Shared parameters]: a parameter is shared (tied) when two member slots hold one tensor (the same TensorImpl,
+// Tensor::is_same), as nanoGPT ties its output layer to its token embedding. The registry keeps slots, not tensors,
+// so a tie is one assignment, made after both members are registered (a constructor's last line, say):
+//   lm_head->weight = transformer->wte->weight;   // both names now reach one tensor; its shapes must match the uses
+// The same holds for buffers, and for a submodule registered in two places (one std::shared_ptr), which shares all
+// its tensors. What follows from it, each rule in one place (Module's grouping of slots by tensor):
+//   * parameters() and named_parameters() list each distinct tensor once, at its first slot in the usual order and
+//     under that slot's name, as PyTorch's named_parameters() (remove_duplicate=True); buffers() and named_buffers()
+//     likewise. So num_parameters() counts it once, zero_grad() clears it once, and an optimizer, a gradient bucket
+//     and the DDP all-reduce over parameters() see it once. Its gradient is the sum of every use's: autograd
+//     accumulates all of them into the one leaf.
+//   * state_dict() lists every name, a shared tensor under each of its names, as PyTorch's state_dict() does;
+//     state_tensors() groups the names by tensor. save() writes each distinct tensor once, under its first name
+//     (safetensors allows no two entries over one storage: PyTorch's safetensors.torch.save_model drops the aliases
+//     too), and load() takes a tensor from any of its names (tandem/nn/serialize.h).
+//   * clone(), clone_with_parameters() and set_parameters() (whose lists follow parameters(): one tensor per
+//     distinct parameter) replace tensors group by group, putting one copy, or the one given tensor, in every slot
+//     of the group: copies keep their ties, so the replicas of parallel::replicate and parallel::ReplicatedModule
+//     have one tensor in both slots, and the master's gradient sums both uses on every replica. clone() copies a
+//     shared submodule once. to() moves each distinct tensor once.
+//   * Freezing (set_requires_grad(false)) through either name freezes the one tensor.
+//   * One tensor may not be a parameter in one slot and a buffer in another: the grouping throws Error naming both.
+// A tie is identity, not equal values: assigning another tensor to one of the slots unties them.
+//
 // Note [Following the master's modes]: a module kept as copies (parallel::ReplicatedModule keeps replicas across
 // steps) must run every copy in the master's training modes, including a submodule switched on its own
 // (`net.fc1->eval()`). PyTorch's DataParallel copies the modes along with the replicas at each forward; tandem keeps
@@ -119,20 +143,30 @@ class Module {
   virtual std::string extra_repr() const { return {}; }
 
   // ---- registry ----
-  // Own parameters first, then each child's (recursively), each in registration order (as PyTorch).
+  // Own parameters first, then each child's (recursively), each in registration order (as PyTorch); a parameter
+  // shared by several slots once, under its first name (Note [Shared parameters]).
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;  // "fc1.weight", "0.bias", ...
   std::vector<std::shared_ptr<Module>> children() const;                 // direct submodules, registration order
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
-  int64_t num_parameters() const;                                         // total number of elements
+  int64_t num_parameters() const;  // total number of elements of parameters() (a shared parameter counts once)
   // Buffers: state that is not trained (BatchNorm's running statistics), in the same order and naming as parameters.
   // As in PyTorch they are saved and loaded with the parameters, moved by to() and copied by clone(), but they are
   // not parameters (an optimizer never sees them) and never require grad.
   std::vector<Tensor> buffers() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;  // "bn.running_mean", ...
   // Every tensor of the module's state, as PyTorch's state_dict(): for each module in pre-order, its own parameters,
-  // then its own buffers, then its children's. What save() writes and load() reads.
+  // then its own buffers, then its children's; a shared tensor under each of its names.
   std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // state_dict() grouped by tensor (Note [Shared parameters]): each distinct tensor once, in the order of its first
+  // name, with all its names in state_dict() order; names.front() is the name named_parameters() or named_buffers()
+  // gives it. What save() writes (each tensor under names.front()) and what load() matches (any of the names).
+  // Errors: a tensor that is a parameter under one name and a buffer under another.
+  struct StateTensor {
+    std::vector<std::string> names;
+    Tensor tensor;
+  };
+  std::vector<StateTensor> state_tensors() const;
 
   // ---- state ----
   // Moves every parameter and buffer to `device` in place, as PyTorch's module.to(): each tensor keeps its identity
@@ -176,7 +210,8 @@ class Module {
 
   // ---- copies ----
   // Deep copy: same structure, every parameter copied to `device` (default: where it is) as a new leaf with the
-  // original's requires_grad (true unless it was frozen), every buffer copied there too. Modules that do not derive
+  // original's requires_grad (true unless it was frozen), every buffer copied there too. Shared tensors and
+  // submodules are copied once and stay shared in the copy (Note [Shared parameters]). Modules that do not derive
   // from Cloneable<Self> throw.
   virtual std::shared_ptr<Module> clone(std::optional<Device> device = std::nullopt) const;
   // Structural copy whose parameters (in parameters() order) are exactly `parameters`: no data is copied and the
@@ -185,9 +220,10 @@ class Module {
   // copied); give it others with set_buffers.
   std::shared_ptr<Module> clone_with_parameters(const std::vector<Tensor>& parameters) const;
   // Replaces the parameter tensors (in parameters() order) by `parameters`, as given; count and shapes must match.
+  // A shared parameter takes its one tensor in every slot that held it.
   void set_parameters(const std::vector<Tensor>& parameters);
-  // Replaces the buffer tensors (in buffers() order) by `buffers`, as given; count, shapes and dtypes must match and
-  // none may require grad.
+  // Replaces the buffer tensors (in buffers() order) by `buffers`, as given, a shared one in every slot; count,
+  // shapes and dtypes must match and none may require grad.
   void set_buffers(const std::vector<Tensor>& buffers);
 
  protected:
@@ -250,12 +286,21 @@ class Module {
     bool parameters;
     bool buffers;
   };
-  void collect_named(const std::string& prefix, TensorKinds kinds,
-                     std::vector<std::pair<std::string, Tensor>>& out) const;
-  void collect_slots(TensorKinds kinds, std::vector<std::pair<Module*, const ParameterSlot*>>& out);
+  // A registered tensor member reached by a walk: its full name and the member itself.
+  struct Member {
+    std::string name;
+    Tensor* tensor;
+    bool parameter;  // false: a buffer
+  };
+  void collect_members(const std::string& prefix, TensorKinds kinds, std::vector<Member>& out) const;
+  // The members of `kinds` grouped by the tensor they hold (Note [Shared parameters]): one group per distinct tensor,
+  // in the order of first appearance, each in walk order. Throws Error naming `caller` for a tensor that is a
+  // parameter in one member and a buffer in another.
+  std::vector<std::vector<Member>> shared_members(TensorKinds kinds, const char* caller) const;
   void collect_training_modes(std::vector<bool>& out) const;
   bool apply_training_modes(const std::vector<bool>& modes, size_t& next);  // returns whether a flag changed
-  std::shared_ptr<Module> structural_copy(const char* caller) const;
+  struct CopiedModules;  // the copies made so far by one structural_copy, by original
+  std::shared_ptr<Module> structural_copy(const char* caller, CopiedModules& copies) const;
 
   std::vector<ParameterSlot> parameter_slots_;
   std::vector<ParameterSlot> buffer_slots_;

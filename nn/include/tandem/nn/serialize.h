@@ -30,12 +30,19 @@
 
 namespace tandem {
 
-// Writes module.state_dict(): the parameters and the buffers.
+// Writes module.state_dict(), the parameters and the buffers, each distinct tensor once: a tensor shared under
+// several names (Note [Shared parameters] in nn/module.h) under its first one, names.front() of
+// module.state_tensors(). The format allows no two entries over one storage; PyTorch's safetensors.torch.save_model
+// drops the aliases too (it keeps one name, and its load_model accepts a file with any one of them).
 void save(const nn::Module& module, const std::string& path);
 // Copies the file's tensors into the module's existing parameters and buffers, in place (on their devices), so
-// optimizers that hold them stay valid. The names must match exactly (no missing, no unexpected ones) and so must the shapes and the
-// dtypes (an I64 or BF16 tensor in the file is not converted into a float32 parameter);
-// everything is checked before any parameter is written.
+// optimizers that hold them stay valid, and a tensor shared under several names is written once, so every name
+// still reaches it. Every tensor of module.state_tensors() must be in the file under one of its names (exactly one,
+// or several that hold the same bytes, as a file of safetensors.torch.save_file over a state_dict deduplicated by
+// hand may); no name of the file may be unknown to the module; shapes and dtypes must match exactly (an I64 or BF16
+// tensor in the file is not converted into a float32 parameter). Everything is checked before any parameter is
+// written. Errors: a tensor under none of its names; two of its names holding different values (both named); an
+// unexpected name; a shape or dtype that differs.
 void load(nn::Module& module, const std::string& path);
 
 // The generic layer (checkpoints of model + optimizer state + metadata).

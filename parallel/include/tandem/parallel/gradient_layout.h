@@ -30,7 +30,8 @@ class GradientLayout {
 
   // Every parameter that requires grad gets a place, in the given order; the others get none. Buckets hold up to
   // bucket_size bytes of gradients (one larger than that gets a bucket of its own).
-  // Errors: bucket_size 0; an undefined parameter.
+  // Errors: bucket_size 0; an undefined parameter; one tensor listed twice (a shared parameter has one gradient and
+  // one place: list it once, as nn::Module::parameters() does, Note [Shared parameters] in nn/module.h).
   GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size);
 
   size_t parameter_count() const { return places_.size(); }

@@ -5,7 +5,8 @@
 // Version 5 (what save_checkpoint writes): version 4's contents, and in the trainer metadata the checksum of the
 // data (Note [Checkpoint checksums] in checkpoint.cpp), which a resume verifies before it applies anything.
 // Version 4 (still read):
-//   - "model.<name>": the model's state_dict(), its parameters and its buffers (BatchNorm's running statistics);
+//   - "model.<name>": the model's state_dict(), its parameters and its buffers (BatchNorm's running statistics),
+//     each distinct tensor once: a shared one under its first name (Note [Shared parameters] in nn/module.h);
 //   - the optimizer's state by name, as optim::write_optimizer_state embeds it: tensors "optimizer.<index>.<slot>"
 //     and the metadata entry "tandem.optimizer" (any optimizer: SGD's momentum, Adam's moments and step counts);
 //   - under the metadata key "tandem.trainer", a JSON object with the counters, the generator and shuffle states,
@@ -35,7 +36,8 @@ inline constexpr int64_t kCheckpointVersion = 5;
 
 struct Checkpoint {
   int64_t version = kCheckpointVersion;  // of the file read; save_checkpoint writes kCheckpointVersion only
-  // Version 4: named as model.state_dict() (parameters and buffers); version 3: as model.named_parameters().
+  // Version 4: named as model.state_dict() (parameters and buffers), a shared tensor once, under the name of
+  // named_parameters() or named_buffers(); version 3: as model.named_parameters().
   std::vector<std::pair<std::string, Tensor>> model_state;
   optim::OptimizerState optimizer;  // version 4: Optimizer::state_dict()
   // Version 3 only: Optimizer::state() by parameter name, only the tensors that exist.
