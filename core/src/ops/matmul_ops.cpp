@@ -6,6 +6,7 @@
 #include "raw_ops.h"
 #include "tandem/core/autograd.h"
 #include "tandem/core/error.h"
+#include "tandem/core/matmul_settings.h"
 #include "tandem/core/ops.h"
 
 namespace tandem {
