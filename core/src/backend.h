@@ -171,6 +171,13 @@ void cuda_copy_across_devices(const Tensor& src, const Tensor& dst);
 // cuda/cross_device_copy.cpp).
 void cuda_copy_from_pinned(const Tensor& src, const Tensor& dst);
 
+// Fills `out` (contiguous float32 on a CUDA device) with U[low, high) values of the calling thread's generator stream
+// on the device, computed there (Note [Random draws in captured graphs] in tandem/core/random.h): eagerly the values
+// the host would draw, reserved now; inside a DeviceGraph's capture, recorded for its replays. Errors name `caller`.
+void cuda_fill_uniform(const Tensor& out, float low, float high, const char* caller);
+// Whether CUDA device `device`'s compute stream is being captured into a CUDA graph.
+bool cuda_stream_capturing(int device);
+
 // An event from `device`'s pool, recorded on its compute stream; it returns to the pool when the last reference is
 // dropped (Note [Stream markers]).
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int device);

@@ -127,11 +127,17 @@ namespace {
 
 // A tensor of `shape` on `device` filled with host values of type T (its dtype) from `draw`. The tensor is allocated
 // first, so a shape that does not fit in memory is refused by the allocator (an Error) before any host buffer of that
-// size is asked for; running out of host memory for the values is an Error too.
+// size is asked for; running out of host memory for the values is an Error too. A GPU whose stream is being captured
+// is refused before anything is drawn: the copy of the values could not be recorded (Note [Random draws in captured
+// graphs] in random.h).
 template <typename T, typename Draw>
 Tensor drawn(const Shape& shape, Device device, const char* caller, Draw draw) {
   checked_nbytes(shape, sizeof(T), caller);  // names the caller for a shape that overflows
   Tensor out = Tensor::empty(shape, dtype_of<T>(), device);
+  TANDEM_CHECK(!device.is_cuda() || !backend::cuda_stream_capturing(device.index()), caller,
+               ": draws its values on the host and copies them to ", device,
+               ", whose stream is being captured into a CUDA graph, which cannot record that copy (only Tensor::rand "
+               "and Tensor::uniform draw on the device)");
   const int64_t count = out.numel();
   std::vector<T> values;
   try {
@@ -152,8 +158,16 @@ Tensor Tensor::randn(const Shape& shape, Device device) {
 Tensor Tensor::rand(const Shape& shape, Device device) { return uniform(shape, 0.0f, 1.0f, device); }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Device device) {
-  TANDEM_CHECK(low < high, "Tensor::uniform: low (", low, ") must be less than high (", high, ")");
-  return drawn<float>(shape, device, "Tensor::uniform", [=](size_t n) { return random::uniform(n, low, high); });
+  constexpr const char* fn = "Tensor::uniform";
+  TANDEM_CHECK(low < high, fn, ": low (", low, ") must be less than high (", high, ")");
+  if (!device.is_cuda()) {
+    return drawn<float>(shape, device, fn, [=](size_t n) { return random::uniform(n, low, high); });
+  }
+  // Note [Random draws in captured graphs] in random.h: computed on the GPU, the host's values.
+  checked_nbytes(shape, sizeof(float), fn);
+  Tensor out = Tensor::empty(shape, DType::Float32, device);
+  backend::cuda_fill_uniform(out, low, high, fn);
+  return out;
 }
 
 Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, Device device) {

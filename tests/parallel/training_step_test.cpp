@@ -1,7 +1,7 @@
 // parallel::TrainingStep: the step captured as one CUDA graph and replayed, against the eager TrainingStep
-// (TrainingStepOptions::capture false) from the same start; its fallbacks (CPU devices, Dropout, max_graphs), its
-// checks of the batch, and the pieces it is built from that run on CPU devices too (replayed optimizer steps,
-// DeviceScalars, DeviceGraph's checks).
+// (TrainingStepOptions::capture false) from the same start, Dropout's included; its fallbacks (CPU devices, random
+// draws made on the host, max_graphs), its checks of the batch, and the pieces it is built from that run on CPU
+// devices too (replayed optimizer steps, DeviceScalars, DeviceGraph's checks).
 
 #include "tandem/parallel/training_step.h"
 
@@ -471,19 +471,76 @@ TEST_P(TrainingStepOnGpus, FedFromAnyDeviceIntoLossSlotsEqualsEager) {
   }
 }
 
-TEST_P(TrainingStepOnGpus, DropoutFallsBackAndEqualsEager) {
+// Dropout's masks are drawn on the devices (Note [Random draws in captured graphs] in tandem/core/random.h), so the
+// step is captured and each replay draws new masks: bitwise the eager steps' losses, parameters and generator state,
+// reseeded before every step (run(): the replays take the new seed's key) and, in `continuing`, not (each replay moves
+// the replicas' streams on from where the last one left them).
+TEST_P(TrainingStepOnGpus, DropoutIsCapturedAndEqualsEagerBitwise) {
   Training captured_setup(devices(), sgd_momentum, 0.25);
   Training eager_setup(devices(), sgd_momentum, 0.25);
   parallel::TrainingStep step(*captured_setup.model, *captured_setup.optimizer, nn::mse_loss);
   parallel::TrainingStep reference = eager_step(eager_setup);
   const RunResult captured = run(captured_setup, step, 6, constant_rows);
   const RunResult eager = run(eager_setup, reference, 6, constant_rows);
-  expect_runs_equal(captured, eager, 1e-6);
-  expect_parameters_close(*captured_setup.net, *eager_setup.net, 1e-6, 1e-7);
-  EXPECT_FALSE(step.captured());
-  EXPECT_EQ(step.graphs(), 0u);
-  EXPECT_NE(step.fallback_reason().find("the capture of the step failed"), std::string::npos) << step.fallback_reason();
-  EXPECT_EQ(captured.reasons[3], captured.reasons[5]);  // later steps of the shape go straight to eager
+  for (int i = 2; i < 6; ++i) EXPECT_TRUE(captured.captured[i]) << "step " << i << ": " << captured.reasons[i];
+  EXPECT_EQ(step.strategy(), parallel::StepStrategy::Captured) << step.fallback_reason();
+  EXPECT_EQ(step.graphs(), 1u);
+  expect_runs_equal(captured, eager, 0.0);
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 0.0, 0.0);
+
+  const auto continuing = [&](parallel::TrainingStep& training) {
+    manual_seed(1234);
+    std::vector<float> losses;
+    for (int i = 6; i < 12; ++i) {
+      const auto [features, targets] = batch_of(i, 256, devices()[0]);
+      losses.push_back(training.step({.features = features, .targets = targets}).item<float>());
+    }
+    return std::pair(losses, generator_state());
+  };
+  auto [captured_losses, captured_state] = continuing(step);
+  EXPECT_TRUE(step.captured()) << step.fallback_reason();
+  const auto [eager_losses, eager_state] = continuing(reference);
+  EXPECT_EQ(captured_losses, eager_losses);
+  EXPECT_EQ(captured_state.counter, eager_state.counter);
+  EXPECT_EQ(captured_state.device_counters, eager_state.device_counters);
+  for (const Device& device : devices()) {
+    EXPECT_EQ(captured_state.device_counters[device], 6u * 256 / devices().size() * 20)
+        << device << ": each step draws a mask of [the device's rows, 20] from the device's stream";
+  }
+  expect_parameters_close(*captured_setup.net, *eager_setup.net, 0.0, 0.0);
+}
+
+// A forward that draws on the host (Tensor::randn's noise) cannot be captured: the step falls back, saying why, and
+// equals the eager one.
+class NoisyNet : public nn::Cloneable<NoisyNet> {
+ public:
+  explicit NoisyNet(Device device) {
+    manual_seed(4321);
+    fc = std::make_shared<nn::Linear>(10, 1, true, device);
+    register_module("fc", fc);
+  }
+  Tensor forward(const Tensor& x) override { return fc->forward(x + Tensor::randn(x.shape(), x.device()) * 0.1f); }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+TEST_P(TrainingStepOnGpus, HostDrawsInForwardFallBackWithTheirReason) {
+  const auto train = [&](bool capture) {
+    parallel::ReplicatedModule model(std::make_shared<NoisyNet>(devices()[0]), devices());
+    parallel::ReplicatedSGD sgd(model, {.lr = 0.05});
+    parallel::TrainingStep step(model, sgd, nn::mse_loss, {.capture = capture});
+    manual_seed(8);
+    std::vector<float> losses;
+    for (int i = 0; i < 5; ++i) {
+      const auto [features, targets] = batch_of(i, 64, devices()[0]);
+      losses.push_back(step.step({.features = features, .targets = targets}).item<float>());
+    }
+    EXPECT_FALSE(step.captured());
+    return std::pair(losses, step.fallback_reason());
+  };
+  const auto [losses, reason] = train(true);
+  EXPECT_NE(reason.find("the capture of the step failed, so it runs eagerly"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("Tensor::randn: draws its values on the host"), std::string::npos) << reason;
+  EXPECT_EQ(losses, train(false).first);
 }
 
 TEST_P(TrainingStepOnGpus, MoreShapesThanMaxGraphsRunEagerly) {

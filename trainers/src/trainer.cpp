@@ -109,15 +109,16 @@ TensorDataset training_tensors(const TableDataset& data, Task task) {
 // group, the DistributedDataParallel). With options.capture, after its eager warm-up, each batch shape's step (the
 // full batches', the short last batch's) is captured once as one CUDA graph and replayed, so a step costs the host the
 // loader's asynchronous copies from pinned memory (Note [Pinned staging] in loader.cpp), their copies into the graph's
-// static buffers, the learning rates' upload and one launch, with no wait: the loss stays on the device and is read
-// once per epoch (Note [Losses read once per epoch]), an LR schedule's new rates reach the replays without a new
-// capture, and an evaluation between epochs (eval mode switched on and back) keeps the graphs (Note [Host state of a
-// captured step] in training_step.h). Under a group of several processes each process steps on its shard of the global
-// batch, weighted by the global batch's rows, and the processes decide together which steps replay (Note [Capturing
-// across processes] in training_step.h): a last global batch that leaves some process short of a row per device runs
-// eagerly everywhere. Where nothing can be captured (CPU devices, capture off: TrainingStep::blocker()) the steps are
-// eager; where a step's capture fails (Dropout draws its masks on the host) it runs eagerly. FitResult says which
-// happened.
+// static buffers, the learning rates' upload (and the generator positions' with Dropout) and one launch, with no wait:
+// the loss stays on the device and is read once per epoch (Note [Losses read once per epoch]), an LR schedule's new
+// rates reach the replays without a new capture, and an evaluation between epochs (eval mode switched on and back)
+// keeps the graphs (Note [Host state of a captured step] in training_step.h). Under a group of several processes each
+// process steps on its shard of the global batch, weighted by the global batch's rows, and the processes decide
+// together which steps replay (Note [Capturing across processes] in training_step.h): a last global batch that leaves
+// some process short of a row per device runs eagerly everywhere. Where nothing can be captured (CPU devices, capture
+// off: TrainingStep::blocker()) the steps are eager; where a step's capture fails (a forward that draws on the host,
+// such as randn; Dropout's masks are drawn on the devices and replay: Note [Random draws in captured graphs] in
+// tandem/core/random.h) it runs eagerly. FitResult says which happened.
 std::unique_ptr<parallel::TrainingStep> training_step_for(parallel::DistributedDataParallel* distributed,
                                                           parallel::ReplicatedModule& model,
                                                           parallel::ReplicatedOptimizer& optimizer,

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "allocator.h"
+#include "cuda/captured_draws.h"
 #include "device_graph_checks.h"
 #include "source_stream_copy.h"
 #include "tandem/core/cuda/context.h"
@@ -20,6 +21,8 @@ struct DeviceGraph::State {
   std::vector<uint64_t> pools;  // [device]: the capture pool (Note [Capture pool]); 0 once released
   bool capturing = false;
   std::vector<const void*> fed;  // the destinations that a replay has fed already (Note [Feeding a replay])
+  // The random draws the capture recorded (Note [Random draws in captured graphs] in random.h).
+  std::unique_ptr<cuda::CapturedDraws> draws;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 
@@ -82,6 +85,7 @@ void DeviceGraph::begin_capture(const std::vector<Device>& devices) {
   auto state = std::make_unique<State>();
   state->devices = devices;
   state->pools.assign(devices.size(), 0);
+  state->draws = std::make_unique<cuda::CapturedDraws>(devices);  // before the pools: its slots outlive replays
   try {
     for (size_t d = 0; d < devices.size(); ++d) state->pools[d] = alloc::cuda_begin_capture_pool(devices[d].index());
   } catch (...) {
@@ -94,6 +98,10 @@ void DeviceGraph::begin_capture(const std::vector<Device>& devices) {
     cuda::DeviceGuard guard(state_->origin_device());
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(state_->origin(), cudaStreamCaptureModeRelaxed));
     state_->capturing = true;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long capture_id = 0;
+    TANDEM_CUDA_CHECK(cudaStreamGetCaptureInfo(state_->origin(), &status, &capture_id));
+    state_->draws->attach(capture_id);
     for (const auto& [stream, device] : state_->forked()) {
       cuda::stream_wait(stream, state_->origin(), state_->origin_device());
     }
@@ -112,6 +120,7 @@ void DeviceGraph::end_capture() {
     cuda::DeviceGuard guard(state_->origin_device());
     const cudaError_t status = cudaStreamEndCapture(state_->origin(), &graph);
     state_->capturing = false;
+    state_->draws->detach();
     state_->end_pools();
     if (status != cudaSuccess || graph == nullptr) {
       (void)cudaGetLastError();
@@ -154,6 +163,7 @@ void DeviceGraph::abort_capture() noexcept {
   if (restore) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();  // the capture's error is not sticky: later work on the streams must not see it
   state.capturing = false;
+  state.draws->detach();
   state.end_pools();
   state.release_pools();  // nothing that the capture recorded ever ran
 }
@@ -175,6 +185,7 @@ void DeviceGraph::replay(std::span<const Feed> feeds) {
       if (!fed) state.fed.push_back(feed.to.data_ptr());
     }
   }
+  state.draws->prepare_replay();  // on the devices' compute streams, which the launch waits for
   const int origin_device = state.origin_device();
   const cudaStream_t origin = state.origin();
   std::vector<cudaStream_t> others;  // the other devices' compute streams

@@ -22,6 +22,10 @@ void cuda_copy_across_devices(const Tensor&, const Tensor&) { fail_without_cuda(
 
 void cuda_copy_from_pinned(const Tensor&, const Tensor&) { fail_without_cuda("backend::cuda_copy_from_pinned"); }
 
+void cuda_fill_uniform(const Tensor&, float, float, const char*) { fail_without_cuda("backend::cuda_fill_uniform"); }
+
+bool cuda_stream_capturing(int) { fail_without_cuda("backend::cuda_stream_capturing"); }
+
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int) { fail_without_cuda("backend::cuda_record_marker"); }
 
 bool cuda_marker_done(const detail::MarkerEvent&) { fail_without_cuda("backend::cuda_marker_done"); }

@@ -18,10 +18,13 @@
 // capturing, nothing runs, and host work that waits for a device (a copy to the host, a synchronize, an event query)
 // or copies from pageable host memory is not allowed: CUDA invalidates the capture and the failing call throws; the
 // capture must then be ended with abort_capture(), which leaves every stream as it was before begin_capture.
-// Device memory allocated or freed on the devices while capturing belongs to the graph (Note [Capture pool] in
-// cuda/caching_allocator.cpp) until the graph is destroyed. A replay reads and writes exactly the memory the capture
-// used, so every tensor the captured work used must live, at the same address, as long as the graph: inputs are fed
-// by copying into tensors allocated before the capture, never by replacing them.
+// Random draws onto the devices (Tensor::rand, Tensor::uniform, so Dropout's masks) are recorded, not drawn: each
+// replay draws values of its own, moving the generator's counters as the same draws made eagerly would (Note [Random
+// draws in captured graphs] in random.h); the draws made on the host (Tensor::randn, randint) throw for a GPU whose
+// stream is captured. Device memory allocated or freed on the devices while capturing belongs to the graph (Note
+// [Capture pool] in cuda/caching_allocator.cpp) until the graph is destroyed. A replay reads and writes exactly the
+// memory the capture used, so every tensor the captured work used must live, at the same address, as long as the
+// graph: inputs are fed by copying into tensors allocated before the capture, never by replacing them.
 // replay() is ordered like any op: after all work issued before it on the devices' compute streams, and before all
 // work issued after it there (event waits on the device; the host does not wait).
 //
@@ -70,7 +73,8 @@ class DeviceGraph {
   // Ends a capture without keeping anything (after an exception while capturing): every stream stops capturing and
   // the memory the capture allocated returns to the devices' caches. Does nothing without an open capture.
   void abort_capture() noexcept;
-  // Runs the captured work once (see Note [Captured graphs] for the ordering). Errors: nothing captured.
+  // Runs the captured work once (see Note [Captured graphs] for the ordering); its random draws reserve their values
+  // from the generator's streams now (Note [Random draws in captured graphs] in random.h). Errors: nothing captured.
   void replay();
   // A copy that replay(feeds) makes before the graph runs: `from` (any device, contiguous or not) into `to`.
   struct Feed {

@@ -1,6 +1,8 @@
 #pragma once
-// The global generator: one seed, a default stream and one stream per device (Note [Generator streams]). Values are
-// generated on the host and copied to the device they fill.
+// The global generator: one seed, a default stream and one stream per device (Note [Generator streams]). Uniform
+// values (Tensor::rand, Tensor::uniform, and so Dropout's masks) for a GPU are computed there by a kernel, others on
+// the host and copied (Note [Random draws in captured graphs]); either way a value depends only on its stream and its
+// position there, never on the device it fills.
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +36,33 @@ namespace tandem {
 // draws a tensor for another device (Tensor::rand's default device is cpu:0). Left to timing: threads started by
 // the user that draw at once from the default stream (give each a guard of its own), and parallel calls made at once
 // from several threads onto one device (their tasks interleave on that worker's queue).
+
+// Note [Random draws in captured graphs]: Tensor::rand and Tensor::uniform on a CUDA device fill the tensor with a
+// kernel (cuda/device_draws.cpp): element i is uniform_value(splitmix64(key, first + i)) (core/src/uniform_value.h,
+// the rule random::uniform follows on the host, each float64 operation rounded on its own), where [first, first + n)
+// are the n values reserved from the drawing thread's stream when the call is made, exactly as the host draw
+// reserves them. So a GPU draw equals the host draw of the same stream and counter bit for bit, advances the counter
+// alike, and copies nothing from the host.
+// While a DeviceGraph captures the device's compute stream, a draw reserves nothing: it is recorded in the graph
+// (cuda/captured_draws.h) as the draw's offset within one replay in its stream (the values of that stream the capture
+// recorded before it), and the kernel is captured reading its stream's key and base counter from a slot in device
+// memory, so every replay draws values of its own. Before each launch, DeviceGraph::replay reserves from each stream
+// recorded the number of values one replay draws from it (the counter moves on as the eager draws would move it), and
+// writes [key, base] into the slots with one asynchronous copy from pinned memory per device, on the device's compute
+// stream, ordered before the launch (the slots of Note [Pinned upload slots] in cuda/staged_upload.cpp, as
+// DeviceScalars uploads). So N replays of a captured step draw the values that N eager steps would draw, from the
+// same streams at the same counters, and the host counters always say how far each stream went: generator_state()
+// between replays is the eager run's, checkpoints restore exactly, and manual_seed or set_generator_state between
+// replays takes effect at the next one (its key is uploaded too). Why the host writes the base rather than a kernel
+// in the graph advancing a counter kept on the device: the host counter is the one truth that checkpoints, eager draws
+// between replays and reseeding already use; a device-side counter would have to be written from it anyway whenever
+// any of those happened, and the upload costs one copy per device and replay, no graph node.
+// The stream is still the drawing thread's (Note [Generator streams]): a captured training step runs every replica on
+// the capturing thread inside a GeneratorStreamGuard for its device (ReplicaThreads::Caller), so replica i's draws
+// are recorded in device i's stream in the order its eager worker would make them.
+// Tensor::randn (Box-Muller through log and cos, which CUDA's libm does not round as the host's does), randint and
+// multinomial stay on the host for every device; called for a GPU while its stream is captured, they throw (the copy
+// of their values could not be recorded), which makes a captured training step fall back to its eager form.
 
 // Sets the seed of every stream and rewinds them all to their start (every counter 0).
 void manual_seed(uint64_t seed);

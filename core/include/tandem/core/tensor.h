@@ -68,6 +68,8 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype, Device device = Device::cpu());
   // Random tensors, drawn from the calling thread's generator stream (Note [Generator streams] in random.h): the
   // default stream on the caller's thread whatever `device` is, the device's own stream inside a parallel replica.
+  // rand and uniform fill a GPU tensor with a kernel (Note [Random draws in captured graphs]); randn and randint draw
+  // on the host and copy, and throw for a GPU whose stream a CUDA graph is capturing.
   static Tensor randn(const Shape& shape, Device device = Device::cpu());  // N(0, 1)
   static Tensor rand(const Shape& shape, Device device = Device::cpu());   // uniform [0, 1)
   static Tensor uniform(const Shape& shape, float low, float high, Device device = Device::cpu());

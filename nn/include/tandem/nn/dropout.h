@@ -19,9 +19,10 @@ class Dropout : public Cloneable<Dropout> {
 
   // Note [Dropout masks]: the mask is drawn with Tensor::rand on the input's device from the calling thread's
   // generator stream (Note [Generator streams] in core/random.h): a replica's forward on its device's worker draws
-  // from that device's stream, so masks are reproducible under manual_seed however the workers interleave. The
-  // uniform values are generated on the host and copied to the device (no copy back, no synchronization); the
-  // comparison with p and the scaling run on the device.
+  // from that device's stream, so masks are reproducible under manual_seed however the workers interleave. On a GPU
+  // the uniform values are computed there, bitwise the host's (no copy, no synchronization), and a captured CUDA graph
+  // draws new ones at each replay (Note [Random draws in captured graphs] in core/random.h); the comparison with p and
+  // the scaling run on the device.
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 

@@ -53,8 +53,12 @@
 //    set_lr or an LR schedule takes effect at the next replay (Note [Replayed optimizer steps] in optimizer.h).
 //  - The reducer and the gradient views: the capture ran zero_grad and a whole overlapped step on the host, which
 //    leaves them as an eager step does (buffers summed, step closed); a replay changes nothing there.
-//  - The generator: a step whose forward draws on the host (Dropout's masks) cannot be captured (below); the capture
-//    restores the generator state it found when it fails.
+//  - The generator: the capture draws nothing; the graph records each draw on the devices (Dropout's masks:
+//    Tensor::rand) and each replay reserves its values from the replicas' streams before the launch, as far as the
+//    eager step would move them (Note [Random draws in captured graphs] in tandem/core/random.h). So replays draw
+//    fresh masks, generator_state() and checkpoints count every step, and manual_seed or set_generator_state between
+//    steps takes effect at the next replay. A step whose forward draws on the host (Tensor::randn, randint) cannot be
+//    captured (below); the capture restores the generator state it found when it fails.
 //  - The modules' training modes: a graph records the modes it was captured in; when the master's modes (which
 //    every replica follows, Note [Following the master's modes] in module.h) differ from those, every graph is
 //    dropped and the next steps are captured again. Modes switched and switched back between steps (an evaluation
@@ -69,11 +73,12 @@
 // fallback_reason() says why: options.capture false; CPU devices
 // ("capture needs CUDA devices"); a batch with fewer rows than devices; an optimizer that cannot split its step;
 // max_graphs graphs held already; across processes, another process that cannot capture the step or whose capture
-// failed (Note [Capturing across processes]); and a step that does host work capture cannot record (host random
-// draws such as Dropout's masks, copies to the host such as label checks): CUDA invalidates the capture and the
-// failing call throws. The capture is then ended cleanly (DeviceGraph::abort_capture), the reducer's step abandoned
-// and the generator restored, so the failed attempt changes no state (nothing it recorded ran), the step runs
-// eagerly, and the reason (with the error's text) is kept: every later step of that shape runs eagerly at once.
+// failed (Note [Capturing across processes]); and a step that does host work capture cannot record (random draws
+// made on the host, Tensor::randn or randint, which throw while a GPU's stream is captured; copies to the host such as
+// label checks, for which CUDA invalidates the capture): the failing call throws. The capture is then ended cleanly
+// (DeviceGraph::abort_capture), the reducer's step abandoned and the generator restored, so the failed attempt changes
+// no state (nothing it recorded ran), the step runs eagerly, and the reason (with the error's text) is kept: every
+// later step of that shape runs eagerly at once.
 //
 // Note [Capturing across processes]: with a DistributedDataParallel's model whose group spans several processes on
 // GPUs, every process captures and replays its own graph, whose bucket all-reduces are the group's NCCL collectives

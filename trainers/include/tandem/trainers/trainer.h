@@ -123,9 +123,9 @@ struct TrainerOptions {
   std::optional<Precision> precision;
   // Let the training step capture (parallel::TrainingStep's captured strategy), each step one CUDA graph replayed (Note
   // [Captured training steps] in trainer.cpp): on CUDA devices within one process (a group of one included). Elsewhere,
-  // for a step that cannot be captured (Dropout's host draws), or when false, the steps run eagerly, and
-  // FitResult::eager_reason says why. The results equal the eager steps' to float rounding (exactly on CPU devices,
-  // which never capture); not a setup fact: a checkpoint resumes with either.
+  // for a step that cannot be captured (random draws made on the host, such as randn), or when false, the steps run
+  // eagerly, and FitResult::eager_reason says why. The results equal the eager steps' to float rounding (exactly on CPU
+  // devices, which never capture); not a setup fact: a checkpoint resumes with either.
   bool capture = true;
   // Before fit's clock, take the step of every batch shape on a throwaway copy of the model, and one epoch's end
   // read, so that the first epoch does not pay for loading kernels, choosing matrix plans, growing the allocator and
