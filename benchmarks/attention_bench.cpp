@@ -94,24 +94,26 @@ int run(const Options& options) {
   std::ostringstream table;
   table << "| B x H x L x D | causal | dtype | path | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n"
         << "|---|---|---|---|---|---|---|---|\n";
+  std::cout << "Attention on " << device << " (median of " << kSamples << " samples of " << kIterationsPerSample
+            << " calls; the reference path multiplies float32 leaves in the precision named)\n\n"
+            << table.str() << std::flush;
   for (const Shape& s : shapes) {
     const double flops = 4.0 * s.b * s.h * s.l * s.l * s.d / (s.causal ? 2.0 : 1.0);
     for (const bool bfloat16 : {true, false}) {
       for (const bool fused : {true, false}) {
         const double forward = time_attention(device, s, bfloat16, fused, false);
         const double both = time_attention(device, s, bfloat16, fused, true);
-        table << bench::formatted("| %lld x %lld x %lld x %lld | %s | %s | %s | %.3f | %.1f | %.3f | %.1f |\n",
+        const std::string row = bench::formatted("| %lld x %lld x %lld x %lld | %s | %s | %s | %.3f | %.1f | %.3f | %.1f |\n",
                                   static_cast<long long>(s.b), static_cast<long long>(s.h),
                                   static_cast<long long>(s.l), static_cast<long long>(s.d), s.causal ? "yes" : "no",
                                   bfloat16 ? "bf16" : "fp32", fused ? "fused" : "reference", forward,
                                   flops / forward / 1e9, both, 3.5 * flops / both / 1e9);
+        table << row;
+        std::cout << row << std::flush;  // row by row, so that a run cut short still shows what it measured
       }
     }
     std::cerr << "measured " << s.b << " x " << s.h << " x " << s.l << " x " << s.d << "\n";
   }
-  std::cout << "Attention on " << device << " (median of " << kSamples << " samples of " << kIterationsPerSample
-            << " calls; the reference path multiplies float32 leaves in the precision named)\n\n"
-            << table.str();
   if (!options.markdown.empty()) tandem::write_file_atomically(options.markdown, table.str(), "--markdown");
   return 0;
 }

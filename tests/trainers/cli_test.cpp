@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -603,7 +604,7 @@ TEST(TandemTrainClassification, UnseenBlobsTrainWithDefaultsAndFeaturesByName) {
 
 TEST(TandemTrainClassification, BadNewFlagsExitWithStatusTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--task ranking", "--task must be regression or classification, got \"ranking\""},
+      {"--task ranking", "--task must be regression, classification or language-model, got \"ranking\""},
       {"--optimizer lbfgs", "--optimizer must be sgd, adam or adamw, got \"lbfgs\""},
       {"--weight-decay -1", "--weight-decay must be a number >= 0, got -1"},
       {"--lr-schedule step:0:0.5", "has step size \"0\" but expected an integer in [1"},
@@ -706,6 +707,58 @@ TEST(TandemTrain, PrecisionTrainsAndIsPartOfTheSetup) {
   EXPECT_NE(other.output.find("precision: bf16 in the checkpoint, (none) now"), std::string::npos) << other.output;
   EXPECT_EQ(
       run_tool(common + "--quiet --precision bf16 --epochs 4 --allow-change epochs --resume " + checkpoint).status, 0);
+}
+
+}  // namespace
+}  // namespace tandem::trainers
+
+namespace tandem::trainers {
+namespace {
+
+// A tiny GPT on the bundled text: the banner, an evaluation line per --eval-every, the summary's fields, a sample.
+TEST(TandemTrainLanguageModel, TrainsAGptAndWritesItsSummary) {
+  const std::string summary = testing::scratch_path("lm.json");
+  ToolRun run = run_tool("--task language-model --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt --devices "
+                         "cpu:0,cpu:1 --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --steps 40 --eval-every 20 "
+                         "--eval-batches 4 --batch-size 16 --warmup-steps 5 --sample 50 --summary-json " +
+                         summary);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("model: GPT 1 layers, 2 heads, width 32, context 32, dropout 0.2"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("step 20: train loss"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("sample:\n"), std::string::npos) << run.output;
+  const nlohmann::json result = read_json(summary);
+  EXPECT_EQ(result.at("steps"), 40);
+  EXPECT_EQ(result.at("tokens"), 40 * 16 * 32);
+  EXPECT_EQ(result.at("evaluations").size(), 2u);
+  EXPECT_EQ(result.at("evaluations")[1].at("step"), 40);
+  const double val = result.at("val_loss");
+  EXPECT_LT(val, std::log(84.0)) << "below the uniform loss over the 84 characters";
+  EXPECT_GT(result.at("tokens_per_second").get<double>(), 0.0);
+  EXPECT_EQ(result.at("model").at("vocab_size"), 84);
+  EXPECT_EQ(result.at("precision"), "fp32") << "bf16 is the default on GPUs only";
+  EXPECT_EQ(result.at("step_mode"), "eager");
+  EXPECT_EQ(result.at("sample").get<std::string>().size(), 50u);
+}
+
+TEST(TandemTrainLanguageModel, FlagsOfTheOtherTasksAreRefusedAndItsOwnNeedIt) {
+  const std::string data = "--data " TANDEM_SOURCE_DIR "/data/shakespeare.txt";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--task language-model", "--task language-model needs --data, a text file"},
+      {"--task language-model --epochs 3 " + data, "--epochs does not apply to --task language-model"},
+      {"--task language-model --layers 8 " + data, "--layers does not apply to --task language-model"},
+      {"--task language-model --optimizer sgd " + data, "--optimizer does not apply to --task language-model"},
+      {"--task language-model --plot /tmp/x.svg " + data, "--plot does not apply to --task language-model"},
+      {"--task language-model --n-embd 30 --n-head 4 " + data, "--n-embd (30) must be a multiple of --n-head (4)"},
+      {"--task language-model --temperature 0 " + data, "--temperature must be positive, got 0"},
+      {"--steps 10", "--steps applies to --task language-model only"},
+      {"--n-layer 2", "--n-layer applies to --task language-model only"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    ToolRun run = run_tool("--quiet " + arguments);
+    EXPECT_EQ(run.status, 2) << arguments << "\n" << run.output;
+    EXPECT_NE(run.output.find(message), std::string::npos) << arguments << "\n" << run.output;
+  }
 }
 
 }  // namespace

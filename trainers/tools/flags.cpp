@@ -117,7 +117,7 @@ Optimizer parse_optimizer(const std::string& text) {
 
 trainers::Task parse_task(const std::string& text) {
   check(text == "regression" || text == "classification",
-        "--task must be regression or classification, got \"" + excerpt(text) + "\"");
+        "--task must be regression, classification or language-model, got \"" + excerpt(text) + "\"");
   return text == "regression" ? trainers::Task::Regression : trainers::Task::Classification;
 }
 
@@ -210,6 +210,66 @@ void check_distinct_files(const Flags& flags) {
   }
 }
 
+// The language model's flags as given (text, parsed in parse_language_model) and their options.
+struct LanguageModelTexts {
+  std::string n_layer, n_head, n_embd, block_size, steps, eval_every, eval_batches, warmup_steps, min_lr, grad_clip,
+      sample, temperature, top_k;
+  std::vector<CLI::Option*> options;
+};
+
+// Defaults of --task language-model for the flags it shares: nanoGPT's character-level Shakespeare configuration
+// (config/train_shakespeare_char.py), bf16 products on GPUs as its autocast.
+constexpr double kLanguageModelLr = 1e-3;
+constexpr double kLanguageModelWeightDecay = 0.1;
+constexpr double kLanguageModelDropout = 0.2;
+
+void add_language_model_options(CLI::App& app, LanguageModelTexts& t) {
+  const LanguageModelFlags d;
+  const auto add = [&](const char* name, std::string& text, const std::string& fallback, const std::string& help) {
+    text = fallback;
+    t.options.push_back(app.add_option(name, text, "language-model: " + help)->capture_default_str());
+  };
+  add("--n-layer", t.n_layer, std::to_string(d.n_layer), "transformer blocks");
+  add("--n-head", t.n_head, std::to_string(d.n_head), "attention heads per block");
+  add("--n-embd", t.n_embd, std::to_string(d.n_embd), "width (a multiple of --n-head)");
+  add("--block-size", t.block_size, std::to_string(d.block_size), "context length in tokens");
+  add("--steps", t.steps, std::to_string(d.steps), "optimizer steps");
+  add("--eval-every", t.eval_every, std::to_string(d.eval_every), "steps between evaluations (0: after the last only)");
+  add("--eval-batches", t.eval_batches, std::to_string(d.eval_batches), "batches per split per evaluation");
+  add("--warmup-steps", t.warmup_steps, std::to_string(d.warmup_steps), "steps of linear learning-rate warm-up");
+  add("--min-lr", t.min_lr, text(d.min_lr), "the learning rate the cosine decays to");
+  add("--grad-clip", t.grad_clip, text(d.grad_clip), "clip the gradients' total norm to this (0: off)");
+  add("--sample", t.sample, std::to_string(d.sample), "characters to generate after training (0: none)");
+  add("--temperature", t.temperature, text(d.temperature), "sampling temperature");
+  add("--top-k", t.top_k, std::to_string(*d.top_k), "sample among the k likeliest tokens (0: all)");
+}
+
+LanguageModelFlags parse_language_model(const LanguageModelTexts& t) {
+  constexpr int64_t kMaxWidth = int64_t{1} << 16;
+  constexpr int64_t kMaxSteps = int64_t{1} << 40;
+  LanguageModelFlags f;
+  f.n_layer = parse_integer<int64_t>("--n-layer", t.n_layer, 1, 1024);
+  f.n_head = parse_integer<int64_t>("--n-head", t.n_head, 1, 1024);
+  f.n_embd = parse_integer<int64_t>("--n-embd", t.n_embd, 1, kMaxWidth);
+  check(f.n_embd % f.n_head == 0, "--n-embd (" + std::to_string(f.n_embd) + ") must be a multiple of --n-head (" +
+                                      std::to_string(f.n_head) + ")");
+  f.block_size = parse_integer<int64_t>("--block-size", t.block_size, 1, kMaxWidth);
+  f.steps = parse_integer<int64_t>("--steps", t.steps, 1, kMaxSteps);
+  f.eval_every = parse_integer<int64_t>("--eval-every", t.eval_every, 0, kMaxSteps);
+  f.eval_batches = parse_integer<int64_t>("--eval-batches", t.eval_batches, 1, kMaxSteps);
+  f.warmup_steps = parse_integer<int64_t>("--warmup-steps", t.warmup_steps, 0, kMaxSteps);
+  f.min_lr = parse_real("--min-lr", t.min_lr);
+  f.grad_clip = parse_real("--grad-clip", t.grad_clip);
+  check(f.min_lr >= 0.0, "--min-lr must be >= 0, got " + text(f.min_lr));
+  check(f.grad_clip >= 0.0, "--grad-clip must be >= 0, got " + text(f.grad_clip));
+  f.sample = parse_integer<int64_t>("--sample", t.sample, 0, int64_t{1} << 20);
+  f.temperature = parse_real("--temperature", t.temperature);
+  check(f.temperature > 0.0, "--temperature must be positive, got " + text(f.temperature));
+  const int64_t top_k = parse_integer<int64_t>("--top-k", t.top_k, 0, int64_t{1} << 31);
+  f.top_k = top_k == 0 ? std::nullopt : std::optional<int64_t>(top_k);
+  return f;
+}
+
 // Runs a tandem parser of a flag's text, turning its Error into a UsageError that names the flag.
 template <class Parse>
 auto parse_value(const char* flag, Parse parse) {
@@ -272,8 +332,11 @@ ParsedFlags parse_flags(int argc, char** argv) {
       "Trains a small regression net or classifier, data parallel. With no flags: Linear(10,20) -> Linear(20,1) "
       "with SGD on the built-in diabetes data, on every GPU (else on virtual CPU devices cpu:0 and cpu:1).",
       "tandem-train");
-  app.add_option("--data", flags.data, "CSV file: a header line, then numeric rows (default: built-in diabetes)")
-      ->check(CLI::ExistingFile);
+  CLI::Option* data_option =
+      app.add_option("--data", flags.data,
+                     "CSV file: a header line, then numeric rows (default: built-in diabetes); with --task "
+                     "language-model, a text file (required)")
+          ->check(CLI::ExistingFile);
   app.add_option("--missing", missing,
                  "Cells that are empty or NA, N/A, NaN, nan, null, NULL, None, ?: error (name the cell) or drop-row")
       ->capture_default_str();
@@ -283,7 +346,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
                  "on|off: standardize each feature (and a regression's target) with the training set's statistics")
       ->capture_default_str();
   app.add_option("--task", task,
-                 "regression or classification (the target holds integer class labels; at most 10000 classes)")
+                 "regression, classification (the target holds integer class labels; at most 10000 classes) or "
+                 "language-model (a GPT on the text file --data, characters as tokens)")
       ->capture_default_str();
   app.add_option("--target", flags.target, "Target column name (default: the last column)");
   CLI::Option* features_option =
@@ -362,6 +426,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
   app.add_option("--plot", flags.plot, "Draw train/test loss and the metric per epoch as an SVG image in this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
+  LanguageModelTexts language_model;
+  add_language_model_options(app, language_model);
   app.set_version_flag(
       "--version", [] { return "tandem-train: " + build_summary(); },
       "Print the version and how tandem was built (CUDA and its architectures, NCCL, MPI), then exit");
@@ -369,27 +435,53 @@ ParsedFlags parse_flags(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
-    flags.task = parse_task(task);
+    const bool is_language_model = task == "language-model";
+    flags.task = is_language_model ? trainers::Task::Regression : parse_task(task);
     const TaskDefaults& defaults =
         flags.task == trainers::Task::Regression ? kRegressionDefaults : kClassificationDefaults;
     // A flag given with an empty value is an error, not its default: only a flag left out takes the default.
     const auto given = [](const CLI::Option* option) { return option->count() > 0; };
-    flags.epochs = given(epochs_option) ? parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs) : defaults.epochs;
-    if (given(features_option)) flags.features = parse_names("--features", features);
-    flags.optimizer = given(optimizer_option) ? parse_optimizer(optimizer) : defaults.optimizer;
-    flags.lr = given(lr_option) ? parse_real("--lr", lr) : default_lr(flags.optimizer, defaults);
-    flags.weight_decay = given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text)
-                                                    : default_weight_decay(flags.optimizer, defaults);
-    flags.momentum = parse_real("--momentum", momentum);
-    flags.dropout = parse_real("--dropout", dropout);
-    flags.test_fraction = parse_real("--test-fraction", test_fraction);
-    check(!given(momentum_option) || flags.optimizer == Optimizer::SGD,
-          "--momentum applies to --optimizer sgd only, got --optimizer " + to_string(flags.optimizer));
-    flags.layers = given(hidden_option)
-                       ? std::vector<int64_t>{parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden)}
-                       : parse_layers("--layers", given(layers_option) ? layers : defaults.layers);
-    if (!given(activation_option)) activation = defaults.activation;
-    flags.lr_schedule = given(schedule_option) ? lr_schedule : defaults.lr_schedule;
+    if (is_language_model) {
+      // The flags of the tables' tasks have no meaning for a language model: refused rather than ignored.
+      for (const CLI::Option* option :
+           {epochs_option, features_option, optimizer_option, momentum_option, schedule_option, hidden_option,
+            layers_option, activation_option, checkpoint, resume}) {
+        check(!given(option), option->get_name() + " does not apply to --task language-model");
+      }
+      for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
+                               "--allow-change", "--metrics", "--plot", "--checkpoint-every"}) {
+        check(app.get_option(name)->count() == 0, std::string(name) + " does not apply to --task language-model");
+      }
+      check(given(data_option), "--task language-model needs --data, a text file");
+      flags.language_model = parse_language_model(language_model);
+      flags.optimizer = Optimizer::AdamW;
+      flags.lr = given(lr_option) ? parse_real("--lr", lr) : kLanguageModelLr;
+      flags.weight_decay = given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text)
+                                                      : kLanguageModelWeightDecay;
+      flags.dropout = app.get_option("--dropout")->count() > 0 ? parse_real("--dropout", dropout) : kLanguageModelDropout;
+      flags.epochs = 1;
+      flags.checkpoint_every = 1;
+    } else {
+      for (const CLI::Option* option : language_model.options) {
+        check(!given(option), option->get_name() + " applies to --task language-model only");
+      }
+      flags.epochs = given(epochs_option) ? parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs) : defaults.epochs;
+      if (given(features_option)) flags.features = parse_names("--features", features);
+      flags.optimizer = given(optimizer_option) ? parse_optimizer(optimizer) : defaults.optimizer;
+      flags.lr = given(lr_option) ? parse_real("--lr", lr) : default_lr(flags.optimizer, defaults);
+      flags.weight_decay = given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text)
+                                                      : default_weight_decay(flags.optimizer, defaults);
+      flags.momentum = parse_real("--momentum", momentum);
+      flags.dropout = parse_real("--dropout", dropout);
+      flags.test_fraction = parse_real("--test-fraction", test_fraction);
+      check(!given(momentum_option) || flags.optimizer == Optimizer::SGD,
+            "--momentum applies to --optimizer sgd only, got --optimizer " + to_string(flags.optimizer));
+      flags.layers = given(hidden_option)
+                         ? std::vector<int64_t>{parse_integer<int64_t>("--hidden", hidden, 1, kMaxHidden)}
+                         : parse_layers("--layers", given(layers_option) ? layers : defaults.layers);
+      if (!given(activation_option)) activation = defaults.activation;
+      flags.lr_schedule = given(schedule_option) ? lr_schedule : defaults.lr_schedule;
+    }
     check(capture == "on" || capture == "off", "--capture must be on or off, got \"" + excerpt(capture) + "\"");
     flags.capture = capture == "on" && !no_capture;
     flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
@@ -408,12 +500,19 @@ ParsedFlags parse_flags(int argc, char** argv) {
           "--standardize must be on or off, got \"" + excerpt(standardize) + "\"");
     flags.standardize = standardize == "on";
     validate(flags);
-    flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
+    if (!is_language_model) {
+      flags.activation = parse_value("--activation", [&] { return trainers::parse_activation(activation); });
+      parse_value("--lr-schedule", [&] { return trainers::parse_lr_schedule(flags.lr_schedule, flags.epochs); });
+    }
     flags.precision = parse_value("--precision", [&] { return parse_precision(precision); });
-    parse_value("--lr-schedule", [&] { return trainers::parse_lr_schedule(flags.lr_schedule, flags.epochs); });
     flags.timeout_seconds = parse_integer<int64_t>("--timeout", timeout, 1, kMaxTimeoutSeconds);
     flags.launch = comm::LaunchInfo::from_environment();
     flags.devices = parse_value("--devices", [&] { return trainers::process_devices(devices, flags.launch); });
+    // A language model multiplies in bf16 on GPUs unless --precision says otherwise (nanoGPT's autocast).
+    const bool on_gpus = std::all_of(flags.devices.begin(), flags.devices.end(), [](Device d) { return d.is_cuda(); });
+    if (is_language_model && app.get_option("--precision")->count() == 0 && on_gpus) {
+      flags.precision = Precision::BFloat16;
+    }
     check_distinct_files(flags);
     check_output("--checkpoint", flags.checkpoint);
     check_output("--metrics", flags.metrics);

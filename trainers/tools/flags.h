@@ -20,11 +20,29 @@ namespace tandem::train_tool {
 enum class Optimizer { SGD, Adam, AdamW };
 std::string to_string(Optimizer optimizer);  // "sgd", "adam", "adamw"
 
+// --task language-model: a GPT (trainers::make_gpt) trained on a text file by trainers::LanguageModelTrainer.
+struct LanguageModelFlags {
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  int64_t block_size = 256;
+  int64_t steps = 5000;
+  int64_t eval_every = 500;
+  int64_t eval_batches = 200;
+  int64_t warmup_steps = 100;
+  double min_lr = 1e-4;
+  double grad_clip = 1.0;
+  int64_t sample = 0;  // characters generated after training (0: none)
+  double temperature = 0.8;
+  std::optional<int64_t> top_k = 200;
+};
+
 struct Flags {
   std::optional<std::string> data;    // none: the built-in diabetes data
   std::optional<std::string> target;  // none: the last column
   std::vector<std::string> features;  // none: every column but the target
   trainers::Task task = trainers::Task::Regression;
+  std::optional<LanguageModelFlags> language_model;  // set by --task language-model (task then unused)
   trainers::CsvOptions csv;     // the missing-value policy and the delimiter
   bool standardize = true;      // features and (regression) target standardized
   comm::LaunchInfo launch;      // how this process was started (a launcher, or none)

@@ -1,5 +1,6 @@
 // tandem-train: trains a small regression net (train/test MSE and R^2) or classifier (accuracy, confusion matrix),
-// data parallel, with SGD, Adam or AdamW.
+// data parallel, with SGD, Adam or AdamW; or, with --task language-model, a GPT on a text file
+// (language_model_tool.cpp).
 // Exit status: 0 on success, 2 for a bad flag or value, 1 for any other error (with its message).
 // Under a launcher (mpirun, srun, torchrun-style variables; docs/distributed.md) every process runs this program on
 // its own devices as one comm::ProcessGroup; rank 0 alone prints and writes files, and an error on any process ends
@@ -14,6 +15,8 @@
 #include <string>
 
 #include "flags.h"
+#include "language_model_tool.h"
+#include "run_devices.h"
 #include "tandem/tandem.h"
 
 namespace tandem::train_tool {
@@ -92,29 +95,6 @@ void set_optimizer(const Flags& flags, TrainerOptions& options) {
                                           return std::make_unique<optim::AdamW>(std::move(parameters), adamw);
                                         }};
   }
-}
-
-// "[cuda:0, cuda:1]" for one process; "2 processes x [cpu:0]" (this process's devices) for a group.
-std::string describe_devices(const comm::ProcessGroup& group) {
-  if (group.size() == 1) return to_string(group.devices());
-  return std::to_string(group.size()) + " processes x " + to_string(group.devices());
-}
-
-// Every process's device list, by rank, gathered through the group (collective: every process calls it).
-std::vector<std::vector<std::string>> rank_devices(comm::ProcessGroup& group) {
-  std::vector<Tensor> mine;  // one row (type, index) per local device, on that device
-  for (const Device& device : group.devices()) {
-    const std::vector<float> row = {static_cast<float>(device.type()), static_cast<float>(device.index())};
-    mine.push_back(Tensor::from_vector(row, {1, 2}, device));
-  }
-  const std::vector<float> rows = group.all_gather(mine).front().to_vector();  // in global device order
-  const size_t per_rank = group.devices().size();
-  std::vector<std::vector<std::string>> lists(static_cast<size_t>(group.size()));
-  for (size_t g = 0; g < rows.size() / 2; ++g) {
-    const Device device(static_cast<DeviceType>(rows[2 * g]), static_cast<int>(rows[2 * g + 1]));
-    lists[g / per_rank].push_back(device.str());
-  }
-  return lists;
 }
 
 void print_banner(const Flags& flags, const CsvTable& table, const TableDataset& data, const Split& split,
@@ -230,6 +210,7 @@ void resume(Trainer& trainer, const std::string& path) {
 }
 
 int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) {
+  if (flags.language_model) return train_language_model(flags, group);
   const bool primary = group->rank() == 0;  // prints and writes the files
   const CsvTable table = load_table(flags);
   const TableDataset data = make_dataset(table, flags.target, flags.features);

@@ -1,5 +1,6 @@
 #pragma once
-// trainers: CSV data sets, tensor data sets, standardization, loaders, the Trainer, its callbacks and checkpoints.
+// trainers: CSV, tensor and text data sets, standardization, loaders, the Trainer, its callbacks and checkpoints, the
+// GPT and its LanguageModelTrainer.
 
 #include "tandem/trainers/callback.h"
 #include "tandem/trainers/callbacks.h"
@@ -8,6 +9,8 @@
 #include "tandem/trainers/csv.h"
 #include "tandem/trainers/datasets.h"
 #include "tandem/trainers/distributed_sampler.h"
+#include "tandem/trainers/gpt.h"
+#include "tandem/trainers/language_model.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/lr_schedule.h"
 #include "tandem/trainers/metrics.h"
