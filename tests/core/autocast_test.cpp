@@ -37,7 +37,7 @@ TEST(Autocast, TheScopeBelongsToItsThread) {
 }
 
 TEST(Autocast, RefusesAnIndexDtype) {
-  EXPECT_ERROR(AutocastGuard(DType::Int64),
+  EXPECT_ERROR(AutocastGuard refused(DType::Int64),
                "AutocastGuard: dtype is int64 but expected bfloat16 (autocast on) or float32 (autocast off)");
   EXPECT_EQ(autocast_precision(), std::nullopt);
 }
