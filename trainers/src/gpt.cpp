@@ -139,12 +139,16 @@ GPT::GPT(GPTConfig config) : config_(config) {
   }
 }
 
-Tensor GPT::forward(const Tensor& tokens) {
+void GPT::check_tokens(const Tensor& tokens, int64_t longest) const {
   TANDEM_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.dtype() == DType::Int64, kGpt,
                ": tokens must be int64 [batch, length], got ",
                tokens.defined() ? to_string(tokens.shape()) + " " + dtype_name(tokens.dtype()) : "an undefined tensor");
-  TANDEM_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= config_.block_size, kGpt, ": a sequence of ", tokens.size(1),
+  TANDEM_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= longest, kGpt, ": a sequence of ", tokens.size(1),
                " tokens, but block_size is ", config_.block_size);
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  check_tokens(tokens, config_.block_size);
   return lm_head->forward(transformer->forward(tokens));
 }
 
@@ -153,8 +157,7 @@ Tensor GPT::generate(const Tensor& tokens, int64_t max_new_tokens, double temper
                " but expected a positive number");
   TANDEM_CHECK(!top_k || *top_k >= 1, kGpt, "::generate: top_k is ", top_k.value_or(0), " but expected at least 1");
   TANDEM_CHECK(max_new_tokens >= 0, kGpt, "::generate: max_new_tokens is ", max_new_tokens, " but expected >= 0");
-  (void)forward(tokens.narrow(1, std::max<int64_t>(0, tokens.size(1) - config_.block_size),
-                              std::min(tokens.size(1), config_.block_size)));  // the checks of forward, up front
+  check_tokens(tokens, std::numeric_limits<int64_t>::max());  // longer prompts are cropped below
   const nn::TrainingModeGuard eval(*this, false);
   const NoGradGuard no_grad;
   const int64_t batch = tokens.size(0), vocab = config_.vocab_size;

@@ -122,8 +122,9 @@ double LanguageModelTrainer::lr_at(int64_t step) const {
   return min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * ratio)) * (lr - min_lr);
 }
 
-std::vector<int64_t> LanguageModelTrainer::draw_starts(uint64_t& counter, int64_t count, int64_t limit) const {
-  const uint64_t key = splitmix64_mix(options_.seed ^ (&counter == &train_draws_ ? kTrainStream : kEvalStream));
+std::vector<int64_t> LanguageModelTrainer::draw_starts(uint64_t stream, uint64_t& counter, int64_t count,
+                                                       int64_t limit) const {
+  const uint64_t key = splitmix64_mix(options_.seed ^ stream);
   std::vector<int64_t> starts(static_cast<size_t>(count));
   for (int64_t& start : starts) start = static_cast<int64_t>(splitmix64(key, counter++) % static_cast<uint64_t>(limit));
   return starts;
@@ -135,7 +136,7 @@ double LanguageModelTrainer::estimate_loss(const TextDataset& data) {
   const Device device = options_.devices.front();
   Tensor total = Tensor::zeros({}, device);
   for (int64_t i = 0; i < options_.eval_batches; ++i) {
-    const Example batch = data.get_batch(draw_starts(eval_draws_, options_.batch_size, data.size()));
+    const Example batch = data.get_batch(draw_starts(kEvalStream, eval_draws_, options_.batch_size, data.size()));
     total = total + token_cross_entropy(model_->forward(batch.data.to(device)), batch.target.to(device));
   }
   return static_cast<double>(total.item()) / static_cast<double>(options_.eval_batches);
@@ -172,7 +173,7 @@ LanguageModelResult LanguageModelTrainer::fit(const TextDataset& train, const Te
   for (int64_t step = 0; step < options_.steps; ++step) {
     const double lr = lr_at(step);
     for (size_t d = 0; d < optimizer_->size(); ++d) optimizer_->optimizer(d).set_lr(lr);
-    const std::vector<int64_t> starts = draw_starts(train_draws_, options_.batch_size, train.size());
+    const std::vector<int64_t> starts = draw_starts(kTrainStream, train_draws_, options_.batch_size, train.size());
     const Example batch = train.get_batch(std::vector<int64_t>(starts.begin() + first, starts.begin() + first + rows));
     last_loss = step_->step({.features = batch.data, .targets = batch.target, .global_rows = options_.batch_size});
     if (step_->captured()) {

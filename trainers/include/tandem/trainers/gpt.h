@@ -118,6 +118,9 @@ class GPT : public nn::Cloneable<GPT> {
   std::shared_ptr<nn::Linear> lm_head;
 
  private:
+  // Errors (naming the model): tokens that are not int64 [batch, length] with 1 <= length <= longest.
+  void check_tokens(const Tensor& tokens, int64_t longest) const;
+
   GPTConfig config_;
 };
 

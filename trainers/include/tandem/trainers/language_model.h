@@ -111,7 +111,8 @@ class LanguageModelTrainer {
   const parallel::TrainingStep& training_step() const { return *step_; }
 
  private:
-  std::vector<int64_t> draw_starts(uint64_t& counter, int64_t count, int64_t limit) const;
+  // `count` window starts in [0, limit) from the seed's stream `stream`, advancing `counter`.
+  std::vector<int64_t> draw_starts(uint64_t stream, uint64_t& counter, int64_t count, int64_t limit) const;
   bool primary() const { return !options_.group || options_.group->rank() == 0; }
 
   LanguageModelOptions options_;
