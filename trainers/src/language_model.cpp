@@ -1,5 +1,6 @@
 #include "tandem/trainers/language_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numbers>
@@ -113,7 +114,7 @@ LanguageModelTrainer::LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageM
 
 LanguageModelTrainer::~LanguageModelTrainer() = default;
 
-void LanguageModelTrainer::on_evaluation(std::function<void(const LanguageModelEvaluation&)> callback) {
+void LanguageModelTrainer::on_evaluation(std::function<void(const LanguageModelEvaluationReport&)> callback) {
   on_evaluation_ = std::move(callback);
 }
 
@@ -214,7 +215,14 @@ LanguageModelResult LanguageModelTrainer::fit(const TextDataset& train, const Te
                  "::fit: the evaluation after step ", step, " gave losses ", evaluation.train_loss, " and ",
                  evaluation.val_loss);
     progress_.evaluations.push_back(evaluation);
-    if (primary() && on_evaluation_) on_evaluation_(evaluation);
+    if (primary() && on_evaluation_) {
+      const double tokens = static_cast<double>((step - first_step) * options_.batch_size * train.block_size());
+      on_evaluation_({.evaluation = evaluation,
+                      .steps = options_.steps,
+                      .lr = lr_at(std::max<int64_t>(step - 1, 0)),
+                      .tokens_per_second = tokens > 0 ? tokens / result.train_seconds : 0.0,
+                      .seconds = seconds_since(start)});
+    }
     segment = Clock::now();
   };
   for (int64_t step = first_step; step < options_.steps; ++step) {
@@ -239,8 +247,7 @@ LanguageModelResult LanguageModelTrainer::fit(const TextDataset& train, const Te
   result.steps = steps_done_;
   result.tokens = (steps_done_ - first_step) * options_.batch_size * train.block_size();
   result.seconds = seconds_since(start);
-  result.tokens_per_second =
-      result.tokens > 0 ? static_cast<double>(result.tokens) / result.train_seconds : 0.0;
+  result.tokens_per_second = result.tokens > 0 ? static_cast<double>(result.tokens) / result.train_seconds : 0.0;
   result.evaluations = progress_.evaluations;
   result.train_loss = result.evaluations.back().train_loss;
   result.val_loss = result.evaluations.back().val_loss;

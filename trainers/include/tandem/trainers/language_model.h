@@ -70,6 +70,15 @@ struct LanguageModelOptions {
   uint64_t seed = 1337;  // of the batches' draws (the model's initialization is the caller's)
 };
 
+// What on_evaluation reports: the evaluation and where the fit stands.
+struct LanguageModelEvaluationReport {
+  LanguageModelEvaluation evaluation;
+  int64_t steps = 0;                // options.steps
+  double lr = 0.0;                  // of the evaluation's step (the last one trained)
+  double tokens_per_second = 0.0;   // this fit's steps so far over their time (0 before any)
+  double seconds = 0.0;             // since this fit began
+};
+
 struct LanguageModelResult {
   int64_t steps = 0;        // in all, those before a resume too
   int64_t tokens = 0;       // trained on in this fit: its steps * batch_size * block_size
@@ -93,7 +102,7 @@ class LanguageModelTrainer {
   ~LanguageModelTrainer();
 
   // Called on rank 0 after each evaluation (progress printing, metrics, plots).
-  void on_evaluation(std::function<void(const LanguageModelEvaluation&)> callback);
+  void on_evaluation(std::function<void(const LanguageModelEvaluationReport&)> callback);
   // Called on every process after each step and its evaluation, if any, with the steps done so far (periodic
   // checkpoints: the state there is one a resume continues from).
   void on_step_end(std::function<void(int64_t step)> callback);
@@ -143,7 +152,7 @@ class LanguageModelTrainer {
   std::unique_ptr<parallel::ReplicatedModule> replicas_;
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::unique_ptr<parallel::TrainingStep> step_;
-  std::function<void(const LanguageModelEvaluation&)> on_evaluation_;
+  std::function<void(const LanguageModelEvaluationReport&)> on_evaluation_;
   std::function<void(int64_t)> on_step_end_;
   int64_t steps_done_ = 0;
   LanguageModelProgress progress_;  // the streams' positions and the evaluations
