@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
+#include "tandem/nn/serialize.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/language_model.h"
 
@@ -22,6 +24,8 @@ std::string write_text() {
 }
 
 constexpr int64_t kBlock = 16;
+
+#define EXPECT_CONTAINS(text, fragment) EXPECT_NE((text).find(fragment), std::string::npos) << (text)
 
 struct TrainedRun {
   LanguageModelResult result;
@@ -184,6 +188,49 @@ TEST(LanguageModelTrainer, AResumeAtTheLastStepTrainsNothing) {
   EXPECT_EQ(again.result.tokens, 0);
   EXPECT_EQ(again.result.tokens_per_second, 0.0);
   EXPECT_EQ(again.parameters.front().to_vector(), run.parameters.front().to_vector());
+}
+
+// The progress a language model's checkpoint records is hostile input as the rest: every field checked by name.
+TEST(LanguageModelTrainer, ACheckpointsProgressIsValidatedFieldByField) {
+  const std::string checkpoint = testing::scratch_path("progress.ckpt"), edited = testing::scratch_path("edited.ckpt");
+  train({.devices = {Device::cpu(0)}, .steps = 4, .checkpoint = checkpoint});
+  const TensorFile file = load_tensors(checkpoint);
+  const nlohmann::json state = nlohmann::json::parse(file.metadata.at("tandem.trainer"));
+  const auto error_of = [&](const nlohmann::json& changed) {
+    TensorFile copy = file;
+    copy.metadata["tandem.trainer"] = changed.dump();
+    save_tensors(copy.tensors, edited, copy.metadata);
+    std::string message = "(no error)";
+    try {
+      load_checkpoint(edited);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  nlohmann::json changed = state;
+  changed["language_model"]["evaluations"][1]["step"] = 2;
+  EXPECT_CONTAINS(error_of(changed), "evaluations[1] is at step 2 but expected a step after 2");
+  changed = state;
+  changed["language_model"]["evaluations"][0]["step"] = 5;
+  EXPECT_CONTAINS(error_of(changed), "step is 5 but expected an integer in [0, 4]");
+  changed = state;
+  changed["language_model"]["evaluations"][0]["val_loss"] = "1.5";
+  EXPECT_CONTAINS(error_of(changed), "evaluations[0].val_loss is \"1.5\" but expected a finite number");
+  changed = state;
+  changed["language_model"]["train_draws"] = -1;
+  EXPECT_CONTAINS(error_of(changed), "train_draws is -1 but expected an integer");
+  changed = state;
+  changed["language_model"].erase("eval_draws");
+  EXPECT_CONTAINS(error_of(changed), "the field \"eval_draws\" is missing");
+  changed = state;
+  changed["standardizer"] = nlohmann::json::object();
+  EXPECT_CONTAINS(error_of(changed), "both the fields \"standardizer\" and \"language_model\" are there");
+  changed = state;
+  changed["epoch"] = 1;
+  EXPECT_CONTAINS(error_of(changed), "a language model's epoch (1) and shuffle_state (0) must be 0");
+  std::remove(checkpoint.c_str());
+  std::remove(edited.c_str());
 }
 
 TEST(LanguageModelTrainer, BadOptionsAndDataAreErrors) {
