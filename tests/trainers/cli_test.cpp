@@ -741,6 +741,62 @@ TEST(TandemTrainLanguageModel, TrainsAGptAndWritesItsSummary) {
   EXPECT_EQ(result.at("sample").get<std::string>().size(), 50u);
 }
 
+// The flags of a tiny GPT on the bundled text, 8 steps of 16 windows between evaluations.
+std::string tiny_language_model(const std::string& more, int n_layer = 1) {
+  return "--quiet --task language-model --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt --devices cpu:0,cpu:1 "
+         "--n-layer " + std::to_string(n_layer) + " --n-head 2 --n-embd 16 --block-size 16 --batch-size 16 --eval-every 8 --eval-batches 2 "
+         "--warmup-steps 4 --dropout 0.1 " +
+         more;
+}
+
+// 8 steps with a checkpoint, resumed to 16: the straight run's evaluations, bit for bit; --metrics has a line per
+// evaluation (those before the checkpoint kept) and --plot draws both splits.
+TEST(TandemTrainLanguageModel, ACheckpointAndAResumeEqualTheStraightRun) {
+  const std::string straight = testing::scratch_path("straight.json"), resumed = testing::scratch_path("resumed.json");
+  const std::string checkpoint = testing::scratch_path("lm.ckpt"), metrics = testing::scratch_path("lm.jsonl");
+  const std::string plot = testing::scratch_path("lm.svg");
+  ASSERT_EQ(run_tool(tiny_language_model("--steps 16 --summary-json " + straight)).status, 0);
+  ToolRun first = run_tool(tiny_language_model("--steps 8 --lr-decay-steps 16 --checkpoint " + checkpoint +
+                                               " --metrics " + metrics));
+  ASSERT_EQ(first.status, 0) << first.output;
+  ToolRun rest = run_tool(tiny_language_model("--steps 16 --lr-decay-steps 16 --resume " + checkpoint +
+                                              " --checkpoint " + checkpoint + " --metrics " + metrics +
+                                              " --plot " + plot + " --summary-json " + resumed));
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  const nlohmann::json whole = read_json(straight), again = read_json(resumed);
+  EXPECT_EQ(again.at("train_loss"), whole.at("train_loss"));
+  EXPECT_EQ(again.at("val_loss"), whole.at("val_loss"));
+  EXPECT_EQ(again.at("evaluations"), whole.at("evaluations"));
+  EXPECT_EQ(again.at("steps"), 16);
+  EXPECT_EQ(again.at("tokens"), 8 * 16 * 16) << "this run's steps";
+
+  std::istringstream lines(testing::file_text(metrics));
+  std::vector<nlohmann::json> entries;
+  for (std::string line; std::getline(lines, line);) entries.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(entries.size(), 2u);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i].at("step"), 8 * static_cast<int>(i + 1));
+    EXPECT_EQ(entries[i].at("train_loss"), whole.at("evaluations")[i].at("train_loss"));
+    EXPECT_EQ(entries[i].at("val_loss"), whole.at("evaluations")[i].at("val_loss"));
+    EXPECT_GT(entries[i].at("tokens_per_second").get<double>(), 0.0);
+    EXPECT_GT(entries[i].at("lr").get<double>(), 0.0);
+  }
+  const std::string svg = testing::file_text(plot);
+  EXPECT_NE(svg.find("<svg"), std::string::npos) << svg.substr(0, 100);
+  EXPECT_NE(svg.find("data-name=\"train\""), std::string::npos);
+  EXPECT_NE(svg.find("data-name=\"val\""), std::string::npos);
+
+  ToolRun other = run_tool(tiny_language_model("--steps 16 --lr-decay-steps 16 --resume " + checkpoint, 2));
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_NE(other.output.find("belongs to another setup: n_layer: 1 in the checkpoint, 2 now"), std::string::npos)
+      << other.output;
+  ToolRun longer = run_tool(tiny_language_model("--steps 24 --resume " + checkpoint));
+  EXPECT_EQ(longer.status, 1) << longer.output;
+  EXPECT_NE(longer.output.find("lr_decay_steps: 16 in the checkpoint, 24 now"), std::string::npos) << longer.output;
+  EXPECT_NE(longer.output.find("give --lr-decay-steps"), std::string::npos) << longer.output;
+  for (const std::string& path : {straight, resumed, checkpoint, metrics, plot}) std::remove(path.c_str());
+}
+
 TEST(TandemTrainLanguageModel, FlagsOfTheOtherTasksAreRefusedAndItsOwnNeedIt) {
   const std::string data = "--data " TANDEM_SOURCE_DIR "/data/shakespeare.txt";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -748,7 +804,15 @@ TEST(TandemTrainLanguageModel, FlagsOfTheOtherTasksAreRefusedAndItsOwnNeedIt) {
       {"--task language-model --epochs 3 " + data, "--epochs does not apply to --task language-model"},
       {"--task language-model --layers 8 " + data, "--layers does not apply to --task language-model"},
       {"--task language-model --optimizer sgd " + data, "--optimizer does not apply to --task language-model"},
-      {"--task language-model --plot /tmp/x.svg " + data, "--plot does not apply to --task language-model"},
+      {"--task language-model --allow-change lr --resume " TANDEM_SOURCE_DIR "/data/README.md " + data,
+       "--allow-change does not apply to --task language-model"},
+      {"--task language-model --checkpoint /tmp/x.ckpt --steps 10 --checkpoint-every 11 " + data,
+       "--checkpoint-every must be at most --steps (10), got 11"},
+      {"--task language-model --lr-decay-steps 50 --warmup-steps 60 " + data,
+       "--lr-decay-steps must be an integer in [60, "},
+      {"--task language-model --metrics " + std::string(TANDEM_SOURCE_DIR) + "/data/shakespeare.txt " + data,
+       "--data and --metrics name the same file"},
+      {"--lr-decay-steps 10", "--lr-decay-steps applies to --task language-model only"},
       {"--task language-model --n-embd 30 --n-head 4 " + data, "--n-embd (30) must be a multiple of --n-head (4)"},
       {"--task language-model --temperature 0 " + data, "--temperature must be positive, got 0"},
       {"--steps 10", "--steps applies to --task language-model only"},

@@ -84,25 +84,92 @@ void ProgressPrinter::on_epoch_end(const Trainer&, const EpochReport& report) {
   out_ << epoch_line(report) << '\n' << std::flush;
 }
 
-MetricsLogger::MetricsLogger(const std::string& path, bool append, std::chrono::milliseconds sync_interval)
-    : path_(path), append_(append), sync_interval_(sync_interval) {
-  TANDEM_CHECK(sync_interval.count() >= 0, "MetricsLogger: sync_interval is ", sync_interval.count(),
+JsonLinesFile::JsonLinesFile(std::string path, std::string key, std::string owner,
+                             std::chrono::milliseconds sync_interval)
+    : path_(std::move(path)), key_(std::move(key)), owner_(std::move(owner)), sync_interval_(sync_interval) {
+  TANDEM_CHECK(sync_interval.count() >= 0, owner_, ": sync_interval is ", sync_interval.count(),
                " ms but expected at least 0");
-  check_writable(path, "MetricsLogger");
+  check_writable(path_, owner_.c_str());
 }
 
-MetricsLogger::~MetricsLogger() { close_file(); }
+JsonLinesFile::~JsonLinesFile() { close_file(); }
 
 // Note [Paced file writes] in callbacks.h: the whole file once, atomically, then lines appended to it.
-void MetricsLogger::on_fit_begin(const Trainer& trainer) {
+void JsonLinesFile::begin(bool resume, int64_t keep_up_to) {
   close_file();
-  if (append_) lines_ = read_lines(path_);
-  std::erase_if(lines_, [&](const Line& line) { return line.epoch > trainer.epoch(); });
+  if (resume) lines_ = read_lines();
+  std::erase_if(lines_, [&](const Line& line) { return line.counter > keep_up_to; });
   write_lines();
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  TANDEM_CHECK(fd_ >= 0, "MetricsLogger: cannot open \"", path_, "\" to append to it: ", std::strerror(errno));
+  TANDEM_CHECK(fd_ >= 0, owner_, ": cannot open \"", path_, "\" to append to it: ", std::strerror(errno));
   last_sync_ = std::chrono::steady_clock::now();
 }
+
+void JsonLinesFile::append(int64_t counter, const std::string& line, bool last) {
+  TANDEM_CHECK(fd_ >= 0, owner_, ": a line appended before the file was begun");
+  lines_.push_back({counter, line});
+  const std::string text = line + "\n";
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t put = ::write(fd_, text.data() + done, text.size() - done);
+    if (put < 0 && errno == EINTR) continue;
+    TANDEM_CHECK(put > 0, owner_, ": appending to \"", path_, "\" failed: ", std::strerror(put < 0 ? errno : ENOSPC));
+    done += static_cast<size_t>(put);
+  }
+  if (last || std::chrono::steady_clock::now() - last_sync_ >= sync_interval_) sync();
+}
+
+void JsonLinesFile::end() {
+  sync();
+  close_file();
+}
+
+void JsonLinesFile::sync() {
+  if (fd_ < 0) return;
+  while (::fsync(fd_) != 0) {
+    TANDEM_CHECK(errno == EINTR, owner_, ": fsync of \"", path_, "\" failed: ", std::strerror(errno));
+  }
+  last_sync_ = std::chrono::steady_clock::now();
+}
+
+void JsonLinesFile::close_file() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::vector<JsonLinesFile::Line> JsonLinesFile::read_lines() const {
+  std::error_code error;
+  const bool exists = std::filesystem::exists(path_, error);
+  TANDEM_CHECK(!error, owner_, ": cannot read \"", path_, "\" to resume it: ", error.message());
+  if (!exists) return {};
+  std::ifstream file(path_, std::ios::binary);
+  TANDEM_CHECK(file.is_open(), owner_, ": cannot open \"", path_, "\" to resume it");
+  std::vector<Line> lines;
+  int64_t number = 0;
+  for (std::string text; std::getline(file, text);) {
+    ++number;
+    // A last line without its newline is the tail of an append that a power loss cut (Note [Paced file writes]).
+    if (file.eof()) break;
+    const nlohmann::json entry = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const bool has_counter = entry.is_object() && entry.contains(key_) && entry[key_].is_number_unsigned() &&
+                             entry[key_].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+    TANDEM_CHECK(has_counter, owner_, ": \"", path_, "\" line ", number,
+                 " is not a JSON object with a non-negative integer \"", key_, "\": ", excerpt(text));
+    lines.push_back({entry[key_].get<int64_t>(), std::move(text)});
+  }
+  TANDEM_CHECK(!file.bad(), owner_, ": reading \"", path_, "\" failed after line ", number);
+  return lines;
+}
+
+void JsonLinesFile::write_lines() const {
+  std::string text;
+  for (const Line& line : lines_) text.append(line.json).push_back('\n');
+  write_file_atomically(path_, text, owner_.c_str());
+}
+
+MetricsLogger::MetricsLogger(const std::string& path, bool append, std::chrono::milliseconds sync_interval)
+    : file_(path, "epoch", "MetricsLogger", sync_interval), append_(append) {}
+
+void MetricsLogger::on_fit_begin(const Trainer& trainer) { file_.begin(append_, trainer.epoch()); }
 
 void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
   nlohmann::ordered_json line = {
@@ -117,66 +184,10 @@ void MetricsLogger::on_epoch_end(const Trainer&, const EpochReport& report) {
     line["test_accuracy"] = report.test_classes->accuracy;
   }
   line["seconds"] = report.seconds;
-  lines_.push_back({report.epoch, line.dump()});
-  TANDEM_CHECK(fd_ >= 0, "MetricsLogger: on_epoch_end before on_fit_begin");
-  const std::string text = lines_.back().json + "\n";
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t put = ::write(fd_, text.data() + done, text.size() - done);
-    if (put < 0 && errno == EINTR) continue;
-    TANDEM_CHECK(put > 0, "MetricsLogger: appending to \"", path_,
-                 "\" failed: ", std::strerror(put < 0 ? errno : ENOSPC));
-    done += static_cast<size_t>(put);
-  }
-  if (report.epoch == report.epochs || std::chrono::steady_clock::now() - last_sync_ >= sync_interval_) sync();
+  file_.append(report.epoch, line.dump(), report.epoch == report.epochs);
 }
 
-void MetricsLogger::on_fit_end(const Trainer&, const FitResult&) {
-  sync();
-  close_file();
-}
-
-void MetricsLogger::sync() {
-  if (fd_ < 0) return;
-  while (::fsync(fd_) != 0) {
-    TANDEM_CHECK(errno == EINTR, "MetricsLogger: fsync of \"", path_, "\" failed: ", std::strerror(errno));
-  }
-  last_sync_ = std::chrono::steady_clock::now();
-}
-
-void MetricsLogger::close_file() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-std::vector<MetricsLogger::Line> MetricsLogger::read_lines(const std::string& path) {
-  std::error_code error;
-  const bool exists = std::filesystem::exists(path, error);
-  TANDEM_CHECK(!error, "MetricsLogger: cannot read \"", path, "\" to resume it: ", error.message());
-  if (!exists) return {};
-  std::ifstream file(path, std::ios::binary);
-  TANDEM_CHECK(file.is_open(), "MetricsLogger: cannot open \"", path, "\" to resume it");
-  std::vector<Line> lines;
-  int64_t number = 0;
-  for (std::string text; std::getline(file, text);) {
-    ++number;
-    // A last line without its newline is the tail of an append that a power loss cut (Note [Paced file writes]).
-    if (file.eof()) break;
-    const nlohmann::json entry = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const bool has_epoch = entry.is_object() && entry.contains("epoch") && entry["epoch"].is_number_unsigned() &&
-                           entry["epoch"].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
-    TANDEM_CHECK(has_epoch, "MetricsLogger: \"", path, "\" line ", number,
-                 " is not a JSON object with a non-negative integer \"epoch\": ", excerpt(text));
-    lines.push_back({entry["epoch"].get<int64_t>(), std::move(text)});
-  }
-  TANDEM_CHECK(!file.bad(), "MetricsLogger: reading \"", path, "\" failed after line ", number);
-  return lines;
-}
-
-void MetricsLogger::write_lines() const {
-  std::string text;
-  for (const Line& line : lines_) text.append(line.json).push_back('\n');
-  write_file_atomically(path_, text, "MetricsLogger");
-}
+void MetricsLogger::on_fit_end(const Trainer&, const FitResult&) { file_.end(); }
 
 PlotWriter::PlotWriter(std::string path, std::chrono::milliseconds interval)
     : path_(std::move(path)), interval_(interval) {

@@ -127,12 +127,37 @@ class MetadataReader {
   std::string where_;
 };
 
+// A language model's progress after `step` steps: its evaluations at increasing steps in [1, step], at most one per
+// step, their losses finite.
+LanguageModelProgress read_language_model(const MetadataReader& read, const Json& state, int64_t step) {
+  const Json& value = read.object(state, "language_model", {"train_draws", "eval_draws", "evaluations"});
+  LanguageModelProgress progress;
+  progress.train_draws = read.count(value, "train_draws", kAnyU64);
+  progress.eval_draws = read.count(value, "eval_draws", kAnyU64);
+  const Json& evaluations = read.field(value, "evaluations");
+  TANDEM_CHECK(evaluations.is_array() && evaluations.size() <= static_cast<uint64_t>(step), read.where(),
+               "evaluations is not an array of at most ", step, " evaluations (one per step at most)");
+  for (size_t i = 0; i < evaluations.size(); ++i) {
+    const std::string name = "evaluations[" + std::to_string(i) + "]";
+    read.expect_object(evaluations[i], name, {"step", "train_loss", "val_loss"});
+    LanguageModelEvaluation& e = progress.evaluations.emplace_back();
+    e.step = static_cast<int64_t>(read.count(evaluations[i], "step", static_cast<uint64_t>(step)));
+    const int64_t previous = i == 0 ? 0 : progress.evaluations[i - 1].step;
+    TANDEM_CHECK(e.step > previous, read.where(), name, " is at step ", e.step, " but expected a step after ",
+                 previous);
+    e.train_loss = read.finite(read.field(evaluations[i], "train_loss"), name + ".train_loss");
+    e.val_loss = read.finite(read.field(evaluations[i], "val_loss"), name + ".val_loss");
+  }
+  return progress;
+}
+
 void read_metadata(const std::string& text, const std::string& path, Checkpoint& checkpoint) {
   const MetadataReader read("load_checkpoint: '" + path + "': metadata " + kMetadataKey + ": ");
   const Json state = json::parse_untrusted(text, read.where());
   read.expect_object(
       state, "the metadata",
-      {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "setup", "checksum"});
+      {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "language_model", "setup",
+       "checksum"});
   const std::string format = read.string(state, "format");
   const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
   TANDEM_CHECK(
@@ -164,14 +189,29 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
   checkpoint.generator.device_counters = read.device_counters(generator, "device_counters");
   checkpoint.shuffle_state = read.count(state, "shuffle_state", kAnyU64);
 
-  const Json& s = read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
-  Standardizer& standardizer = checkpoint.standardizer;
-  standardizer.feature_mean = read.numbers(s, "feature_mean", /*positive_only=*/false);
-  standardizer.feature_scale = read.numbers(s, "feature_scale", /*positive_only=*/true);
-  TANDEM_CHECK(standardizer.feature_mean.size() == standardizer.feature_scale.size(), read.where(), "feature_mean has ",
-               standardizer.feature_mean.size(), " entries but feature_scale has ", standardizer.feature_scale.size());
-  standardizer.target_mean = read.finite(read.field(s, "target_mean"), "target_mean");
-  standardizer.target_scale = read.positive(read.field(s, "target_scale"), "target_scale");
+  // A Trainer's checkpoint has the standardization, a language model's its progress: one of the two.
+  const bool language_model = state.contains("language_model");
+  TANDEM_CHECK(language_model != state.contains("standardizer"), read.where(),
+               language_model ? "both the fields \"standardizer\" and \"language_model\" are there"
+                              : "the field \"standardizer\" is missing",
+               language_model ? " but a checkpoint has one of them" : "");
+  if (language_model) {
+    TANDEM_CHECK(with_checksum, read.where(), "a version ", version, " checkpoint has the field \"language_model\", ",
+                 "which only version ", kFirstVersionWithChecksum, " and later have");
+    TANDEM_CHECK(checkpoint.epoch == 0 && checkpoint.shuffle_state == 0, read.where(), "a language model's epoch (",
+                 checkpoint.epoch, ") and shuffle_state (", checkpoint.shuffle_state, ") must be 0");
+    checkpoint.language_model = read_language_model(read, state, checkpoint.step);
+  } else {
+    const Json& s = read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
+    Standardizer& standardizer = checkpoint.standardizer;
+    standardizer.feature_mean = read.numbers(s, "feature_mean", /*positive_only=*/false);
+    standardizer.feature_scale = read.numbers(s, "feature_scale", /*positive_only=*/true);
+    TANDEM_CHECK(standardizer.feature_mean.size() == standardizer.feature_scale.size(), read.where(),
+                 "feature_mean has ", standardizer.feature_mean.size(), " entries but feature_scale has ",
+                 standardizer.feature_scale.size());
+    standardizer.target_mean = read.finite(read.field(s, "target_mean"), "target_mean");
+    standardizer.target_scale = read.positive(read.field(s, "target_scale"), "target_scale");
+  }
 
   const Json& setup = read.field(state, "setup");
   TANDEM_CHECK(setup.is_object() && setup.size() <= kMaxSetupFacts, read.where(), "setup is not an object of at most ",
@@ -224,7 +264,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
   Json device_counters = Json::object();
   for (const auto& [device, counter] : checkpoint.generator.device_counters) device_counters[device.str()] = counter;
   const Standardizer& s = checkpoint.standardizer;
-  const Json state = {
+  Json state = {
       {"format", kFormat},
       {"version", kCheckpointVersion},
       {"epoch", checkpoint.epoch},
@@ -234,14 +274,22 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
         {"counter", checkpoint.generator.counter},
         {"device_counters", device_counters}}},
       {"shuffle_state", checkpoint.shuffle_state},
-      {"standardizer",
-       {{"feature_mean", s.feature_mean},
-        {"feature_scale", s.feature_scale},
-        {"target_mean", s.target_mean},
-        {"target_scale", s.target_scale}}},
       {"setup", checkpoint.setup},
       {"checksum", checkpoint_checksum(file)},
   };
+  if (const std::optional<LanguageModelProgress>& progress = checkpoint.language_model) {
+    Json evaluations = Json::array();
+    for (const LanguageModelEvaluation& e : progress->evaluations) {
+      evaluations.push_back({{"step", e.step}, {"train_loss", e.train_loss}, {"val_loss", e.val_loss}});
+    }
+    state["language_model"] = {
+        {"train_draws", progress->train_draws}, {"eval_draws", progress->eval_draws}, {"evaluations", evaluations}};
+  } else {
+    state["standardizer"] = {{"feature_mean", s.feature_mean},
+                             {"feature_scale", s.feature_scale},
+                             {"target_mean", s.target_mean},
+                             {"target_scale", s.target_scale}};
+  }
   file.metadata[kMetadataKey] = state.dump();
   save_tensors(file.tensors, path, file.metadata);
 }

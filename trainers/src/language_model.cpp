@@ -1,17 +1,21 @@
 #include "tandem/trainers/language_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numbers>
 #include <utility>
 
+#include "checkpoint_restore.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
+#include "tandem/core/random.h"
 #include "tandem/core/splitmix64.h"
 #include "tandem/nn/loss_functions.h"
 #include "tandem/nn/training_mode_guard.h"
 #include "tandem/optim/adam.h"
+#include "tandem/trainers/checkpoint.h"
 
 namespace tandem::trainers {
 namespace {
@@ -90,6 +94,8 @@ Tensor token_cross_entropy(const Tensor& logits, const Tensor& targets) {
 LanguageModelTrainer::LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageModelOptions options)
     : options_(validated(std::move(options))), model_(placed(std::move(model), options_)) {
   if (options_.group) {
+    // Before the parameters' broadcast, which processes of different models could not agree on.
+    check_same_setup(*options_.group, setup(), {}, kTrainer);
     distributed_ = std::make_unique<parallel::DistributedDataParallel>(
         model_, options_.group, parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum});
   } else {
@@ -108,8 +114,39 @@ LanguageModelTrainer::LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageM
 
 LanguageModelTrainer::~LanguageModelTrainer() = default;
 
-void LanguageModelTrainer::on_evaluation(std::function<void(const LanguageModelEvaluation&)> callback) {
+void LanguageModelTrainer::on_evaluation(std::function<void(const LanguageModelEvaluationReport&)> callback) {
   on_evaluation_ = std::move(callback);
+}
+
+void LanguageModelTrainer::on_step_end(std::function<void(int64_t)> callback) { on_step_end_ = std::move(callback); }
+
+SetupFacts LanguageModelTrainer::setup() const {
+  const GPTConfig& c = model_->config();
+  const LanguageModelOptions& o = options_;
+  const auto integer = [](int64_t value) { return std::to_string(value); };
+  SetupFacts facts = {{"task", "language-model"},
+                      {"vocab_size", integer(c.vocab_size)},
+                      {"block_size", integer(c.block_size)},
+                      {"n_layer", integer(c.n_layer)},
+                      {"n_head", integer(c.n_head)},
+                      {"n_embd", integer(c.n_embd)},
+                      {"dropout", exact_text(c.dropout)},
+                      {"bias", c.bias ? "true" : "false"},
+                      {"steps", integer(o.steps)},
+                      {"batch_size", integer(o.batch_size)},
+                      {"lr", exact_text(o.lr)},
+                      {"min_lr", exact_text(o.min_lr)},
+                      {"warmup_steps", integer(o.warmup_steps)},
+                      {"lr_decay_steps", integer(o.lr_decay_steps.value_or(o.steps))},
+                      {"beta1", exact_text(o.beta1)},
+                      {"beta2", exact_text(o.beta2)},
+                      {"weight_decay", exact_text(o.weight_decay)},
+                      {"max_grad_norm", exact_text(o.max_grad_norm)},
+                      {"eval_every", integer(o.eval_every)},
+                      {"eval_batches", integer(o.eval_batches)},
+                      {"seed", std::to_string(o.seed)}};
+  if (o.precision) facts["precision"] = precision_name(*o.precision);
+  return facts;
 }
 
 double LanguageModelTrainer::lr_at(int64_t step) const {
@@ -136,7 +173,7 @@ double LanguageModelTrainer::estimate_loss(const TextDataset& data) {
   const Device device = options_.devices.front();
   Tensor total = Tensor::zeros({}, device);
   for (int64_t i = 0; i < options_.eval_batches; ++i) {
-    const Example batch = data.get_batch(draw_starts(kEvalStream, eval_draws_, options_.batch_size, data.size()));
+    const Example batch = data.get_batch(draw_starts(kEvalStream, progress_.eval_draws, options_.batch_size, data.size()));
     total = total + token_cross_entropy(model_->forward(batch.data.to(device)), batch.target.to(device));
   }
   return static_cast<double>(total.item()) / static_cast<double>(options_.eval_batches);
@@ -154,43 +191,109 @@ LanguageModelResult LanguageModelTrainer::fit(const TextDataset& train, const Te
   const int64_t base = options_.batch_size / world, extra = options_.batch_size % world;
   const int64_t first = rank * base + std::min(rank, extra), rows = base + (rank < extra ? 1 : 0);
 
+  if (options_.group) {
+    // A process resumed from another checkpoint (or none) would train other batches with other moments.
+    const SetupFacts state = {{"state", "step " + std::to_string(steps_done_) + ", windows drawn " +
+                                            std::to_string(progress_.train_draws) + " and " +
+                                            std::to_string(progress_.eval_draws)}};
+    check_same_setup(*options_.group, state, {}, "trainers::LanguageModelTrainer::fit");
+  }
+
   LanguageModelResult result;
   const Clock::time_point start = Clock::now();
   Clock::time_point segment = start;
+  const int64_t first_step = steps_done_;
   Tensor last_loss;
   const auto evaluate = [&](int64_t step) {
-    const float loss = last_loss.item();  // waits for the steps: the segment's time is theirs
-    result.train_seconds += seconds_since(segment);
-    TANDEM_CHECK(std::isfinite(loss), kTrainer, "::fit: the loss of step ", step, " is ", loss);
+    if (last_loss.defined()) {
+      const float loss = last_loss.item();  // waits for the steps: the segment's time is theirs
+      result.train_seconds += seconds_since(segment);
+      TANDEM_CHECK(std::isfinite(loss), kTrainer, "::fit: the loss of step ", step, " is ", loss);
+    }
     const LanguageModelEvaluation evaluation{step, estimate_loss(train), estimate_loss(val)};
     TANDEM_CHECK(std::isfinite(evaluation.train_loss) && std::isfinite(evaluation.val_loss), kTrainer,
                  "::fit: the evaluation after step ", step, " gave losses ", evaluation.train_loss, " and ",
                  evaluation.val_loss);
-    result.evaluations.push_back(evaluation);
-    if (primary() && on_evaluation_) on_evaluation_(evaluation);
+    progress_.evaluations.push_back(evaluation);
+    if (primary() && on_evaluation_) {
+      const double tokens = static_cast<double>((step - first_step) * options_.batch_size * train.block_size());
+      on_evaluation_({.evaluation = evaluation,
+                      .steps = options_.steps,
+                      .lr = lr_at(std::max<int64_t>(step - 1, 0)),
+                      .tokens_per_second = tokens > 0 ? tokens / result.train_seconds : 0.0,
+                      .seconds = seconds_since(start)});
+    }
     segment = Clock::now();
   };
-  for (int64_t step = 0; step < options_.steps; ++step) {
+  for (int64_t step = first_step; step < options_.steps; ++step) {
     const double lr = lr_at(step);
     for (size_t d = 0; d < optimizer_->size(); ++d) optimizer_->optimizer(d).set_lr(lr);
-    const std::vector<int64_t> starts = draw_starts(kTrainStream, train_draws_, options_.batch_size, train.size());
+    const std::vector<int64_t> starts =
+        draw_starts(kTrainStream, progress_.train_draws, options_.batch_size, train.size());
     const Example batch = train.get_batch(std::vector<int64_t>(starts.begin() + first, starts.begin() + first + rows));
     last_loss = step_->step({.features = batch.data, .targets = batch.target, .global_rows = options_.batch_size});
+    steps_done_ = step + 1;
     if (step_->captured()) {
       ++result.captured_steps;
     } else if (!step_->warming_up()) {
       result.eager_reason = step_->fallback_reason();
     }
-    const int64_t done = step + 1;
+    const int64_t done = steps_done_;
     if ((options_.eval_every > 0 && done % options_.eval_every == 0) || done == options_.steps) evaluate(done);
+    if (on_step_end_) on_step_end_(done);
   }
-  result.steps = options_.steps;
-  result.tokens = options_.steps * options_.batch_size * train.block_size();
+  // A fit resumed at its last step from a checkpoint written before the evaluation there (a longer run's).
+  if (progress_.evaluations.empty() || progress_.evaluations.back().step != steps_done_) evaluate(steps_done_);
+  result.steps = steps_done_;
+  result.tokens = (steps_done_ - first_step) * options_.batch_size * train.block_size();
   result.seconds = seconds_since(start);
-  result.tokens_per_second = static_cast<double>(result.tokens) / result.train_seconds;
+  result.tokens_per_second = result.tokens > 0 ? static_cast<double>(result.tokens) / result.train_seconds : 0.0;
+  result.evaluations = progress_.evaluations;
   result.train_loss = result.evaluations.back().train_loss;
   result.val_loss = result.evaluations.back().val_loss;
   return result;
+}
+
+void LanguageModelTrainer::save_checkpoint(const std::string& path) const {
+  if (!primary()) return;
+  Checkpoint checkpoint;
+  checkpoint.model_state = checkpoint_restore::model_state(*model_);
+  checkpoint.optimizer = optimizer_->state_dict();
+  checkpoint.step = steps_done_;
+  checkpoint.generator = generator_state();
+  checkpoint.language_model = progress_;
+  checkpoint.setup = setup();
+  trainers::save_checkpoint(checkpoint, path);
+}
+
+void LanguageModelTrainer::load_checkpoint(const std::string& path) {
+  // Note [All-or-nothing resume] in trainer_checkpoint.cpp: every check before the optimizer's load_state_dict, the
+  // last check and the first write.
+  constexpr const char* kCaller = "trainers::LanguageModelTrainer::load_checkpoint";
+  using namespace checkpoint_restore;
+  Checkpoint checkpoint = trainers::load_checkpoint(path);
+  TANDEM_CHECK(checkpoint.language_model.has_value(), kCaller, ": '", path,
+               "' is a Trainer's checkpoint, not a language model's");
+  refuse_other_setup(kCaller, path, checkpoint.setup, setup(), {"steps"}, "only steps may change on a resume");
+  TANDEM_CHECK(checkpoint.step <= options_.steps, kCaller, ": '", path, "' is at step ", checkpoint.step,
+               " but steps is ", options_.steps, "; steps counts all steps (those before a resume too)");
+  const std::vector<Expected> slots = model_tensors(*model_);
+  const std::vector<Tensor> values = matched_all(kCaller, slots, checkpoint.model_state, path, false);
+  check_state_follows_the_steps(kCaller, checkpoint.optimizer, optimizer_->state_dict().kind, checkpoint.step,
+                                model_->named_parameters(), path);
+  check_undamaged(kCaller, checkpoint, path);
+  load_optimizer_state(kCaller, path, [&] { optimizer_->load_state_dict(checkpoint.optimizer); });
+
+  write(slots, values);
+  if (distributed_) {
+    distributed_->sync_parameters();  // rank 0's values, to every process and replica
+  } else {
+    replicas_->sync_parameters();
+  }
+  (distributed_ ? distributed_->replicated() : *replicas_).sync_buffers();
+  steps_done_ = checkpoint.step;
+  progress_ = *checkpoint.language_model;
+  set_generator_state(checkpoint.generator);
 }
 
 }  // namespace tandem::trainers

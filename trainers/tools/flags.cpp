@@ -102,9 +102,12 @@ void validate(const Flags& flags) {
         "--weight-decay must be a number >= 0, got " + text(flags.weight_decay));
   check(flags.test_fraction >= 0.0 && flags.test_fraction < 1.0,
         "--test-fraction must lie in [0, 1), got " + text(flags.test_fraction));
-  check(flags.checkpoint_every <= flags.epochs, "--checkpoint-every must be at most --epochs (" +
-                                                    std::to_string(flags.epochs) + "), got " +
-                                                    std::to_string(flags.checkpoint_every));
+  // In epochs, or a language model's steps.
+  const bool steps = flags.language_model.has_value();
+  const int64_t most = steps ? flags.language_model->steps : flags.epochs;
+  check(flags.checkpoint_every <= most, std::string("--checkpoint-every must be at most ") +
+                                            (steps ? "--steps (" : "--epochs (") + std::to_string(most) + "), got " +
+                                            std::to_string(flags.checkpoint_every));
   check(flags.allow_change.empty() || flags.resume.has_value(), "--allow-change needs --resume");
 }
 
@@ -212,9 +215,10 @@ void check_distinct_files(const Flags& flags) {
 
 // The language model's flags as given (text, parsed in parse_language_model) and their options.
 struct LanguageModelTexts {
-  std::string n_layer, n_head, n_embd, block_size, steps, eval_every, eval_batches, warmup_steps, min_lr, grad_clip,
-      sample, temperature, top_k;
+  std::string n_layer, n_head, n_embd, block_size, steps, eval_every, eval_batches, warmup_steps, lr_decay_steps,
+      min_lr, grad_clip, sample, temperature, top_k;
   std::vector<CLI::Option*> options;
+  CLI::Option* lr_decay_steps_option = nullptr;
 };
 
 // Defaults of --task language-model for the flags it shares: nanoGPT's character-level Shakespeare configuration
@@ -237,6 +241,10 @@ void add_language_model_options(CLI::App& app, LanguageModelTexts& t) {
   add("--eval-every", t.eval_every, std::to_string(d.eval_every), "steps between evaluations (0: after the last only)");
   add("--eval-batches", t.eval_batches, std::to_string(d.eval_batches), "batches per split per evaluation");
   add("--warmup-steps", t.warmup_steps, std::to_string(d.warmup_steps), "steps of linear learning-rate warm-up");
+  t.lr_decay_steps_option = app.add_option(
+      "--lr-decay-steps", t.lr_decay_steps,
+      "language-model: the step the cosine reaches --min-lr at (default: --steps; give it to resume to more steps)");
+  t.options.push_back(t.lr_decay_steps_option);
   add("--min-lr", t.min_lr, text(d.min_lr), "the learning rate the cosine decays to");
   add("--grad-clip", t.grad_clip, text(d.grad_clip), "clip the gradients' total norm to this (0: off)");
   add("--sample", t.sample, std::to_string(d.sample), "characters to generate after training (0: none)");
@@ -258,6 +266,9 @@ LanguageModelFlags parse_language_model(const LanguageModelTexts& t) {
   f.eval_every = parse_integer<int64_t>("--eval-every", t.eval_every, 0, kMaxSteps);
   f.eval_batches = parse_integer<int64_t>("--eval-batches", t.eval_batches, 1, kMaxSteps);
   f.warmup_steps = parse_integer<int64_t>("--warmup-steps", t.warmup_steps, 0, kMaxSteps);
+  if (t.lr_decay_steps_option->count() > 0) {
+    f.lr_decay_steps = parse_integer<int64_t>("--lr-decay-steps", t.lr_decay_steps, f.warmup_steps, kMaxSteps);
+  }
   f.min_lr = parse_real("--min-lr", t.min_lr);
   f.grad_clip = parse_real("--grad-clip", t.grad_clip);
   check(f.min_lr >= 0.0, "--min-lr must be >= 0, got " + text(f.min_lr));
@@ -413,18 +424,25 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--test-fraction", test_fraction, "The last fraction of the rows is the test set")
       ->capture_default_str();
   CLI::Option* checkpoint = app.add_option("--checkpoint", flags.checkpoint, "Write checkpoints to this path");
-  app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every N epochs (and after the last)")
-      ->capture_default_str()
-      ->needs(checkpoint);
+  CLI::Option* checkpoint_every_option =
+      app.add_option("--checkpoint-every", checkpoint_every,
+                     "Checkpoint every N epochs (and after the last); language-model: every N steps (default: "
+                     "--eval-every)")
+          ->capture_default_str()
+          ->needs(checkpoint);
   CLI::Option* resume = app.add_option("--resume", flags.resume, "Continue from this checkpoint (of the same setup)")
                             ->check(CLI::ExistingFile);
   app.add_option("--allow-change", allow_change,
-                 "Let the resumed run change these (comma-separated): lr (epochs may always change)")
+                 "Let the resumed run change these (comma-separated): lr (epochs, and a language model's steps, may "
+                 "always change)")
       ->needs(resume);
   app.add_option("--metrics", flags.metrics,
-                 "One JSON line per epoch (a resumed run keeps the lines up to its checkpoint)");
+                 "One JSON line per epoch, language-model: per evaluation (a resumed run keeps the lines up to its "
+                 "checkpoint)");
   app.add_option("--summary-json", flags.summary_json, "Write the final metrics as JSON to this file");
-  app.add_option("--plot", flags.plot, "Draw train/test loss and the metric per epoch as an SVG image in this file");
+  app.add_option("--plot", flags.plot,
+                 "Draw train/test loss and the metric per epoch (language-model: train/val loss per evaluation) as "
+                 "an SVG image in this file");
   app.add_flag("--quiet", flags.quiet, "No per-epoch progress (the final summary is still printed)");
   LanguageModelTexts language_model;
   add_language_model_options(app, language_model);
@@ -445,11 +463,11 @@ ParsedFlags parse_flags(int argc, char** argv) {
       // The flags of the tables' tasks have no meaning for a language model: refused rather than ignored.
       for (const CLI::Option* option :
            {epochs_option, features_option, optimizer_option, momentum_option, schedule_option, hidden_option,
-            layers_option, activation_option, checkpoint, resume}) {
+            layers_option, activation_option}) {
         check(!given(option), option->get_name() + " does not apply to --task language-model");
       }
-      for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
-                               "--allow-change", "--metrics", "--plot", "--checkpoint-every"}) {
+      for (const char* name :
+           {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction", "--allow-change"}) {
         check(app.get_option(name)->count() == 0, std::string(name) + " does not apply to --task language-model");
       }
       check(given(data_option), "--task language-model needs --data, a text file");
@@ -460,7 +478,6 @@ ParsedFlags parse_flags(int argc, char** argv) {
                                                       : kLanguageModelWeightDecay;
       flags.dropout = app.get_option("--dropout")->count() > 0 ? parse_real("--dropout", dropout) : kLanguageModelDropout;
       flags.epochs = 1;
-      flags.checkpoint_every = 1;
     } else {
       for (const CLI::Option* option : language_model.options) {
         check(!given(option), option->get_name() + " applies to --task language-model only");
@@ -486,6 +503,10 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.capture = capture == "on" && !no_capture;
     flags.seed = parse_integer<uint64_t>("--seed", seed, 0, std::numeric_limits<uint64_t>::max());
     flags.checkpoint_every = parse_integer<int64_t>("--checkpoint-every", checkpoint_every, 1, kMaxEpochs);
+    if (is_language_model && !given(checkpoint_every_option)) {
+      const LanguageModelFlags& lm = *flags.language_model;
+      flags.checkpoint_every = lm.eval_every > 0 ? std::min(lm.eval_every, lm.steps) : lm.steps;
+    }
     flags.allow_change = parse_allowed_changes(allow_change);
     check(missing == "error" || missing == "drop-row",
           "--missing must be error or drop-row, got \"" + excerpt(missing) + "\"");

@@ -30,6 +30,7 @@ struct LanguageModelFlags {
   int64_t eval_every = 500;
   int64_t eval_batches = 200;
   int64_t warmup_steps = 100;
+  std::optional<int64_t> lr_decay_steps;  // none: steps (nanoGPT's lr_decay_iters = max_iters)
   double min_lr = 1e-4;
   double grad_clip = 1.0;
   int64_t sample = 0;  // characters generated after training (0: none)
@@ -63,7 +64,7 @@ struct Flags {
   uint64_t seed = 0;
   double test_fraction = 0.0;
   std::optional<std::string> checkpoint;
-  int64_t checkpoint_every = 1;
+  int64_t checkpoint_every = 1;  // epochs; steps for a language model (default: its eval_every)
   std::optional<std::string> resume;
   std::set<std::string> allow_change;  // "lr", "epochs": what a resume may change
   std::optional<std::string> metrics;

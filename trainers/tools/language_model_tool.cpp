@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "run_devices.h"
 #include "tandem/tandem.h"
@@ -26,6 +27,7 @@ LanguageModelOptions trainer_options(const Flags& flags, const std::shared_ptr<c
           .lr = flags.lr,
           .min_lr = lm.min_lr,
           .warmup_steps = lm.warmup_steps,
+          .lr_decay_steps = lm.lr_decay_steps,
           .weight_decay = flags.weight_decay,
           .max_grad_norm = lm.grad_clip,
           .eval_every = lm.eval_every,
@@ -48,6 +50,52 @@ void print_banner(const Flags& flags, const TextDataset& train, const TextDatase
             << o.warmup_steps << " steps, cosine to " << o.min_lr << "), betas " << o.beta1 << ", " << o.beta2
             << ", weight decay " << o.weight_decay << ", clip " << o.max_grad_norm << ", precision "
             << precision_name(flags.precision) << ", seed " << flags.seed << std::endl;
+  if (flags.resume) std::cout << "resuming from \"" << *flags.resume << "\" at step " << trainer.step() << std::endl;
+}
+
+// --metrics: one JSON line per evaluation, as the table tasks' per epoch (Note [Paced file writes]):
+//   {"step":500,"steps":5000,"train_loss":1.62,"val_loss":1.79,"lr":0.00097,"tokens_per_second":1.2e6,"seconds":9.1}
+// A resumed run keeps the lines up to its checkpoint's step.
+class EvaluationLog {
+ public:
+  EvaluationLog(const std::string& path, bool resume, int64_t step) : file_(path, "step", "--metrics") {
+    file_.begin(resume, step);
+  }
+  ~EvaluationLog() {
+    try {
+      file_.end();
+    } catch (const std::exception&) {
+      // best effort: what was appended is in the file, and the run's error is what matters
+    }
+  }
+  void add(const LanguageModelEvaluationReport& r) {
+    const nlohmann::ordered_json line = {{"step", r.evaluation.step},
+                                         {"steps", r.steps},
+                                         {"train_loss", r.evaluation.train_loss},
+                                         {"val_loss", r.evaluation.val_loss},
+                                         {"lr", r.lr},
+                                         {"tokens_per_second", r.tokens_per_second},
+                                         {"seconds", r.seconds}};
+    file_.append(r.evaluation.step, line.dump(), r.evaluation.step == r.steps);
+  }
+
+ private:
+  JsonLinesFile file_;
+};
+
+// --plot: the train and val loss of every evaluation of the run (those before a resume too), redrawn atomically
+// after each (evaluations are hundreds of steps apart, so the redraws cost nothing beside them).
+void draw_losses(const std::string& path, const std::vector<LanguageModelEvaluation>& evaluations) {
+  LineChart chart{"loss (cross-entropy)", "step", "nats per character", {}, {}};
+  chart.log_y = true;
+  std::vector<double> train, val;
+  for (const LanguageModelEvaluation& e : evaluations) {
+    chart.x.push_back(static_cast<double>(e.step));
+    train.push_back(e.train_loss);
+    val.push_back(e.val_loss);
+  }
+  chart.series = {{"train", train, kTrainColour}, {"val", val, kTestColour}};
+  write_file_atomically(path, render_svg({chart}), "--plot");
 }
 
 std::string describe_steps(const LanguageModelResult& result) {
@@ -103,6 +151,17 @@ void write_summary(const std::string& path, const LanguageModelResult& result, c
   write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }
 
+void resume(LanguageModelTrainer& trainer, const std::string& path) {
+  try {
+    trainer.load_checkpoint(path);
+  } catch (const SetupMismatch& e) {
+    const bool schedule = std::string_view(e.what()).find("lr_decay_steps: ") != std::string_view::npos;
+    if (!schedule) throw;
+    throw SetupMismatch(std::string(e.what()) +
+                        "; give --lr-decay-steps (the same in both runs) to resume to more steps on one schedule");
+  }
+}
+
 }  // namespace
 
 int train_language_model(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) {
@@ -114,15 +173,27 @@ int train_language_model(const Flags& flags, const std::shared_ptr<comm::Process
   manual_seed(flags.seed);
   const std::shared_ptr<GPT> gpt = make_gpt(gpt_config(flags, train.vocab_size()));
   LanguageModelTrainer trainer(gpt, trainer_options(flags, group));
-  if (primary && !flags.quiet) {
-    print_banner(flags, train, val, *gpt, trainer, *group);
-    trainer.on_evaluation([](const LanguageModelEvaluation& e) {
+  if (flags.resume) resume(trainer, *flags.resume);
+  if (primary && !flags.quiet) print_banner(flags, train, val, *gpt, trainer, *group);
+  std::optional<EvaluationLog> log;
+  if (primary && flags.metrics) log.emplace(*flags.metrics, flags.resume.has_value(), trainer.step());
+  trainer.on_evaluation([&](const LanguageModelEvaluationReport& r) {
+    if (!flags.quiet) {
+      const LanguageModelEvaluation& e = r.evaluation;
       std::printf("step %lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(e.step), e.train_loss,
                   e.val_loss);
       std::fflush(stdout);
+    }
+    if (log) log->add(r);
+    if (flags.plot) draw_losses(*flags.plot, trainer.evaluations());
+  });
+  if (flags.checkpoint) {
+    trainer.on_step_end([&](int64_t step) {
+      if (step % flags.checkpoint_every == 0 || step == lm.steps) trainer.save_checkpoint(*flags.checkpoint);
     });
   }
   const LanguageModelResult result = trainer.fit(train, val);
+  if (primary && flags.plot) draw_losses(*flags.plot, result.evaluations);  // a resume with no step left too
   const std::vector<std::vector<std::string>> devices_by_rank = rank_devices(*group);
   if (!primary) return 0;
   std::printf("done: %lld steps in %.3f s on %s, %.0f tokens/s\n", static_cast<long long>(result.steps),

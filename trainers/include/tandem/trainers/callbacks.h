@@ -46,6 +46,44 @@ class ProgressPrinter : public Callback {
 //    best effort, when it is destroyed): the image is a view of the run, redrawn from the epochs of the run.
 inline constexpr std::chrono::milliseconds kDefaultFileSyncInterval{2000};
 
+// A file of JSON lines, each an object with a non-negative integer counter under `key` ("epoch", "step"), written as
+// Note [Paced file writes] says; the mechanics of MetricsLogger and of tandem-train's language-model metrics. Messages
+// start with `owner`. Throws Error when the path cannot be written (checked at construction, see check_writable).
+class JsonLinesFile {
+ public:
+  JsonLinesFile(std::string path, std::string key, std::string owner,
+                std::chrono::milliseconds sync_interval = kDefaultFileSyncInterval);
+  ~JsonLinesFile();
+  JsonLinesFile(const JsonLinesFile&) = delete;
+  JsonLinesFile& operator=(const JsonLinesFile&) = delete;
+  // Rewrites the file atomically with the lines held so far (with `resume`, first read from the existing file, if
+  // any, dropping a last line without its newline) whose counter is at most `keep_up_to`, then opens it for
+  // appending. Errors: an existing file that is not such JSON lines (naming the line).
+  void begin(bool resume, int64_t keep_up_to);
+  // Appends `line` (whose counter is `counter`) in one write; fsyncs when `last` or when sync_interval has passed.
+  void append(int64_t counter, const std::string& line, bool last);
+  // Fsyncs and closes the file.
+  void end();
+
+ private:
+  struct Line {
+    int64_t counter;
+    std::string json;
+  };
+  std::vector<Line> read_lines() const;
+  void write_lines() const;
+  void sync();
+  void close_file() noexcept;
+
+  std::string path_;
+  std::string key_;
+  std::string owner_;
+  std::chrono::milliseconds sync_interval_;
+  std::vector<Line> lines_;  // the file's contents, in order
+  int fd_ = -1;              // the file, open for appending, between begin and end
+  std::chrono::steady_clock::time_point last_sync_;
+};
+
 // Keeps one JSON object per epoch in a file ("JSON lines"):
 //   {"epoch":3,"epochs":150,"step":36,"train_loss":3011.2,"test_mse":2950.1,"test_r2":0.54,"seconds":0.003}
 // (a classifier's lines hold train_accuracy, test_loss and test_accuracy in place of test_mse and test_r2)
@@ -58,29 +96,13 @@ class MetricsLogger : public Callback {
  public:
   explicit MetricsLogger(const std::string& path, bool append = false,
                          std::chrono::milliseconds sync_interval = kDefaultFileSyncInterval);
-  ~MetricsLogger() override;
-  MetricsLogger(const MetricsLogger&) = delete;
-  MetricsLogger& operator=(const MetricsLogger&) = delete;
   void on_fit_begin(const Trainer& trainer) override;
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
   void on_fit_end(const Trainer& trainer, const FitResult& result) override;
 
  private:
-  struct Line {
-    int64_t epoch;
-    std::string json;
-  };
-  static std::vector<Line> read_lines(const std::string& path);
-  void write_lines() const;
-  void sync();
-  void close_file() noexcept;
-
-  std::string path_;
+  JsonLinesFile file_;
   bool append_;
-  std::chrono::milliseconds sync_interval_;
-  std::vector<Line> lines_;  // the file's contents, in order
-  int fd_ = -1;              // the file, open for appending, between on_fit_begin and on_fit_end
-  std::chrono::steady_clock::time_point last_sync_;
 };
 
 // Draws the run as an SVG image (svg_chart.h), rewritten atomically (write_file_atomically) as Note [Paced file

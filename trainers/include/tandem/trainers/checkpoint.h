@@ -11,6 +11,9 @@
 //     and the metadata entry "tandem.optimizer" (any optimizer: SGD's momentum, Adam's moments and step counts);
 //   - under the metadata key "tandem.trainer", a JSON object with the counters, the generator and shuffle states,
 //     the standardization and the run's setup facts (see run_setup.h).
+// A LanguageModelTrainer's checkpoint (version 5 only) holds, in place of the standardization, "language_model": the
+// positions of its two window streams and its evaluations so far (language_model_progress.h); its epoch and shuffle
+// state are 0.
 // Version 3 (still read): "model.<name>" for the parameters only (no buffers), SGD's momentum buffers (or a custom
 // optimizer's Optimizer::state()) as "momentum.<name>", no optimizer metadata, and the same trainer metadata.
 //
@@ -20,6 +23,7 @@
 // the current epoch (set_last_epoch) before every epoch: the epoch counter is the schedule's position.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +31,7 @@
 #include "tandem/core/random.h"
 #include "tandem/core/tensor.h"
 #include "tandem/optim/optimizer_state.h"
+#include "tandem/trainers/language_model_progress.h"
 #include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/standardize.h"
 
@@ -46,7 +51,8 @@ struct Checkpoint {
   int64_t step = 0;            // optimizer steps completed
   GeneratorState generator;    // tandem::generator_state()
   uint64_t shuffle_state = 0;  // DataLoader::shuffle_state() before the next epoch
-  Standardizer standardizer;
+  Standardizer standardizer;  // a Trainer's (empty in a language model's)
+  std::optional<LanguageModelProgress> language_model;  // a LanguageModelTrainer's
   SetupFacts setup;  // Trainer::setup() when it was written
   // Version 5 and later, as load_checkpoint read them: the checksum the file recorded when it was written, and the
   // checksum of the data it holds now; they differ for a file damaged since (save_checkpoint computes its own).

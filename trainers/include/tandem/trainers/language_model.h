@@ -10,6 +10,12 @@
 //   - every eval_every steps and after the last, the mean loss of eval_batches batches of each split (nanoGPT's
 //     estimate_loss: random windows from an evaluation stream of the seed, the model in eval mode, no gradients), read
 //     once per evaluation; the steps in between are not waited for.
+// A checkpoint (save_checkpoint, checkpoint.h) holds the model (a tied tensor once), the AdamW state, the step count,
+// the positions of the two window streams, the global generator (dropout's draws), the evaluations so far and the
+// setup facts (setup()); a trainer of the same setup that loads it (load_checkpoint) and fits continues the run the
+// checkpoint was written in exactly: the same windows, dropout masks, learning rates, parameters and evaluations as
+// if it had never stopped. A run of fewer steps evaluates after its last step, so its checkpoint goes on as a longer
+// run of the same setup would only when that step is one of eval_every's.
 // Each step is one parallel::TrainingStep, captured as a CUDA graph where it can be (Note [Capturing a step] in
 // parallel/training_step.h); LanguageModelResult says how many steps replayed a graph and why the others did not.
 //
@@ -36,6 +42,8 @@
 #include "tandem/parallel/replicated_optimizer.h"
 #include "tandem/parallel/training_step.h"
 #include "tandem/trainers/gpt.h"
+#include "tandem/trainers/language_model_progress.h"
+#include "tandem/trainers/run_setup.h"
 #include "tandem/trainers/text_dataset.h"
 
 namespace tandem::trainers {
@@ -62,22 +70,24 @@ struct LanguageModelOptions {
   uint64_t seed = 1337;  // of the batches' draws (the model's initialization is the caller's)
 };
 
-// An evaluation: after `step` steps, the mean loss of each split's evaluation batches (nats per token).
-struct LanguageModelEvaluation {
-  int64_t step = 0;
-  double train_loss = 0.0;
-  double val_loss = 0.0;
+// What on_evaluation reports: the evaluation and where the fit stands.
+struct LanguageModelEvaluationReport {
+  LanguageModelEvaluation evaluation;
+  int64_t steps = 0;                // options.steps
+  double lr = 0.0;                  // of the evaluation's step (the last one trained)
+  double tokens_per_second = 0.0;   // this fit's steps so far over their time (0 before any)
+  double seconds = 0.0;             // since this fit began
 };
 
 struct LanguageModelResult {
-  int64_t steps = 0;
-  int64_t tokens = 0;       // trained on: steps * batch_size * block_size
+  int64_t steps = 0;        // in all, those before a resume too
+  int64_t tokens = 0;       // trained on in this fit: its steps * batch_size * block_size
   double seconds = 0.0;     // the whole of fit(), evaluations included
   double train_seconds = 0.0;  // the steps alone (the evaluations' time left out)
-  double tokens_per_second = 0.0;  // tokens / train_seconds
+  double tokens_per_second = 0.0;  // tokens / train_seconds (0 for a fit that had no steps left)
   double train_loss = 0.0;  // of the last evaluation
   double val_loss = 0.0;
-  std::vector<LanguageModelEvaluation> evaluations;
+  std::vector<LanguageModelEvaluation> evaluations;  // of the whole run, those before a resume too
   int64_t captured_steps = 0;
   std::string eager_reason;  // why the last eager step after the warm-up was not captured; "" when all were
 };
@@ -91,13 +101,34 @@ class LanguageModelTrainer {
   LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageModelOptions options);
   ~LanguageModelTrainer();
 
-  // Called on rank 0 after each evaluation (progress printing).
-  void on_evaluation(std::function<void(const LanguageModelEvaluation&)> callback);
+  // Called on rank 0 after each evaluation (progress printing, metrics, plots).
+  void on_evaluation(std::function<void(const LanguageModelEvaluationReport&)> callback);
+  // Called on every process after each step and its evaluation, if any, with the steps done so far (periodic
+  // checkpoints: the state there is one a resume continues from).
+  void on_step_end(std::function<void(int64_t step)> callback);
 
-  // Trains options.steps steps on `train` and evaluates on both splits. Collective under a group: every process calls
-  // it with the same data. Errors: data sets whose block_size differs from each other's or exceeds the model's, or
-  // whose vocabulary is larger than the model's; a loss that becomes NaN or infinite (at the evaluation that sees it).
+  // Trains from step() up to options.steps steps on `train` and evaluates on both splits (and after the last step,
+  // unless the run's last evaluation is there). Collective under a group: every process calls it with the same data
+  // and state (checked: an Error naming the rank that differs). Errors: data sets whose block_size differs from each
+  // other's or exceeds the model's, or whose vocabulary is larger than the model's; a loss that becomes NaN or
+  // infinite (at the evaluation that sees it).
   LanguageModelResult fit(const TextDataset& train, const TextDataset& val);
+
+  // What a checkpoint records of the run and a resume must find again: the task, the GPT's configuration and every
+  // option that shapes the steps ("n_layer": "6", "lr": "0.001", ...; "lr_decay_steps" as resolved, "precision" when
+  // set). steps may change on a resume (a run goes on for longer); nothing else may.
+  SetupFacts setup() const;
+  // Writes a checkpoint of the state after step() steps (checkpoint.h), atomically, on rank 0 only (the other
+  // processes' state is the same). Errors: save_checkpoint's.
+  void save_checkpoint(const std::string& path) const;
+  // Restores a checkpoint's state, all or nothing (Note [All-or-nothing resume] in trainer_checkpoint.cpp): the file
+  // is validated as hostile input and checked against this trainer before anything is written. Collective under a
+  // group (each process reads the file; rank 0's parameters are broadcast). Errors: load_checkpoint's; a Trainer's
+  // checkpoint; SetupMismatch for another setup, listing each differing fact ("n_layer: 2 in the checkpoint, 1
+  // now"); a checkpoint past options.steps; tensors or an optimizer state that do not fit the model; a damaged file.
+  void load_checkpoint(const std::string& path);
+  int64_t step() const { return steps_done_; }
+  const std::vector<LanguageModelEvaluation>& evaluations() const { return progress_.evaluations; }
 
   // The mean loss of options.eval_batches random batches of `data` on devices[0] (eval mode, no gradients), drawn
   // from the evaluation stream (each call draws new ones).
@@ -121,9 +152,10 @@ class LanguageModelTrainer {
   std::unique_ptr<parallel::ReplicatedModule> replicas_;
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
   std::unique_ptr<parallel::TrainingStep> step_;
-  std::function<void(const LanguageModelEvaluation&)> on_evaluation_;
-  uint64_t train_draws_ = 0;  // values drawn from the batches' stream
-  uint64_t eval_draws_ = 0;   // from the evaluation stream
+  std::function<void(const LanguageModelEvaluationReport&)> on_evaluation_;
+  std::function<void(int64_t)> on_step_end_;
+  int64_t steps_done_ = 0;
+  LanguageModelProgress progress_;  // the streams' positions and the evaluations
 };
 
 }  // namespace tandem::trainers
