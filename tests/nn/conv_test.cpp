@@ -162,6 +162,27 @@ TEST_P(Conv2dTest, GradientsOnlyWhereAsked) {
   expect_values(weight.grad(), expected, {3, 2, 3, 3}, 1e-5, 1e-5);
 }
 
+// Note [Precision modes]: the products follow default_precision() (an autocast scope) unless a precision is given,
+// as the layer's set_precision does; bfloat16 rounds the operands, so its values differ from float32's.
+TEST_P(Conv2dTest, ProductsRunInThePrecisionAskedFor) {
+  manual_seed(8);
+  nn::Conv2d conv(3, 4, 3, {.padding = 1}, device());
+  const Tensor x = Tensor::randn({2, 3, 5, 5}, device());
+  const Conv2dGeometry padded{.padding_begin = {1, 1}, .padding_end = {1, 1}};
+  const Tensor bf16 = convolution2d(x, conv.weight, conv.bias, padded, Precision::BFloat16);
+  {
+    AutocastGuard autocast(DType::BFloat16);
+    testing::expect_close(conv(x), bf16, 0, 0);
+  }
+  const Tensor fp32 = conv(x);
+  EXPECT_GT(max_abs_diff(fp32, bf16), 0.0);
+  EXPECT_LT(max_abs_diff(fp32, bf16), 0.05);
+  conv.set_precision(Precision::BFloat16);
+  testing::expect_close(conv(x), bf16, 0, 0);
+  conv.set_precision(Precision::TF32);
+  testing::expect_close(conv(x), convolution2d(x, conv.weight, conv.bias, padded, Precision::TF32), 0, 0);
+}
+
 TEST_P(Conv2dTest, LayerHasPyTorchsParametersAndInitialization) {
   manual_seed(9);
   nn::Conv2d conv(4, 6, {3, 2}, {.stride = 2, .padding = 1, .groups = 2}, device());
