@@ -57,28 +57,24 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size) {
   return adaptive_avg_pool("nn::adaptive_avg_pool2d", input, output_size);
 }
 
-MaxPool2d::MaxPool2d(Size2d kernel_size, MaxPool2dOptions options) : kernel_size_(kernel_size), options_(options) {}
-
 Tensor MaxPool2d::forward(const Tensor& input) {
-  return max_pool("nn::MaxPool2d", input, kernel_size_, options_.stride, options_.padding, options_.dilation,
-                  options_.ceil_mode);
+  return max_pool("nn::MaxPool2d", input, kernel_size(), options().stride, options().padding, options().dilation,
+                  options().ceil_mode);
 }
 
 std::string MaxPool2d::extra_repr() const {
-  return pool_repr(kernel_size_, options_.stride, options_.padding, options_.ceil_mode) +
-         ", dilation=" + detail::pair_text(options_.dilation);
+  return pool_repr(kernel_size(), options().stride, options().padding, options().ceil_mode) +
+         ", dilation=" + detail::pair_text(options().dilation);
 }
 
-AvgPool2d::AvgPool2d(Size2d kernel_size, AvgPool2dOptions options) : kernel_size_(kernel_size), options_(options) {}
-
 Tensor AvgPool2d::forward(const Tensor& input) {
-  return avg_pool("nn::AvgPool2d", input, kernel_size_, options_.stride, options_.padding, options_.ceil_mode,
-                  options_.count_include_pad);
+  return avg_pool("nn::AvgPool2d", input, kernel_size(), options().stride, options().padding, options().ceil_mode,
+                  options().count_include_pad);
 }
 
 std::string AvgPool2d::extra_repr() const {
-  return pool_repr(kernel_size_, options_.stride, options_.padding, options_.ceil_mode) +
-         ", count_include_pad=" + (options_.count_include_pad ? "true" : "false");
+  return pool_repr(kernel_size(), options().stride, options().padding, options().ceil_mode) +
+         ", count_include_pad=" + (options().count_include_pad ? "true" : "false");
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2d output_size) : output_size_(output_size) {}

@@ -33,17 +33,6 @@ struct MaxPool2dOptions {
   bool ceil_mode = false;
 };
 
-class MaxPool2d : public Cloneable<MaxPool2d> {
- public:
-  explicit MaxPool2d(Size2d kernel_size, MaxPool2dOptions options = {});
-  Tensor forward(const Tensor& input) override;  // max_pool2d with the layer's sizes
-  std::string extra_repr() const override;
-
- private:
-  Size2d kernel_size_;
-  MaxPool2dOptions options_;
-};
-
 struct AvgPool2dOptions {
   Size2d stride{};  // not given: kernel_size
   Size2d padding = 0;
@@ -51,15 +40,32 @@ struct AvgPool2dOptions {
   bool count_include_pad = true;
 };
 
-class AvgPool2d : public Cloneable<AvgPool2d> {
+// What a pooling layer over fixed windows keeps: its kernel size and options (checked when it runs, as PyTorch).
+template <typename Self, typename Options>
+class FixedWindowPool2d : public Cloneable<Self> {
  public:
-  explicit AvgPool2d(Size2d kernel_size, AvgPool2dOptions options = {});
-  Tensor forward(const Tensor& input) override;  // avg_pool2d with the layer's sizes
-  std::string extra_repr() const override;
+  explicit FixedWindowPool2d(Size2d kernel_size, Options options = {})
+      : kernel_size_(kernel_size), options_(options) {}
+  const Size2d& kernel_size() const { return kernel_size_; }
+  const Options& options() const { return options_; }
 
  private:
   Size2d kernel_size_;
-  AvgPool2dOptions options_;
+  Options options_;
+};
+
+class MaxPool2d : public FixedWindowPool2d<MaxPool2d, MaxPool2dOptions> {
+ public:
+  using FixedWindowPool2d::FixedWindowPool2d;
+  Tensor forward(const Tensor& input) override;  // max_pool2d with the layer's sizes
+  std::string extra_repr() const override;
+};
+
+class AvgPool2d : public FixedWindowPool2d<AvgPool2d, AvgPool2dOptions> {
+ public:
+  using FixedWindowPool2d::FixedWindowPool2d;
+  Tensor forward(const Tensor& input) override;  // avg_pool2d with the layer's sizes
+  std::string extra_repr() const override;
 };
 
 class AdaptiveAvgPool2d : public Cloneable<AdaptiveAvgPool2d> {
