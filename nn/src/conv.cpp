@@ -41,9 +41,8 @@ Tensor convolve(const char* caller, const Tensor& input, const Tensor& weight, c
   TANDEM_CHECK(weight.defined(), caller, ": weight is undefined");
   const Size2 kernel = weight.dim() == 4 ? Size2{weight.size(2), weight.size(3)} : Size2{1, 1};
   const Conv2dGeometry geometry = geometry_of(caller, options, kernel);
-  return detail::on_image_batch(caller, input, [&](const Tensor& batch) {
-    return convolution2d(batch, weight, bias, geometry, precision);
-  });
+  return detail::on_image_batch(
+      caller, input, [&](const Tensor& batch) { return convolution2d(batch, weight, bias, geometry, precision); });
 }
 
 }  // namespace
@@ -80,7 +79,8 @@ Tensor Conv2d::forward(const Tensor& input) {
 
 std::string Conv2d::extra_repr() const {
   std::string text = std::to_string(in_channels_) + ", " + std::to_string(out_channels_) +
-                     ", kernel_size=" + detail::pair_text(kernel_size_) + ", stride=" + detail::pair_text(options_.stride);
+                     ", kernel_size=" + detail::pair_text(kernel_size_) +
+                     ", stride=" + detail::pair_text(options_.stride);
   const Conv2dPadding& padding = options_.padding;
   if (!padding.mode().empty()) {
     text += ", padding=" + padding.mode();

@@ -31,14 +31,14 @@ Tensor max_pool(const char* caller, const Tensor& input, const Size2d& kernel_si
 Tensor avg_pool(const char* caller, const Tensor& input, const Size2d& kernel_size, const Size2d& stride,
                 const Size2d& padding, bool ceil_mode, bool count_include_pad) {
   const Pool2dGeometry geometry = geometry_of(caller, kernel_size, stride, padding, 1, ceil_mode);
-  return detail::on_image_batch(caller, input, [&](const Tensor& batch) {
-    return avg_pooling2d(batch, geometry, count_include_pad);
-  });
+  return detail::on_image_batch(caller, input,
+                                [&](const Tensor& batch) { return avg_pooling2d(batch, geometry, count_include_pad); });
 }
 
 Tensor adaptive_avg_pool(const char* caller, const Tensor& input, const Size2d& output_size) {
   const Size2 size = detail::given(caller, "output_size", output_size);
-  return detail::on_image_batch(caller, input, [&](const Tensor& batch) { return adaptive_avg_pooling2d(batch, size); });
+  return detail::on_image_batch(caller, input,
+                                [&](const Tensor& batch) { return adaptive_avg_pooling2d(batch, size); });
 }
 
 }  // namespace

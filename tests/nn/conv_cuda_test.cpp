@@ -31,8 +31,8 @@ void expect_near_relative(const Tensor& actual, const Tensor& expected, double t
     max_value = std::max(max_value, std::abs(b[i]));
   }
   EXPECT_TRUE(max_error <= tolerance * std::max(max_value, 1.0))
-      << what << ": max abs error " << max_error << " at " << worst << " (got " << a[worst] << ", expected "
-      << b[worst] << "), max |expected| " << max_value;
+      << what << ": max abs error " << max_error << " at " << worst << " (got " << a[worst] << ", expected " << b[worst]
+      << "), max |expected| " << max_value;
 }
 
 struct ConvShape {
@@ -47,16 +47,17 @@ std::vector<ConvShape> grid() {
       {{3, 8, 12, 12}, {8, 1, 3, 3}, {.stride = {2, 2}, .padding_begin = {1, 1}, .padding_end = {1, 1}, .groups = 8}},
       {{2, 4, 10, 9}, {4, 4, 4, 2}, {.padding_begin = {1, 0}, .padding_end = {2, 1}, .dilation = {1, 2}}},
       {{1, 16, 7, 7}, {32, 16, 1, 1}, {}},
-      {{2, 6, 13, 11}, {9, 2, 5, 3}, {.stride = {3, 2}, .padding_begin = {2, 1}, .padding_end = {2, 1},
-                                      .dilation = {2, 1}, .groups = 3}},
+      {{2, 6, 13, 11},
+       {9, 2, 5, 3},
+       {.stride = {3, 2}, .padding_begin = {2, 1}, .padding_end = {2, 1}, .dilation = {2, 1}, .groups = 3}},
       {{64, 1, 8, 8}, {32, 1, 3, 3}, {.padding_begin = {1, 1}, .padding_end = {1, 1}}},  // the digits CNN's first
   };
 }
 
 std::string describe(const ConvShape& c, Precision precision) {
   std::ostringstream os;
-  os << "input " << to_string(c.input) << " weight " << to_string(c.weight) << " stride " << c.geometry.stride[0]
-     << "," << c.geometry.stride[1] << " groups " << c.geometry.groups << " " << precision_name(precision);
+  os << "input " << to_string(c.input) << " weight " << to_string(c.weight) << " stride " << c.geometry.stride[0] << ","
+     << c.geometry.stride[1] << " groups " << c.geometry.groups << " " << precision_name(precision);
   return os.str();
 }
 
@@ -80,8 +81,8 @@ TEST(Conv2dCudaTest, MatchesTheCpuOnAGridInEveryPrecision) {
     const Tensor x = Tensor::randn(c.input), w = Tensor::randn(c.weight), b = Tensor::randn({c.weight[0]});
     const Tensor out_shape = convolution2d(x, w, b, c.geometry);
     const Tensor g = Tensor::randn(out_shape.shape());
-    for (const auto& [precision, tolerance] :
-         {std::pair{Precision::Float32, 1e-5}, std::pair{Precision::TF32, 2e-3}, std::pair{Precision::BFloat16, 2e-3}}) {
+    for (const auto& [precision, tolerance] : {std::pair{Precision::Float32, 1e-5}, std::pair{Precision::TF32, 2e-3},
+                                               std::pair{Precision::BFloat16, 2e-3}}) {
       const std::string what = describe(c, precision);
       const Gradients want = run(c, x, w, b, g, Device::cpu(), precision);
       const Gradients got = run(c, x, w, b, g, kGpu, precision);
@@ -103,10 +104,10 @@ TEST(Conv2dCudaTest, AutocastRunsTheProductsInBFloat16) {
     AutocastGuard autocast(DType::BFloat16);
     autocast_out = conv(x);
   }
-  testing::expect_close(autocast_out, convolution2d(x, conv.weight, conv.bias,
-                                                    {.padding_begin = {1, 1}, .padding_end = {1, 1}},
-                                                    Precision::BFloat16),
-                        0, 0);
+  testing::expect_close(
+      autocast_out,
+      convolution2d(x, conv.weight, conv.bias, {.padding_begin = {1, 1}, .padding_end = {1, 1}}, Precision::BFloat16),
+      0, 0);
   expect_near_relative(autocast_out, conv(x), 3e-2, "bf16 against fp32");
 }
 
@@ -118,8 +119,7 @@ TEST(Conv2dCudaTest, ForwardAndBackwardReplayInACapturedGraph) {
   const Tensor w = Tensor::randn(c.weight, kGpu).set_requires_grad();
   const Tensor b = Tensor::randn({c.weight[0]}, kGpu).set_requires_grad();
   const auto step = [&] {
-    const Tensor pooled =
-        max_pooling2d(relu(convolution2d(x, w, b, c.geometry)), {.kernel = {2, 2}, .stride = {2, 2}});
+    const Tensor pooled = max_pooling2d(relu(convolution2d(x, w, b, c.geometry)), {.kernel = {2, 2}, .stride = {2, 2}});
     sum(adaptive_avg_pooling2d(pooled, {1, 1})).backward();
   };
   step();  // warms the allocator and every kernel up outside the capture

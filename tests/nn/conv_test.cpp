@@ -48,8 +48,8 @@ std::vector<double> conv_reference(const ConvCase& k, const std::vector<double>&
                 const int64_t s = x * k.stride[1] - k.padding_begin[1] + j * k.dilation[1];
                 if (r < 0 || r >= k.h || s < 0 || s >= k.w) continue;
                 const int64_t c = o / og * cg + ci;
-                total += in[((n * k.c + c) * k.h + r) * k.w + s] *
-                         w[((o * cg + ci) * k.kernel[0] + i) * k.kernel[1] + j];
+                total +=
+                    in[((n * k.c + c) * k.h + r) * k.w + s] * w[((o * cg + ci) * k.kernel[0] + i) * k.kernel[1] + j];
               }
           out[((n * k.o + o) * oh + y) * ow + x] = total;
         }
@@ -64,11 +64,17 @@ int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t begin, int6
 ConvCase same_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, Size2 kernel, Size2 dilation,
                    int64_t groups) {
   const Size2 total{dilation[0] * (kernel[0] - 1), dilation[1] * (kernel[1] - 1)};
-  return {n,      c,     h,
-          w,      o,     kernel,
-          {1, 1}, {total[0] / 2, total[1] / 2},
+  return {n,
+          c,
+          h,
+          w,
+          o,
+          kernel,
+          {1, 1},
+          {total[0] / 2, total[1] / 2},
           {total[0] - total[0] / 2, total[1] - total[1] / 2},
-          dilation, groups,
+          dilation,
+          groups,
           {.padding = "same", .dilation = {dilation[0], dilation[1]}, .groups = groups}};
 }
 
@@ -76,8 +82,18 @@ std::vector<ConvCase> grid() {
   return {
       {2, 3, 7, 6, 4, {3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, {}},
       {1, 4, 8, 7, 6, {3, 2}, {2, 1}, {1, 0}, {1, 0}, {1, 1}, 2, {.stride = {2, 1}, .padding = {1, 0}, .groups = 2}},
-      {2, 4, 9, 9, 4, {3, 3}, {2, 2}, {2, 2}, {2, 2}, {2, 1}, 4,
-       {.stride = 2, .padding = 2, .dilation = {2, 1}, .groups = 4}},  // depthwise
+      {2,
+       4,
+       9,
+       9,
+       4,
+       {3, 3},
+       {2, 2},
+       {2, 2},
+       {2, 2},
+       {2, 1},
+       4,
+       {.stride = 2, .padding = 2, .dilation = {2, 1}, .groups = 4}},                           // depthwise
       {2, 3, 5, 6, 6, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {.padding = 1, .groups = 3}},  // depthwise x2
       {1, 2, 5, 6, 3, {1, 1}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, {.padding = "valid"}},
       {1, 2, 6, 7, 5, {4, 4}, {3, 2}, {0, 1}, {0, 1}, {1, 1}, 1, {.stride = {3, 2}, .padding = {0, 1}}},
@@ -98,8 +114,8 @@ TEST_P(Conv2dTest, ForwardMatchesFloat64ReferenceOnAGrid) {
     const int64_t oh = out_size(k.h, k.kernel[0], k.stride[0], k.padding_begin[0], k.padding_end[0], k.dilation[0]);
     const int64_t ow = out_size(k.w, k.kernel[1], k.stride[1], k.padding_begin[1], k.padding_end[1], k.dilation[1]);
     expect_values(nn::conv2d(input, weight, bias, k.options),
-                  conv_reference(k, to_double(input), to_double(weight), to_double(bias), oh, ow),
-                  {k.n, k.o, oh, ow}, 1e-5, 1e-5);
+                  conv_reference(k, to_double(input), to_double(weight), to_double(bias), oh, ow), {k.n, k.o, oh, ow},
+                  1e-5, 1e-5);
     expect_values(nn::conv2d(input, weight, {}, k.options),
                   conv_reference(k, to_double(input), to_double(weight), {}, oh, ow), {k.n, k.o, oh, ow}, 1e-5, 1e-5);
   }
@@ -242,7 +258,8 @@ TEST_P(Conv2dTest, ErrorsNameTheCause) {
   EXPECT_ERROR(nn::conv2d(x, w, {}, {.padding = -1}), "padding_begin is [-1, -1]");
   EXPECT_ERROR(nn::conv2d(x, w, {}, {.stride = 2, .padding = "same"}), "padding \"same\" needs stride 1");
   EXPECT_ERROR(nn::conv2d(x, w, {}, {.padding = "full"}), "padding is \"full\" but expected");
-  EXPECT_ERROR(nn::conv2d(x, Tensor::randn({2, 4, 6, 3}, device())), "the padded input has 5 rows but the kernel spans 6");
+  EXPECT_ERROR(nn::conv2d(x, Tensor::randn({2, 4, 6, 3}, device())),
+               "the padded input has 5 rows but the kernel spans 6");
   EXPECT_ERROR(nn::conv2d(x, w, {}, {.dilation = 3}), "the padded input has 5 rows but the dilated kernel spans 7");
   EXPECT_ERROR(nn::conv2d(x.to(DType::BFloat16), w), "expected float32");
   EXPECT_ERROR(nn::conv2d(x, w.to(Device::cpu(1))), "expected all tensors on one device");

@@ -54,7 +54,9 @@ struct Pooled {
 
 // Max or average over the windows of case p, in float64 (the average dividing as count_include_pad says).
 Pooled pool_reference(const PoolCase& p, const std::vector<double>& x, bool max, bool count_include_pad) {
-  Pooled r{{}, {}, pooled(p.h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0], p.ceil_mode),
+  Pooled r{{},
+           {},
+           pooled(p.h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0], p.ceil_mode),
            pooled(p.w, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1], p.ceil_mode)};
   for (int64_t q = 0; q < p.n * p.c; ++q)
     for (int64_t y = 0; y < r.oh; ++y)
@@ -88,10 +90,8 @@ Pooled pool_reference(const PoolCase& p, const std::vector<double>& x, bool max,
 
 std::vector<PoolCase> grid() {
   return {
-      {2, 3, 6, 6, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
-      {1, 2, 7, 5, {3, 2}, {2, 1}, {1, 1}, {1, 1}, false},
-      {1, 2, 7, 8, {3, 3}, {2, 3}, {1, 0}, {1, 1}, true},
-      {2, 1, 5, 7, {2, 3}, {3, 2}, {1, 1}, {1, 1}, true},
+      {2, 3, 6, 6, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false}, {1, 2, 7, 5, {3, 2}, {2, 1}, {1, 1}, {1, 1}, false},
+      {1, 2, 7, 8, {3, 3}, {2, 3}, {1, 0}, {1, 1}, true},  {2, 1, 5, 7, {2, 3}, {3, 2}, {1, 1}, {1, 1}, true},
       {1, 2, 9, 8, {3, 2}, {1, 2}, {1, 1}, {2, 3}, false},  // dilation (max pooling only)
       {1, 1, 8, 9, {2, 3}, {2, 2}, {0, 1}, {3, 2}, true},
   };
@@ -189,8 +189,10 @@ TEST_P(PoolingTest, UnbatchedInputsAndLayers) {
   nn::AdaptiveAvgPool2d adaptive(2);
   testing::expect_close(adaptive(x), nn::adaptive_avg_pool2d(batch, 2).squeeze(0), 0, 0);
   EXPECT_TRUE(max_layer.parameters().empty());
-  EXPECT_EQ(max_layer.extra_repr(), "kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), ceil_mode=false, dilation=(1, 1)");
-  EXPECT_EQ(avg_layer.extra_repr(), "kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), ceil_mode=false, count_include_pad=false");
+  EXPECT_EQ(max_layer.extra_repr(),
+            "kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), ceil_mode=false, dilation=(1, 1)");
+  EXPECT_EQ(avg_layer.extra_repr(),
+            "kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), ceil_mode=false, count_include_pad=false");
   EXPECT_EQ(adaptive.extra_repr(), "output_size=(2, 2)");
   const auto copy = adaptive.clone();
   testing::expect_close(copy->forward(x), adaptive(x), 0, 0);

@@ -132,8 +132,8 @@ void avg_pool2d_backward(const Tensor& grad_out, const Pool2dWindows& p, const T
   for (int64_t q = 0; q < p.planes; ++q)
     for (int64_t oh = 0; oh < p.h.out; ++oh)
       for (int64_t ow = 0; ow < p.w.out; ++ow) {
-        const float share = g[(q * p.h.out + oh) * p.w.out + ow] /
-                            static_cast<float>(backend::average_divisor(p, oh, ow));
+        const float share =
+            g[(q * p.h.out + oh) * p.w.out + ow] / static_cast<float>(backend::average_divisor(p, oh, ow));
         for_each_position(p.h, oh, p.adaptive, [&](int64_t h) {
           for_each_position(p.w, ow, p.adaptive, [&](int64_t w) { grad[q * plane + h * p.w.in + w] += share; });
         });

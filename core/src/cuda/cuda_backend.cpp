@@ -1,7 +1,7 @@
 // The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp, with small_products.cu), own kernels for the
-// rest (elementwise.cu, reductions.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device current and enqueues
-// its work on that device's compute stream (Note [Streams] in context.h), except the optimizers' list updates asked to
-// run on the communication stream; only the host transfers wait for the device.
+// rest (elementwise.cu, reductions.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device
+// current and enqueues its work on that device's compute stream (Note [Streams] in context.h), except the
+// optimizers' list updates asked to run on the communication stream; only the host transfers wait for the device.
 
 #include <cuda_runtime.h>
 

@@ -3,7 +3,6 @@
 // both backends pick the same maximum and add the same terms in the same order.
 
 #include "cuda/image_kernels.h"
-
 #include "cuda/launch.cuh"
 
 namespace tandem::cuda::kernels {
@@ -133,8 +132,8 @@ __device__ void avg_pool_backward_kernel(const float* grad_out, Pool2dWindows p,
 }  // namespace
 
 void im2col(const float* input, const Conv2dWindows& windows, float* cols, cudaStream_t stream) {
-  const int64_t total = windows.channels * windows.h.kernel * windows.w.kernel * windows.batch * windows.h.out *
-                        windows.w.out;
+  const int64_t total =
+      windows.channels * windows.h.kernel * windows.w.kernel * windows.batch * windows.h.out * windows.w.out;
   if (total == 0) return;
   launch<im2col_kernel>(blocks_for(total), kThreads, stream, input, windows, cols);
 }
@@ -151,8 +150,8 @@ void max_pool2d(const float* input, const Pool2dWindows& windows, float* out, in
   launch<max_pool_kernel>(blocks_for(total), kThreads, stream, input, windows, out, indices);
 }
 
-void max_pool2d_backward(const float* grad_out, const int64_t* indices, const Pool2dWindows& windows,
-                         float* grad_input, cudaStream_t stream) {
+void max_pool2d_backward(const float* grad_out, const int64_t* indices, const Pool2dWindows& windows, float* grad_input,
+                         cudaStream_t stream) {
   const int64_t total = windows.planes * windows.h.in * windows.w.in;
   if (total == 0) return;
   launch<max_pool_backward_kernel>(blocks_for(total), kThreads, stream, grad_out, indices, windows, grad_input);
@@ -164,8 +163,7 @@ void avg_pool2d(const float* input, const Pool2dWindows& windows, float* out, cu
   launch<avg_pool_kernel>(blocks_for(total), kThreads, stream, input, windows, out);
 }
 
-void avg_pool2d_backward(const float* grad_out, const Pool2dWindows& windows, float* grad_input,
-                         cudaStream_t stream) {
+void avg_pool2d_backward(const float* grad_out, const Pool2dWindows& windows, float* grad_input, cudaStream_t stream) {
   const int64_t total = windows.planes * windows.h.in * windows.w.in;
   if (total == 0) return;
   launch<avg_pool_backward_kernel>(blocks_for(total), kThreads, stream, grad_out, windows, grad_input);

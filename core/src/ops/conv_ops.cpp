@@ -50,12 +50,13 @@ class Convolution final : public Function {
     save_for_backward({input, weight});
     const int64_t n = windows_.batch, o = out_channels_, l = positions();
     const Tensor rows = product(grouped_weight(weight), grouped_cols(im2col(input)));  // [O, N, L]
-    const Tensor images = swap_leading(rows, o, n, l);                                   // [N, O, L]
-    const Tensor out = bias.defined() ? raw::pointwise({backend::Pointwise::Add},
-                                                       {images, raw::alias(bias, {1, o, 1}, {0, bias.strides()[0], 0},
-                                                                           bias.storage_offset())},
-                                                       kOp)
-                                      : raw::contiguous(images);
+    const Tensor images = swap_leading(rows, o, n, l);                                 // [N, O, L]
+    const Tensor out =
+        bias.defined()
+            ? raw::pointwise({backend::Pointwise::Add},
+                             {images, raw::alias(bias, {1, o, 1}, {0, bias.strides()[0], 0}, bias.storage_offset())},
+                             kOp)
+            : raw::contiguous(images);
     return {raw::reshaped(out, {n, o, windows_.h.out, windows_.w.out})};
   }
 
@@ -86,9 +87,9 @@ class Convolution final : public Function {
   int64_t taps() const { return windows_.channels / groups_ * windows_.h.kernel * windows_.w.kernel; }
 
   Tensor im2col(const Tensor& input) const {
-    const Tensor cols = raw::allocate({windows_.channels * windows_.h.kernel * windows_.w.kernel,
-                                       windows_.batch * positions()},
-                                      DType::Float32, input.device(), false, kOp);
+    const Tensor cols =
+        raw::allocate({windows_.channels * windows_.h.kernel * windows_.w.kernel, windows_.batch * positions()},
+                      DType::Float32, input.device(), false, kOp);
     if (cols.numel() > 0) backend::for_device(input.device()).im2col(input, windows_, cols);
     return cols;
   }
@@ -123,8 +124,8 @@ Tensor convolution2d(const Tensor& input, const Tensor& weight, const Tensor& bi
                " but expected [out_channels, in_channels / groups, kH, kW]");
   const int64_t groups = geometry.groups, channels = input.size(1), out_channels = weight.size(0);
   TANDEM_CHECK(groups >= 1, kOp, ": groups is ", groups, " but expected a value >= 1");
-  TANDEM_CHECK(channels % groups == 0, kOp, ": the input's ", channels, " channels are not divisible by groups = ",
-               groups);
+  TANDEM_CHECK(channels % groups == 0, kOp, ": the input's ", channels,
+               " channels are not divisible by groups = ", groups);
   TANDEM_CHECK(out_channels % groups == 0, kOp, ": the weight's ", out_channels,
                " output channels are not divisible by groups = ", groups);
   TANDEM_CHECK(weight.size(1) * groups == channels, kOp, ": input ", to_string(input.shape()), " has ", channels,
@@ -147,13 +148,16 @@ Tensor convolution2d(const Tensor& input, const Tensor& weight, const Tensor& bi
     const int64_t kernel = weight.size(2 + d);
     TANDEM_CHECK(kernel >= 1, kOp, ": weight ", to_string(weight.shape()), " has a kernel of no ",
                  d == 0 ? "rows" : "columns");
-    *axes[d] = {.in = input.size(2 + d), .kernel = kernel, .stride = geometry.stride[d],
-                .padding = geometry.padding_begin[d], .dilation = geometry.dilation[d]};
+    *axes[d] = {.in = input.size(2 + d),
+                .kernel = kernel,
+                .stride = geometry.stride[d],
+                .padding = geometry.padding_begin[d],
+                .dilation = geometry.dilation[d]};
     axes[d]->out = detail::output_size(kOp, *axes[d], axes[d]->in + geometry.padding_begin[d] + geometry.padding_end[d],
                                        false, d == 0 ? "rows" : "columns");
   }
-  const auto node = std::make_shared<Convolution>(windows, groups, out_channels,
-                                                  precision.value_or(default_precision()));
+  const auto node =
+      std::make_shared<Convolution>(windows, groups, out_channels, precision.value_or(default_precision()));
   return autograd::apply_one(node, {input, weight, bias});
 }
 

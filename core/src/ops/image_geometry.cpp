@@ -6,9 +6,7 @@
 
 namespace tandem::detail {
 
-std::string to_string(const Size2& size) {
-  return tandem::to_string(Shape(size.begin(), size.end()));
-}
+std::string to_string(const Size2& size) { return tandem::to_string(Shape(size.begin(), size.end())); }
 
 void check_images(const char* op, const Tensor& input) {
   raw::check_defined(op, input);
@@ -22,8 +20,7 @@ void check_at_least(const char* op, const char* what, const Size2& size, int64_t
                " but expected values >= ", minimum);
 }
 
-int64_t output_size(const char* op, const backend::WindowAxis& axis, int64_t padded, bool ceil_mode,
-                    const char* what) {
+int64_t output_size(const char* op, const backend::WindowAxis& axis, int64_t padded, bool ceil_mode, const char* what) {
   const int64_t span = axis.dilation * (axis.kernel - 1) + 1;
   TANDEM_CHECK(padded >= span, op, ": the padded input has ", padded, " ", what, " but the ",
                axis.dilation > 1 ? "dilated " : "", "kernel spans ", span);

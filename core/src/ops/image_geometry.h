@@ -21,7 +21,6 @@ void check_at_least(const char* op, const char* what, const Size2& size, int64_t
 // positions (the input with the padding of both ends), rounded down, or up with ceil_mode less one where the last
 // window would start past in + padding (PyTorch's pooling rule). Throws when that is < 1, naming the op and `what`
 // ("rows" or "columns"): the padded input is shorter than the dilated kernel.
-int64_t output_size(const char* op, const backend::WindowAxis& axis, int64_t padded, bool ceil_mode,
-                    const char* what);
+int64_t output_size(const char* op, const backend::WindowAxis& axis, int64_t padded, bool ceil_mode, const char* what);
 
 }  // namespace tandem::detail

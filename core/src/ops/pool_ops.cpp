@@ -94,8 +94,11 @@ backend::Pool2dWindows fixed_windows(const char* op, const Tensor& input, const 
   windows.planes = input.size(0) * input.size(1);
   backend::WindowAxis* axes[2] = {&windows.h, &windows.w};
   for (int d = 0; d < 2; ++d) {
-    *axes[d] = {.in = input.size(2 + d), .kernel = geometry.kernel[d], .stride = geometry.stride[d],
-                .padding = geometry.padding[d], .dilation = geometry.dilation[d]};
+    *axes[d] = {.in = input.size(2 + d),
+                .kernel = geometry.kernel[d],
+                .stride = geometry.stride[d],
+                .padding = geometry.padding[d],
+                .dilation = geometry.dilation[d]};
     axes[d]->out = detail::output_size(op, *axes[d], axes[d]->in + 2 * geometry.padding[d], geometry.ceil_mode,
                                        d == 0 ? "rows" : "columns");
   }

@@ -10,7 +10,7 @@ namespace tandem::nn {
 
 class Size2d {
  public:
-  Size2d() = default;  // not given
+  Size2d() = default;                                         // not given
   Size2d(int64_t both) : value_{both, both}, given_(true) {}  // NOLINT(google-explicit-constructor): PyTorch's ints
   Size2d(int64_t height, int64_t width) : value_{height, width}, given_(true) {}
 

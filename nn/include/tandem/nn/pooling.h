@@ -16,8 +16,8 @@ namespace tandem::nn {
 
 // max_pooling2d: each window's largest value (padding left out), the gradient to its first occurrence.
 // Errors: those of max_pooling2d; an input that is neither 3-D nor 4-D; kernel_size, padding or dilation not given.
-Tensor max_pool2d(const Tensor& input, Size2d kernel_size, Size2d stride = {}, Size2d padding = 0,
-                  Size2d dilation = 1, bool ceil_mode = false);
+Tensor max_pool2d(const Tensor& input, Size2d kernel_size, Size2d stride = {}, Size2d padding = 0, Size2d dilation = 1,
+                  bool ceil_mode = false);
 // avg_pooling2d: each window's mean, the padding counted in its size when count_include_pad.
 // Errors: those of avg_pooling2d; an input that is neither 3-D nor 4-D; kernel_size or padding not given.
 Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, Size2d stride = {}, Size2d padding = 0,
@@ -44,8 +44,7 @@ struct AvgPool2dOptions {
 template <typename Self, typename Options>
 class FixedWindowPool2d : public Cloneable<Self> {
  public:
-  explicit FixedWindowPool2d(Size2d kernel_size, Options options = {})
-      : kernel_size_(kernel_size), options_(options) {}
+  explicit FixedWindowPool2d(Size2d kernel_size, Options options = {}) : kernel_size_(kernel_size), options_(options) {}
   const Size2d& kernel_size() const { return kernel_size_; }
   const Options& options() const { return options_; }
 
