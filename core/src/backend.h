@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel_ops.h"
+#include "sliding_windows.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/precision.h"
 #include "tandem/core/stream_marker.h"
@@ -156,6 +157,30 @@ class Backend {
   // strides; index int64 of src's shape, its values in [0, target.size(dim)), as for gather; target contiguous, with
   // target.size(d) >= src.size(d) for d != dim. Repeated indices accumulate (in an unspecified order on CUDA).
   virtual void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& target) = 0;
+
+  // ---- convolution and pooling over [N, C, H, W] images (Note [Sliding windows] in sliding_windows.h) ----
+  // Note [Convolution as one product] in ops/conv_ops.cpp gives the layout: cols (contiguous float32
+  // [C * kH * kW, N * OH * OW]) row (c * kH + kh) * kW + kw, column (n * OH + oh) * OW + ow holds the input at
+  // channel c and the position of tap (kh, kw) of output (oh, ow) of image n, 0 where that lies in the padding.
+  // input contiguous [N, C, H, W].
+  virtual void im2col(const Tensor& input, const Conv2dWindows& windows, const Tensor& cols) = 0;
+  // The adjoint of im2col: grad_input (contiguous [N, C, H, W], overwritten) = the sum, over every entry of cols,
+  // of that entry at the input position im2col read it from (padding entries dropped).
+  virtual void col2im(const Tensor& cols, const Conv2dWindows& windows, const Tensor& grad_input) = 0;
+  // out (contiguous [planes, OH, OW]) = the largest input of each window (NaN counts as the largest; of equal ones
+  // the first in row-major window order), indices (int64, out's shape) = its position h * W + w in its plane.
+  // input contiguous [planes, H, W]; every window holds at least one input position.
+  virtual void max_pool2d(const Tensor& input, const Pool2dWindows& windows, const Tensor& out,
+                          const Tensor& indices) = 0;
+  // grad_input (contiguous [planes, H, W], overwritten) = the sum of grad_out over the outputs whose index is that
+  // position.
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Pool2dWindows& windows,
+                                   const Tensor& grad_input) = 0;
+  // out (contiguous [planes, OH, OW]) = each window's sum of inputs / average_divisor (sliding_windows.h).
+  virtual void avg_pool2d(const Tensor& input, const Pool2dWindows& windows, const Tensor& out) = 0;
+  // grad_input (contiguous, overwritten) = the sum of grad_out / average_divisor over the windows holding each input.
+  virtual void avg_pool2d_backward(const Tensor& grad_out, const Pool2dWindows& windows,
+                                   const Tensor& grad_input) = 0;
 };
 
 Backend& cpu();

@@ -1,7 +1,6 @@
 #include "tandem/nn/linear.h"
 
-#include <cmath>
-
+#include "fan_in_uniform.h"
 #include "tandem/core/ops.h"
 #include "tandem/core/shape.h"
 
@@ -11,12 +10,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Device devi
     : in_features_(in_features), out_features_(out_features) {
   TANDEM_CHECK(in_features > 0, "nn::Linear: in_features must be positive, got ", in_features);
   TANDEM_CHECK(out_features > 0, "nn::Linear: out_features must be positive, got ", out_features);
-  // torch.nn.Linear draws the weight with kaiming_uniform(a = sqrt(5)), whose bound is also 1/sqrt(fan_in).
-  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
-  weight = Tensor::uniform({out_features, in_features}, -bound, bound, device);
+  weight = detail::fan_in_uniform({out_features, in_features}, in_features, device);
   register_parameter("weight", weight);
   if (bias) {
-    this->bias = Tensor::uniform({out_features}, -bound, bound, device);
+    this->bias = detail::fan_in_uniform({out_features}, in_features, device);
     register_parameter("bias", this->bias);
   }
 }

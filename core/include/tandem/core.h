@@ -14,6 +14,7 @@
 #include "tandem/core/fnv1a.h"
 #include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
+#include "tandem/core/image_ops.h"
 #include "tandem/core/gradcheck.h"
 #include "tandem/core/launch_settings.h"
 #include "tandem/core/matmul_settings.h"

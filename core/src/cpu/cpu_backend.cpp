@@ -12,6 +12,7 @@
 #include "cpu/attention.h"
 #include "cpu/convert.h"
 #include "cpu/elementwise.h"
+#include "cpu/image_kernels.h"
 #include "cpu/strided_loop.h"
 #include "tandem/core/error.h"
 
@@ -343,6 +344,26 @@ class CpuBackend final : public Backend {
   void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override {
     cpu::attention_backward(call, out, grad_out, lse, grad_q, grad_k, grad_v);
+  }
+  void im2col(const Tensor& input, const Conv2dWindows& windows, const Tensor& cols) override {
+    cpu::im2col(input, windows, cols);
+  }
+  void col2im(const Tensor& cols, const Conv2dWindows& windows, const Tensor& grad_input) override {
+    cpu::col2im(cols, windows, grad_input);
+  }
+  void max_pool2d(const Tensor& input, const Pool2dWindows& windows, const Tensor& out,
+                  const Tensor& indices) override {
+    cpu::max_pool2d(input, windows, out, indices);
+  }
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Pool2dWindows& windows,
+                           const Tensor& grad_input) override {
+    cpu::max_pool2d_backward(grad_out, indices, windows, grad_input);
+  }
+  void avg_pool2d(const Tensor& input, const Pool2dWindows& windows, const Tensor& out) override {
+    cpu::avg_pool2d(input, windows, out);
+  }
+  void avg_pool2d_backward(const Tensor& grad_out, const Pool2dWindows& windows, const Tensor& grad_input) override {
+    cpu::avg_pool2d_backward(grad_out, windows, grad_input);
   }
 
  private:

@@ -1,7 +1,7 @@
 // The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp, with small_products.cu), own kernels for the
-// rest (elementwise.cu, reductions.cu, optimizer_updates.cu). Every call makes the tensors' device current and enqueues
-// its work on that device's compute stream (Note [Streams] in context.h), except the optimizers' list updates asked to
-// run on the communication stream; only the host transfers wait for the device.
+// rest (elementwise.cu, reductions.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device
+// current and enqueues its work on that device's compute stream (Note [Streams] in context.h), except the
+// optimizers' list updates asked to run on the communication stream; only the host transfers wait for the device.
 
 #include <cuda_runtime.h>
 
@@ -11,6 +11,7 @@
 #include "cuda/convert.h"
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
+#include "cuda/image_kernels.h"
 #include "cuda/optimizer_updates.h"
 #include "cuda/reductions.h"
 #include "cuda/strided_layout.h"
@@ -214,6 +215,40 @@ class CudaBackend final : public backend::Backend {
                           const Tensor& grad_v) override {
     OnDevice on(out);
     cuda::attention_backward(call, out, grad_out, lse, grad_q, grad_k, grad_v, on.stream);
+  }
+
+  void im2col(const Tensor& input, const backend::Conv2dWindows& windows, const Tensor& cols) override {
+    OnDevice on(cols);
+    kernels::im2col(input.data(), windows, cols.mutable_data(), on.stream);
+  }
+
+  void col2im(const Tensor& cols, const backend::Conv2dWindows& windows, const Tensor& grad_input) override {
+    OnDevice on(grad_input);
+    kernels::col2im(cols.data(), windows, grad_input.mutable_data(), on.stream);
+  }
+
+  void max_pool2d(const Tensor& input, const backend::Pool2dWindows& windows, const Tensor& out,
+                  const Tensor& indices) override {
+    OnDevice on(out);
+    kernels::max_pool2d(input.data(), windows, out.mutable_data(), indices.mutable_data_as<int64_t>(), on.stream);
+  }
+
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const backend::Pool2dWindows& windows,
+                           const Tensor& grad_input) override {
+    OnDevice on(grad_input);
+    kernels::max_pool2d_backward(grad_out.data(), indices.data_as<int64_t>(), windows, grad_input.mutable_data(),
+                                 on.stream);
+  }
+
+  void avg_pool2d(const Tensor& input, const backend::Pool2dWindows& windows, const Tensor& out) override {
+    OnDevice on(out);
+    kernels::avg_pool2d(input.data(), windows, out.mutable_data(), on.stream);
+  }
+
+  void avg_pool2d_backward(const Tensor& grad_out, const backend::Pool2dWindows& windows,
+                           const Tensor& grad_input) override {
+    OnDevice on(grad_input);
+    kernels::avg_pool2d_backward(grad_out.data(), windows, grad_input.mutable_data(), on.stream);
   }
 
   void vector_norm(const Tensor& x, double ord, const Tensor& out) override {
