@@ -31,7 +31,7 @@ using autograd::Function;
 
 namespace {
 
-constexpr const char* kOp = "convolution2d";
+constexpr const char* kConvolutionOp = "convolution2d";
 
 // t's elements [d0, d1, d2] viewed with dims 0 and 1 swapped (a view; t contiguous).
 Tensor swap_leading(const Tensor& t, int64_t d0, int64_t d1, int64_t d2) {
@@ -55,7 +55,7 @@ class Convolution final : public Function {
         bias.defined()
             ? raw::pointwise({backend::Pointwise::Add},
                              {images, raw::alias(bias, {1, o, 1}, {0, bias.strides()[0], 0}, bias.storage_offset())},
-                             kOp)
+                             kConvolutionOp)
             : raw::contiguous(images);
     return {raw::reshaped(out, {n, o, windows_.h.out, windows_.w.out})};
   }
@@ -70,7 +70,7 @@ class Convolution final : public Function {
     std::vector<Tensor> result(3);
     if (needs_input_grad(0)) {
       const Tensor cols_grad = product(transposed(grouped_weight(weight)), g_grouped);
-      result[0] = raw::allocate(input.shape(), DType::Float32, input.device(), false, kOp);
+      result[0] = raw::allocate(input.shape(), DType::Float32, input.device(), false, kConvolutionOp);
       if (input.numel() > 0) backend::for_device(input.device()).col2im(cols_grad, windows_, result[0]);
     }
     if (needs_input_grad(1)) {
@@ -89,7 +89,7 @@ class Convolution final : public Function {
   Tensor im2col(const Tensor& input) const {
     const Tensor cols =
         raw::allocate({windows_.channels * windows_.h.kernel * windows_.w.kernel, windows_.batch * positions()},
-                      DType::Float32, input.device(), false, kOp);
+                      DType::Float32, input.device(), false, kConvolutionOp);
     if (cols.numel() > 0) backend::for_device(input.device()).im2col(input, windows_, cols);
     return cols;
   }
@@ -116,44 +116,44 @@ class Convolution final : public Function {
 
 Tensor convolution2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& geometry,
                      std::optional<Precision> precision) {
-  detail::check_images(kOp, input);
-  raw::check_defined(kOp, weight, "weight");
-  raw::check_float32(kOp, {input, weight, bias});
-  raw::check_same_device(kOp, input, weight);
-  TANDEM_CHECK(weight.dim() == 4, kOp, ": weight has shape ", to_string(weight.shape()),
+  detail::check_images(kConvolutionOp, input);
+  raw::check_defined(kConvolutionOp, weight, "weight");
+  raw::check_float32(kConvolutionOp, {input, weight, bias});
+  raw::check_same_device(kConvolutionOp, input, weight);
+  TANDEM_CHECK(weight.dim() == 4, kConvolutionOp, ": weight has shape ", to_string(weight.shape()),
                " but expected [out_channels, in_channels / groups, kH, kW]");
   const int64_t groups = geometry.groups, channels = input.size(1), out_channels = weight.size(0);
-  TANDEM_CHECK(groups >= 1, kOp, ": groups is ", groups, " but expected a value >= 1");
-  TANDEM_CHECK(channels % groups == 0, kOp, ": the input's ", channels,
+  TANDEM_CHECK(groups >= 1, kConvolutionOp, ": groups is ", groups, " but expected a value >= 1");
+  TANDEM_CHECK(channels % groups == 0, kConvolutionOp, ": the input's ", channels,
                " channels are not divisible by groups = ", groups);
-  TANDEM_CHECK(out_channels % groups == 0, kOp, ": the weight's ", out_channels,
+  TANDEM_CHECK(out_channels % groups == 0, kConvolutionOp, ": the weight's ", out_channels,
                " output channels are not divisible by groups = ", groups);
-  TANDEM_CHECK(weight.size(1) * groups == channels, kOp, ": input ", to_string(input.shape()), " has ", channels,
+  TANDEM_CHECK(weight.size(1) * groups == channels, kConvolutionOp, ": input ", to_string(input.shape()), " has ", channels,
                " channels, but weight ", to_string(weight.shape()), " with groups = ", groups, " expects ",
                weight.size(1) * groups);
   if (bias.defined()) {
-    raw::check_same_device(kOp, input, bias);
-    TANDEM_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, kOp, ": bias has shape ", to_string(bias.shape()),
+    raw::check_same_device(kConvolutionOp, input, bias);
+    TANDEM_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, kConvolutionOp, ": bias has shape ", to_string(bias.shape()),
                  " but expected [", out_channels, "]");
   }
-  detail::check_at_least(kOp, "stride", geometry.stride, 1);
-  detail::check_at_least(kOp, "dilation", geometry.dilation, 1);
-  detail::check_at_least(kOp, "padding_begin", geometry.padding_begin, 0);
-  detail::check_at_least(kOp, "padding_end", geometry.padding_end, 0);
+  detail::check_at_least(kConvolutionOp, "stride", geometry.stride, 1);
+  detail::check_at_least(kConvolutionOp, "dilation", geometry.dilation, 1);
+  detail::check_at_least(kConvolutionOp, "padding_begin", geometry.padding_begin, 0);
+  detail::check_at_least(kConvolutionOp, "padding_end", geometry.padding_end, 0);
   backend::Conv2dWindows windows;
   windows.batch = input.size(0);
   windows.channels = channels;
   backend::WindowAxis* axes[2] = {&windows.h, &windows.w};
   for (int d = 0; d < 2; ++d) {
     const int64_t kernel = weight.size(2 + d);
-    TANDEM_CHECK(kernel >= 1, kOp, ": weight ", to_string(weight.shape()), " has a kernel of no ",
+    TANDEM_CHECK(kernel >= 1, kConvolutionOp, ": weight ", to_string(weight.shape()), " has a kernel of no ",
                  d == 0 ? "rows" : "columns");
     *axes[d] = {.in = input.size(2 + d),
                 .kernel = kernel,
                 .stride = geometry.stride[d],
                 .padding = geometry.padding_begin[d],
                 .dilation = geometry.dilation[d]};
-    axes[d]->out = detail::output_size(kOp, *axes[d], axes[d]->in + geometry.padding_begin[d] + geometry.padding_end[d],
+    axes[d]->out = detail::output_size(kConvolutionOp, *axes[d], axes[d]->in + geometry.padding_begin[d] + geometry.padding_end[d],
                                        false, d == 0 ? "rows" : "columns");
   }
   const auto node =
