@@ -14,33 +14,15 @@
 namespace tandem {
 namespace {
 
+using testing::expect_near_relative;
 using testing::kGpu;
-
-// Expects max |actual - expected| <= tolerance * max(max |expected|, 1), printing the worst element.
-void expect_near_relative(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  const std::vector<double> a = testing::to_double(actual), b = testing::to_double(expected);
-  double max_error = 0, max_value = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double error = std::abs(a[i] - b[i]);
-    if (!(error <= max_error)) {
-      max_error = error;
-      worst = i;
-    }
-    max_value = std::max(max_value, std::abs(b[i]));
-  }
-  EXPECT_TRUE(max_error <= tolerance * std::max(max_value, 1.0))
-      << what << ": max abs error " << max_error << " at " << worst << " (got " << a[worst] << ", expected " << b[worst]
-      << "), max |expected| " << max_value;
-}
 
 struct ConvShape {
   Shape input, weight;
   Conv2dGeometry geometry;
 };
 
-std::vector<ConvShape> grid() {
+std::vector<ConvShape> cuda_grid() {
   return {
       {{4, 3, 9, 8}, {8, 3, 3, 3}, {}},
       {{2, 4, 11, 10}, {6, 2, 3, 2}, {.stride = {2, 1}, .padding_begin = {1, 0}, .padding_end = {1, 0}, .groups = 2}},
@@ -54,7 +36,7 @@ std::vector<ConvShape> grid() {
   };
 }
 
-std::string describe(const ConvShape& c, Precision precision) {
+std::string describe_shape(const ConvShape& c, Precision precision) {
   std::ostringstream os;
   os << "input " << to_string(c.input) << " weight " << to_string(c.weight) << " stride " << c.geometry.stride[0] << ","
      << c.geometry.stride[1] << " groups " << c.geometry.groups << " " << precision_name(precision);
@@ -77,13 +59,13 @@ Gradients run(const ConvShape& c, const Tensor& x, const Tensor& w, const Tensor
 TEST(Conv2dCudaTest, MatchesTheCpuOnAGridInEveryPrecision) {
   TANDEM_REQUIRE_GPUS(1);
   manual_seed(17);
-  for (const ConvShape& c : grid()) {
+  for (const ConvShape& c : cuda_grid()) {
     const Tensor x = Tensor::randn(c.input), w = Tensor::randn(c.weight), b = Tensor::randn({c.weight[0]});
     const Tensor out_shape = convolution2d(x, w, b, c.geometry);
     const Tensor g = Tensor::randn(out_shape.shape());
     for (const auto& [precision, tolerance] : {std::pair{Precision::Float32, 1e-5}, std::pair{Precision::TF32, 2e-3},
                                                std::pair{Precision::BFloat16, 2e-3}}) {
-      const std::string what = describe(c, precision);
+      const std::string what = describe_shape(c, precision);
       const Gradients want = run(c, x, w, b, g, Device::cpu(), precision);
       const Gradients got = run(c, x, w, b, g, kGpu, precision);
       expect_near_relative(got.out, want.out, tolerance, what + " forward");
@@ -114,7 +96,7 @@ TEST(Conv2dCudaTest, AutocastRunsTheProductsInBFloat16) {
 TEST(Conv2dCudaTest, ForwardAndBackwardReplayInACapturedGraph) {
   TANDEM_REQUIRE_GPUS(1);
   manual_seed(5);
-  const ConvShape c = grid()[1];
+  const ConvShape c = cuda_grid()[1];
   Tensor x = Tensor::randn(c.input, kGpu);  // given new values before the replay
   const Tensor w = Tensor::randn(c.weight, kGpu).set_requires_grad();
   const Tensor b = Tensor::randn({c.weight[0]}, kGpu).set_requires_grad();

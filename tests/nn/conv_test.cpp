@@ -78,7 +78,7 @@ ConvCase same_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, Size2 
           {.padding = "same", .dilation = {dilation[0], dilation[1]}, .groups = groups}};
 }
 
-std::vector<ConvCase> grid() {
+std::vector<ConvCase> conv_grid() {
   return {
       {2, 3, 7, 6, 4, {3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, {}},
       {1, 4, 8, 7, 6, {3, 2}, {2, 1}, {1, 0}, {1, 0}, {1, 1}, 2, {.stride = {2, 1}, .padding = {1, 0}, .groups = 2}},
@@ -106,7 +106,7 @@ class Conv2dTest : public testing::EveryDevice {};
 
 TEST_P(Conv2dTest, ForwardMatchesFloat64ReferenceOnAGrid) {
   manual_seed(11);
-  for (const ConvCase& k : grid()) {
+  for (const ConvCase& k : conv_grid()) {
     SCOPED_TRACE(describe(k));
     const Tensor input = Tensor::randn({k.n, k.c, k.h, k.w}, device());
     const Tensor weight = Tensor::randn({k.o, k.c / k.groups, k.kernel[0], k.kernel[1]}, device());

@@ -13,6 +13,7 @@
 namespace tandem {
 namespace {
 
+using testing::expect_near_relative;
 using testing::kGpu;
 
 struct Case {
@@ -25,28 +26,6 @@ std::string describe(const Case& c) {
   std::ostringstream os;
   os << "E=" << c.e << " L=" << c.l << " S=" << c.s << (c.causal ? " causal" : "") << (c.four_d ? " 4-D" : " 3-D");
   return os.str();
-}
-
-// Expects max |actual - expected| <= tolerance * max(max |expected|, 1), printing both maxima.
-void expect_near_relative(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  const std::vector<double> a = testing::to_double(actual.to(DType::Float32));
-  const std::vector<double> b = testing::to_double(expected.to(DType::Float32));
-  double max_error = 0, max_value = 0, worst_rel = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double error = std::abs(a[i] - b[i]);
-    if (!(error <= max_error)) {  // NaN counts as the worst
-      max_error = error;
-      worst = i;
-    }
-    max_value = std::max(max_value, std::abs(b[i]));
-    if (std::abs(b[i]) > 1e-3) worst_rel = std::max(worst_rel, error / std::abs(b[i]));
-  }
-  const double bound = tolerance * std::max(max_value, 1.0);
-  EXPECT_TRUE(max_error <= bound) << what << ": max abs error " << max_error << " at element " << worst << " (got "
-                                  << a[worst] << ", expected " << b[worst] << "), max |expected| " << max_value
-                                  << ", bound " << bound << ", max rel error where |expected| > 1e-3: " << worst_rel;
 }
 
 struct Result {

@@ -88,7 +88,7 @@ Pooled pool_reference(const PoolCase& p, const std::vector<double>& x, bool max,
   return r;
 }
 
-std::vector<PoolCase> grid() {
+std::vector<PoolCase> pool_grid() {
   return {
       {2, 3, 6, 6, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false}, {1, 2, 7, 5, {3, 2}, {2, 1}, {1, 1}, {1, 1}, false},
       {1, 2, 7, 8, {3, 3}, {2, 3}, {1, 0}, {1, 1}, true},  {2, 1, 5, 7, {2, 3}, {3, 2}, {1, 1}, {1, 1}, true},
@@ -100,7 +100,7 @@ std::vector<PoolCase> grid() {
 class PoolingTest : public testing::EveryDevice {};
 
 TEST_P(PoolingTest, MaxPoolMatchesFloat64ReferenceOnAGrid) {
-  for (const PoolCase& p : grid()) {
+  for (const PoolCase& p : pool_grid()) {
     SCOPED_TRACE(describe(p));
     const Tensor x = Tensor::randn({p.n, p.c, p.h, p.w}, device());
     const Pooled want = pool_reference(p, to_double(x), true, true);
@@ -111,7 +111,7 @@ TEST_P(PoolingTest, MaxPoolMatchesFloat64ReferenceOnAGrid) {
 }
 
 TEST_P(PoolingTest, AvgPoolMatchesFloat64ReferenceOnAGrid) {
-  for (const PoolCase& p : grid()) {
+  for (const PoolCase& p : pool_grid()) {
     if (p.dilation != Size2{1, 1}) continue;
     for (bool count_include_pad : {true, false}) {
       SCOPED_TRACE(describe(p) + (count_include_pad ? " counting the padding" : ""));
@@ -158,7 +158,7 @@ TEST_P(PoolingTest, MaxPoolGradientGoesToTheFirstMaximum) {
 }
 
 TEST_P(PoolingTest, GradientsMatchFiniteDifferences) {
-  for (const PoolCase& p : {grid()[1], grid()[2], grid()[4]}) {
+  for (const PoolCase& p : {pool_grid()[1], pool_grid()[2], pool_grid()[4]}) {
     SCOPED_TRACE(describe(p));
     const Tensor x = distinct_values({p.n, p.c, p.h, p.w}, device(), 3).set_requires_grad();
     const nn::Size2d k{p.kernel[0], p.kernel[1]}, s{p.stride[0], p.stride[1]}, pad{p.padding[0], p.padding[1]};

@@ -138,6 +138,27 @@ void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const
   }
 }
 
+void expect_near_relative(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const std::vector<double> a = to_double(actual.to(DType::Float32));
+  const std::vector<double> b = to_double(expected.to(DType::Float32));
+  double max_error = 0, max_value = 0, worst_rel = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double error = std::abs(a[i] - b[i]);
+    if (!(error <= max_error)) {  // NaN counts as the worst
+      max_error = error;
+      worst = i;
+    }
+    max_value = std::max(max_value, std::abs(b[i]));
+    if (std::abs(b[i]) > 1e-3) worst_rel = std::max(worst_rel, error / std::abs(b[i]));
+  }
+  const double bound = tolerance * std::max(max_value, 1.0);
+  EXPECT_TRUE(max_error <= bound) << what << ": max abs error " << max_error << " at element " << worst << " (got "
+                                  << a[worst] << ", expected " << b[worst] << "), max |expected| " << max_value
+                                  << ", bound " << bound << ", max rel error where |expected| > 1e-3: " << worst_rel;
+}
+
 }  // namespace tandem::testing
 
 namespace tandem {

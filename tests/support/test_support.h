@@ -56,6 +56,10 @@ std::string device_set_name(const ::testing::TestParamInfo<DeviceSet>& info);
                                              ::tandem::testing::DeviceSet::Mixed),                     \
                            ::tandem::testing::device_set_name)
 
+// Expects max |actual - expected| <= tolerance * max(max |expected|, 1) over the elements of tensors of any
+// device and floating dtype, printing the worst element and the largest relative error where |expected| > 1e-3.
+void expect_near_relative(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what);
+
 // Expects `actual` (any device) to equal `expected` elementwise within atol + rtol * |expected|, and its shape to
 // be `shape`. Reports the first mismatching index.
 void expect_values(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,

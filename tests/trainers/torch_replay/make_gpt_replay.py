@@ -8,18 +8,19 @@ gradient computed by PyTorch in float32.
 
 writes gpt_weights.safetensors (the state_dict, the tied tensor once under transformer.wte.weight) and
 gpt_expected.safetensors (tokens, targets, loss, grad.<name> for each parameter; the configuration in its metadata).
-Only torch is needed: the files are written by hand in the safetensors layout (an 8-byte little-endian header length,
-the JSON header, the tensors' bytes).
+Only torch is needed: the files are written by tests/support/write_safetensors.py.
 """
 import json
 import math
-import struct
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+from write_safetensors import write_safetensors  # noqa: E402
 
 CONFIG = {"vocab_size": 32, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 64, "bias": True}
 BATCH = 4
@@ -84,21 +85,6 @@ def initialize(model, c):
             nn.init.normal_(p, mean=1.0, std=0.1)
         else:
             nn.init.normal_(p, std=0.05)
-
-
-def write_safetensors(path, tensors, metadata):
-    formats = {torch.float32: ("F32", "f"), torch.int64: ("I64", "q")}
-    header, chunks, offset = {"__metadata__": metadata}, [], 0
-    for name, tensor in tensors:
-        dtype, code = formats[tensor.dtype]
-        values = tensor.detach().contiguous().flatten().tolist()
-        data = struct.pack(f"<{len(values)}{code}", *values)
-        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
 def main(out_dir):

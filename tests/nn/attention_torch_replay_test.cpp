@@ -1,0 +1,80 @@
+// nn::scaled_dot_product_attention against PyTorch's own, on the inputs that
+// tests/nn/torch_replay/make_attention_replay.py drew and the float32 outputs and gradients PyTorch computed for them
+// (causal and not, L != S, head dims 16 to 128, a value width of its own, a scale, float and boolean masks): within
+// 1e-5 (absolute and relative) on every device, through the fused op where it applies and through the reference path.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "support/test_support.h"
+#include "tandem/nn/attention.h"
+#include "tandem/nn/serialize.h"
+
+namespace tandem {
+namespace {
+
+struct AttentionCase {
+  std::string name;
+  std::map<std::string, Tensor> parts;  // query, key, value, weights, out, grad_*, and mask where there is one
+  bool is_causal = false;
+  std::optional<double> scale;
+};
+
+const std::vector<AttentionCase>& replay_cases() {
+  static const std::vector<AttentionCase> cases = [] {
+    const TensorFile file = load_tensors(TANDEM_SOURCE_DIR "/tests/nn/torch_replay/attention_replay.safetensors");
+    std::map<std::string, AttentionCase> by_name;
+    for (const auto& [key, tensor] : file.tensors) {
+      const size_t dot = key.find('.');
+      AttentionCase& c = by_name[key.substr(0, dot)];
+      c.name = key.substr(0, dot);
+      c.parts.emplace(key.substr(dot + 1), tensor);
+    }
+    std::vector<AttentionCase> all;
+    for (auto& [name, c] : by_name) {
+      const nlohmann::json settings = nlohmann::json::parse(file.metadata.at(name));
+      c.is_causal = settings.at("is_causal");
+      if (!settings.at("scale").is_null()) c.scale = settings.at("scale").get<double>();
+      all.push_back(std::move(c));
+    }
+    return all;
+  }();
+  return cases;
+}
+
+class AttentionTorchReplay : public testing::EveryDevice {
+ protected:
+  void expect_pytorchs_results() {
+    ASSERT_EQ(replay_cases().size(), 6u);
+    for (const AttentionCase& c : replay_cases()) {
+      SCOPED_TRACE(c.name);
+      // Copies: the file's tensors are shared by every test, and a leaf given requires_grad keeps its .grad.
+      const auto part = [&](const std::string& name) { return c.parts.at(name).to(device()).clone(); };
+      const Tensor q = part("query").set_requires_grad(true);
+      const Tensor k = part("key").set_requires_grad(true);
+      const Tensor v = part("value").set_requires_grad(true);
+      const Tensor mask = c.parts.contains("mask") ? part("mask") : Tensor();
+      const Tensor out = nn::scaled_dot_product_attention(q, k, v, mask, 0.0, c.is_causal, c.scale);
+      sum(out * part("weights")).backward();
+      testing::expect_close(out, c.parts.at("out"), 1e-5, 1e-5);
+      testing::expect_close(q.grad(), c.parts.at("grad_query"), 1e-5, 1e-5);
+      testing::expect_close(k.grad(), c.parts.at("grad_key"), 1e-5, 1e-5);
+      testing::expect_close(v.grad(), c.parts.at("grad_value"), 1e-5, 1e-5);
+    }
+  }
+};
+
+TEST_P(AttentionTorchReplay, FusedWhereItAppliesGivesPyTorchsResults) {
+  const testing::ScopedSwitch<fused_attention_enabled, set_fused_attention_enabled> fused(true);
+  expect_pytorchs_results();
+}
+
+TEST_P(AttentionTorchReplay, ReferencePathGivesPyTorchsResults) {
+  const testing::ScopedSwitch<fused_attention_enabled, set_fused_attention_enabled> reference(false);
+  expect_pytorchs_results();
+}
+
+TANDEM_INSTANTIATE_ON_EVERY_DEVICE(AttentionTorchReplay);
+
+}  // namespace
+}  // namespace tandem
