@@ -2,43 +2,18 @@
 // tests/nn/torch_replay/make_attention_replay.py drew and the float32 outputs and gradients PyTorch computed for them
 // (causal and not, L != S, head dims 16 to 128, a value width of its own, a scale, float and boolean masks): within
 // 1e-5 (absolute and relative) on every device, through the fused op where it applies and through the reference path.
-#include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 
+#include "nn/torch_replay/replay_cases.h"
 #include "support/test_support.h"
 #include "tandem/nn/attention.h"
-#include "tandem/nn/serialize.h"
 
 namespace tandem {
 namespace {
 
-struct AttentionCase {
-  std::string name;
-  std::map<std::string, Tensor> parts;  // query, key, value, weights, out, grad_*, and mask where there is one
-  bool is_causal = false;
-  std::optional<double> scale;
-};
-
-const std::vector<AttentionCase>& replay_cases() {
-  static const std::vector<AttentionCase> cases = [] {
-    const TensorFile file = load_tensors(TANDEM_SOURCE_DIR "/tests/nn/torch_replay/attention_replay.safetensors");
-    std::map<std::string, AttentionCase> by_name;
-    for (const auto& [key, tensor] : file.tensors) {
-      const size_t dot = key.find('.');
-      AttentionCase& c = by_name[key.substr(0, dot)];
-      c.name = key.substr(0, dot);
-      c.parts.emplace(key.substr(dot + 1), tensor);
-    }
-    std::vector<AttentionCase> all;
-    for (auto& [name, c] : by_name) {
-      const nlohmann::json settings = nlohmann::json::parse(file.metadata.at(name));
-      c.is_causal = settings.at("is_causal");
-      if (!settings.at("scale").is_null()) c.scale = settings.at("scale").get<double>();
-      all.push_back(std::move(c));
-    }
-    return all;
-  }();
+const std::vector<testing::ReplayCase>& replay_cases() {
+  static const std::vector<testing::ReplayCase> cases =
+      testing::load_replay_cases(TANDEM_SOURCE_DIR "/tests/nn/torch_replay/attention_replay.safetensors");
   return cases;
 }
 
@@ -46,15 +21,19 @@ class AttentionTorchReplay : public testing::EveryDevice {
  protected:
   void expect_pytorchs_results() {
     ASSERT_EQ(replay_cases().size(), 6u);
-    for (const AttentionCase& c : replay_cases()) {
+    for (const testing::ReplayCase& c : replay_cases()) {
       SCOPED_TRACE(c.name);
+      const bool is_causal = c.settings.at("is_causal").get<bool>();
+      const nlohmann::json& scale_setting = c.settings.at("scale");
+      const std::optional<double> scale =
+          scale_setting.is_null() ? std::nullopt : std::optional(scale_setting.get<double>());
       // Copies: the file's tensors are shared by every test, and a leaf given requires_grad keeps its .grad.
       const auto part = [&](const std::string& name) { return c.parts.at(name).to(device()).clone(); };
       const Tensor q = part("query").set_requires_grad(true);
       const Tensor k = part("key").set_requires_grad(true);
       const Tensor v = part("value").set_requires_grad(true);
       const Tensor mask = c.parts.contains("mask") ? part("mask") : Tensor();
-      const Tensor out = nn::scaled_dot_product_attention(q, k, v, mask, 0.0, c.is_causal, c.scale);
+      const Tensor out = nn::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale);
       sum(out * part("weights")).backward();
       testing::expect_close(out, c.parts.at("out"), 1e-5, 1e-5);
       testing::expect_close(q.grad(), c.parts.at("grad_query"), 1e-5, 1e-5);
