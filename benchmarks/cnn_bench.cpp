@@ -1,0 +1,145 @@
+// cnn_bench: times one training step of the digits CNN on one device through parallel::TrainingStep: forward,
+// cross-entropy, backward and an optimizer step (SGD with momentum, and Adam), eagerly (TrainingStepOptions::capture
+// false) and captured as one CUDA graph (its default options), and prints a markdown table of milliseconds per step.
+// benchmarks/torch_cnn_bench.py times the same step in PyTorch (eager and torch.compile), to be run in the same
+// session: a reference figure is always measured beside tandem's, never typed in.
+//   network  Conv2d(1, 32, 3, padding 1), ReLU, Conv2d(32, 64, 3, padding 1), ReLU, MaxPool2d(2), flatten,
+//            Linear(1024, 128), ReLU, Linear(128, 10); batch 1024 of 1 x 8 x 8 float32 images, 10 classes
+//   targets  the labels one-hot as float32 class probabilities (the same loss as class indices), which the loss reads
+//            on the device: class-index targets are checked on the host (Note [Class targets] in
+//            nn/src/loss_class.cpp), which a captured step cannot do
+// Method: the batch starts on the device. Two figures per step, each the median over the timed samples after a
+// warm-up: "synchronized" (the device synchronized before and after each step: the step's latency) and "in a loop"
+// (back-to-back steps between synchronizations, divided by their number: a training loop's rate). A captured step
+// that falls back to the eager one says so in its cell and the reason on stderr.
+//
+//   cnn_bench [--device cuda|cpu] [--steps N] [--markdown PATH]
+// --device cpu (eager only) and a few --steps check the program where there is no GPU.
+
+#include <tandem/tandem.h>
+
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "bench_support.h"
+
+namespace {
+
+namespace bench = tandem::bench;
+using tandem::Tensor;
+
+constexpr int64_t kBatch = 1024;
+constexpr int64_t kClasses = 10;
+constexpr int kLoop = 10;  // steps per sample in a loop
+
+struct Options {
+  std::string device = "cuda";
+  int steps = 50;  // timed samples of one synchronized step; a tenth as many (at least 1) of a loop
+  std::string markdown;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  const char* usage = "usage: cnn_bench [--device cuda|cpu] [--steps N] [--markdown PATH]";
+  const bench::Flag device{"--device", [&options](std::string_view text) {
+                             TANDEM_CHECK(text == "cuda" || text == "cpu", "--device is ", tandem::excerpt(text),
+                                          " but expected cuda or cpu");
+                             options.device = text;
+                           }};
+  bench::parse_flags(
+      argc, argv, "cnn_bench", usage,
+      {device, bench::int_flag("--steps", options.steps, 1, 100000), bench::text_flag("--markdown", options.markdown)});
+  return options;
+}
+
+// [N, C, H, W] -> [N, C * H * W].
+class FlattenImages : public tandem::nn::Cloneable<FlattenImages> {
+ public:
+  Tensor forward(const Tensor& input) override { return input.reshape({input.size(0), -1}); }
+};
+
+std::shared_ptr<tandem::nn::Module> digits_cnn() {
+  using namespace tandem::nn;
+  return std::make_shared<Sequential>(
+      std::make_shared<Conv2d>(1, 32, 3, Conv2dOptions{.padding = 1}), std::make_shared<ReLU>(),
+      std::make_shared<Conv2d>(32, 64, 3, Conv2dOptions{.padding = 1}), std::make_shared<ReLU>(),
+      std::make_shared<MaxPool2d>(2), std::make_shared<FlattenImages>(), std::make_shared<Linear>(1024, 128),
+      std::make_shared<ReLU>(), std::make_shared<Linear>(128, kClasses));
+}
+
+Tensor probability_cross_entropy(const Tensor& logits, const Tensor& probabilities) {
+  return tandem::nn::cross_entropy(logits, probabilities);
+}
+
+struct Timing {
+  bool adam = false;
+  bool captured = false;
+  bool loop = false;
+};
+
+// Median milliseconds of one step, and (captured only) why the step was not captured ("" when it was).
+std::pair<double, std::string> time_step(const tandem::Device& device, const Options& options, const Timing& timing) {
+  using namespace tandem;
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model = digits_cnn();
+  model->to(device);
+  parallel::ReplicatedModule replica(model, {device});
+  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer;
+  if (timing.adam) {
+    optimizer = std::make_unique<parallel::ReplicatedAdam>(replica, optim::AdamOptions{.lr = 1e-3});
+  } else {
+    optimizer = std::make_unique<parallel::ReplicatedSGD>(replica, optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  }
+  parallel::TrainingStep step(replica, *optimizer, probability_cross_entropy, {.capture = timing.captured});
+  const Tensor images = Tensor::randn({kBatch, 1, 8, 8}, device);
+  const Tensor labels = one_hot(Tensor::randint(0, kClasses, {kBatch}), kClasses).to(DType::Float32).to(device);
+  const bench::Sampling sampling =
+      timing.loop ? bench::Sampling{.warmup = 10, .samples = std::max(1, options.steps / 10), .iterations = kLoop}
+                  : bench::Sampling{.warmup = 10, .samples = options.steps};
+  const double ms =
+      bench::median_ms_per_call({device}, sampling, [&] { step.step({.features = images, .targets = labels}); });
+  return {ms, timing.captured && !step.captured() ? step.fallback_reason() : std::string()};
+}
+
+std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
+
+int run(const Options& options) {
+  const bool cuda = options.device == "cuda";
+  if (cuda && tandem::cuda_device_count() < 1) {
+    std::cout << "cnn_bench: no GPU visible; nothing to measure (--device cpu runs on the CPU)\n";
+    return 0;
+  }
+  if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
+  const tandem::Device device = cuda ? tandem::Device::cuda(0) : tandem::Device::cpu();
+  std::ostringstream table;
+  table << "| optimizer | step | eager | captured |\n|---|---|---|---|\n";
+  for (const bool adam : {false, true}) {
+    for (const bool loop : {false, true}) {
+      table << "| " << (adam ? "Adam" : "SGD, momentum 0.9") << " | "
+            << (loop ? "in a loop of " + std::to_string(kLoop) : std::string("synchronized")) << " | "
+            << cell(time_step(device, options, {.adam = adam, .loop = loop}).first) << " | ";
+      if (!cuda) {
+        table << "- |\n";  // capture needs a CUDA device
+        continue;
+      }
+      const auto [ms, fallback] = time_step(device, options, {.adam = adam, .captured = true, .loop = loop});
+      table << cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
+      if (!fallback.empty()) std::cerr << "captured step ran eagerly: " << fallback << "\n";
+    }
+  }
+  std::cout << "tandem: digits CNN, batch " << kBatch << " of 1 x 8 x 8, milliseconds per training step on " << device
+            << " (median; parallel::TrainingStep)\n\n"
+            << table.str();
+  if (!options.markdown.empty()) tandem::write_file_atomically(options.markdown, table.str(), "--markdown");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench::exit_status("cnn_bench", [&] { return run(parse(argc, argv)); });
+}
