@@ -1,7 +1,7 @@
 #pragma once
-// Normalization layers: LayerNorm (over the trailing dimensions of each sample) and BatchNorm1d (over the batch, with
-// running statistics kept as buffers). Both are written in tandem's ops, so they run on the input's device and are
-// differentiated by autograd.
+// Normalization layers: LayerNorm (over the trailing dimensions of each sample), BatchNorm1d and BatchNorm2d (over
+// the batch, with running statistics kept as buffers). All are written in tandem's ops, so they run on the input's
+// device and are differentiated by autograd.
 
 #include <cstdint>
 #include <optional>
@@ -36,14 +36,15 @@ class LayerNorm : public Cloneable<LayerNorm> {
   double eps_;
 };
 
-// Batch normalization of [N, C] or [N, C, L] inputs per channel C, as torch.nn.BatchNorm1d:
+// Note [Batch normalization]: BatchNorm1d and BatchNorm2d (as torch.nn's, over BatchNormBase) normalize each channel
+// C of [N, C, ...] inputs:
 //   training (or without running statistics): y = (x - mean_B) / sqrt(var_B + eps) * weight + bias, with the batch's
-//     mean and population variance over N (and L);
+//     mean and population variance over every dimension but C (N, and L or H and W);
 //   eval with running statistics: the same with running_mean and running_var.
 // Each training forward with track_running_stats updates, as PyTorch does,
 //   num_batches_tracked += 1
 //   running_mean = (1 - f) * running_mean + f * mean_B
-//   running_var  = (1 - f) * running_var  + f * var_B * n / (n - 1)     (the unbiased variance, n = N * L)
+//   running_var  = (1 - f) * running_var  + f * var_B * n / (n - 1)     (the unbiased variance, n = numel / C)
 // with f = momentum, or f = 1 / num_batches_tracked (a cumulative average) when momentum is nullopt. The update runs
 // on the device, under no grad; num_batches_tracked (int64) is counted in float32 there, exact up to 2^24 batches.
 //
@@ -51,17 +52,15 @@ class LayerNorm : public Cloneable<LayerNorm> {
 // count. parallel::replicate gives the replica on the master's device the master's own buffer tensors and the others
 // copies, and parallel::ReplicatedModule copies the master's buffers onto the other replicas before each forward; so
 // running statistics are those of replica 0's share of each batch, and the other replicas' updates are overwritten.
-class BatchNorm1d : public Cloneable<BatchNorm1d> {
+// Between processes, as PyTorch's DistributedDataParallel, parallel::DistributedDataParallel broadcasts rank 0's
+// master buffers before each forward (DistributedOptions::broadcast_buffers, default true): rank 0's count. Each
+// replica normalizes by the statistics of its own share of the batch (no SyncBatchNorm), as in PyTorch.
+//
+// What the two layers share: construction, parameters and buffers, the normalization, the running-statistics update
+// and extra_repr. Self (BatchNorm1d or BatchNorm2d) checks the input's shape and names itself in errors.
+template <class Self>
+class BatchNormBase : public Cloneable<Self> {
  public:
-  // weight ones, bias zeros ([C], parameters when affine); running_mean zeros, running_var ones ([C]) and
-  // num_batches_tracked 0 (int64, []) as buffers when track_running_stats.
-  // Errors: num_features < 1; eps negative or NaN; momentum outside [0, 1].
-  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
-                       bool affine = true, bool track_running_stats = true, Device device = Device::cpu());
-
-  // Errors: an input that is not [N, num_features] or [N, num_features, L]; a training batch with one value per
-  // channel (N * L == 1), whose variance is undefined.
-  Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
   int64_t num_features() const { return num_features_; }
@@ -72,6 +71,17 @@ class BatchNorm1d : public Cloneable<BatchNorm1d> {
   Tensor running_var;
   Tensor num_batches_tracked;
 
+ protected:
+  // weight ones, bias zeros ([C], parameters when affine); running_mean zeros, running_var ones ([C]) and
+  // num_batches_tracked 0 (int64, []) as buffers when track_running_stats.
+  // Errors (naming `layer`): num_features < 1; eps negative or NaN; momentum outside [0, 1].
+  BatchNormBase(const char* layer, int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+                bool track_running_stats, Device device);
+
+  // The normalization of an input of shape [N, num_features, ...] that Self has checked. Errors (naming `layer`):
+  // a training batch with one value per channel (numel == num_features), whose variance is undefined.
+  Tensor normalize(const char* layer, const Tensor& input);
+
  private:
   void update_running_stats(const Tensor& batch_mean, const Tensor& batch_var, int64_t count);
 
@@ -79,5 +89,35 @@ class BatchNorm1d : public Cloneable<BatchNorm1d> {
   double eps_;
   std::optional<double> momentum_;
 };
+
+// Batch normalization of [N, C] or [N, C, L] inputs per channel C, as torch.nn.BatchNorm1d (Note [Batch
+// normalization]).
+class BatchNorm1d : public BatchNormBase<BatchNorm1d> {
+ public:
+  // Parameters, buffers and errors: BatchNormBase's constructor.
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true, Device device = Device::cpu());
+
+  // Errors: an input that is not [N, num_features] or [N, num_features, L]; a training batch with one value per
+  // channel (N * L == 1), whose variance is undefined.
+  Tensor forward(const Tensor& input) override;
+};
+
+// Batch normalization of [N, C, H, W] inputs per channel C, as torch.nn.BatchNorm2d (Note [Batch normalization]):
+// the statistics are taken over N, H and W.
+class BatchNorm2d : public BatchNormBase<BatchNorm2d> {
+ public:
+  // Parameters, buffers and errors: BatchNormBase's constructor.
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true, Device device = Device::cpu());
+
+  // Errors: an input that is not [N, num_features, H, W]; a training batch with one value per channel
+  // (N * H * W == 1), whose variance is undefined.
+  Tensor forward(const Tensor& input) override;
+};
+
+// Defined in batch_norm.cpp.
+extern template class BatchNormBase<BatchNorm1d>;
+extern template class BatchNormBase<BatchNorm2d>;
 
 }  // namespace tandem::nn
