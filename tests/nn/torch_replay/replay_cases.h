@@ -1,6 +1,7 @@
 #pragma once
 // The cases of a safetensors replay file that a script of tests/nn/torch_replay wrote (make_attention_replay.py,
-// make_conv_replay.py): tensors named NAME.PART, and per case the metadata entry NAME, its settings as JSON.
+// make_conv_replay.py, make_batch_norm2d_replay.py): tensors named NAME.PART, and per case the metadata entry NAME,
+// its settings as JSON.
 
 #include <map>
 #include <nlohmann/json.hpp>
