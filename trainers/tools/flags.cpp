@@ -373,7 +373,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--delimiter", delimiter, "The character between a CSV file's fields: one character, or tab")
       ->capture_default_str();
   app.add_option("--standardize", standardize,
-                 "on|off: standardize each feature (and a regression's target) with the training set's statistics")
+                 "on|off: standardize each feature (and a regression's target) with the training set's statistics "
+                 "(default: off for --model cnn)")
       ->capture_default_str();
   app.add_option("--task", task,
                  "regression, classification (the target holds integer class labels; at most 10000 classes) or "
@@ -395,7 +396,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
   CLI::Option* epochs_option =
       app.add_option("--epochs", epochs,
                      "Epochs in all (a resumed run continues up to this; default: " + std::to_string(r.epochs) +
-                         " for regression, " + std::to_string(c.epochs) + " for classification)");
+                         " for regression, " + std::to_string(c.epochs) + " for classification, " +
+                         std::to_string(kCnnDefaults.epochs) + " for --model cnn)");
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
   CLI::Option* optimizer_option =
       app.add_option("--optimizer", optimizer,
@@ -429,7 +431,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
   CLI::Option* model_option =
       app.add_option("--model", model,
                      "mlp (Linear layers: --layers, --activation) or cnn (--task classification of images: two 3x3 "
-                     "convolutions, a 2x2 max pooling and two Linear layers, trainers::make_cnn)")
+                     "convolutions, a 2x2 max pooling and two Linear layers, trainers::make_cnn; defaults: " +
+                         to_string(kCnnDefaults.optimizer) + " lr " + text(kCnnDefaults.lr) + ", weight decay " +
+                         text(kCnnDefaults.weight_decay) + ", " + kCnnDefaults.lr_schedule + ")")
           ->capture_default_str();
   CLI::Option* image_shape_option = app.add_option(
       "--image-shape", image_shape, "cnn: C,H,W of each row's image, its features in row-major order (required)");
