@@ -45,8 +45,8 @@ struct Options {
 trainers::TensorDataset images_of(const trainers::TableDataset& encoded) {
   const std::vector<float> pixels(encoded.features.begin(), encoded.features.end());
   const std::vector<int64_t> classes(encoded.targets.begin(), encoded.targets.end());
-  return trainers::TensorDataset({Tensor::from_vector(pixels, {encoded.rows(), 1, 8, 8}),
-                                  Tensor::from_vector(classes, {encoded.rows()})});
+  return trainers::TensorDataset(
+      {Tensor::from_vector(pixels, {encoded.rows(), 1, 8, 8}), Tensor::from_vector(classes, {encoded.rows()})});
 }
 
 // Accuracy of the master replica in eval mode over a whole data set.
@@ -74,10 +74,10 @@ void train(const std::vector<Device>& devices, const Options& options) {
   parallel::ReplicatedModule model(net, devices);
   parallel::ReplicatedAdamW adamw(model, {.lr = options.lr, .weight_decay = options.weight_decay});
   optim::CosineAnnealingLR cosine(adamw.optimizer(0), options.epochs);  // replica 0's lr; set_lr gives it to all
-  std::cout << "data: " << options.data << ", train " << train_images.rows() << " images, test "
-            << test_images.rows() << " images, " << labels.size() << " classes\nmodel: " << *net << "\non "
-            << tandem::to_string(devices) << ": AdamW lr " << options.lr << ", weight decay " << options.weight_decay
-            << ", cosine over " << options.epochs << " epochs, batch " << options.batch << ", random crops padded by "
+  std::cout << "data: " << options.data << ", train " << train_images.rows() << " images, test " << test_images.rows()
+            << " images, " << labels.size() << " classes\nmodel: " << *net << "\non " << tandem::to_string(devices)
+            << ": AdamW lr " << options.lr << ", weight decay " << options.weight_decay << ", cosine over "
+            << options.epochs << " epochs, batch " << options.batch << ", random crops padded by "
             << options.crop_padding << "\n";
 
   const auto crops = std::make_shared<trainers::ImageTransforms>(trainers::ImageTransformOptions{
@@ -90,7 +90,7 @@ void train(const std::vector<Device>& devices, const Options& options) {
                                              .transform = crops});
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     adamw.set_lr(cosine.last_lr()[0]);
-    double loss_sum = 0.0;  // sum over the images of each one's loss
+    double loss_sum = 0.0;                         // sum over the images of each one's loss
     for (const trainers::Batch& batch : loader) {  // each epoch: new crops, a new order
       const auto rows = static_cast<float>(batch.rows());
       adamw.zero_grad();
@@ -110,8 +110,8 @@ void train(const std::vector<Device>& devices, const Options& options) {
   const double test_accuracy = accuracy(model, test_images, labels.size());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("train accuracy %.4f  test accuracy %.4f  (%lld test images, %.1f s)\n",
-              accuracy(model, train_images, labels.size()), test_accuracy,
-              static_cast<long long>(test_images.rows()), seconds);
+              accuracy(model, train_images, labels.size()), test_accuracy, static_cast<long long>(test_images.rows()),
+              seconds);
   TANDEM_CHECK(test_accuracy >= options.min_accuracy, "--min-accuracy: test accuracy ", test_accuracy,
                " but expected at least ", options.min_accuracy);
 }
@@ -143,7 +143,6 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", options.min_accuracy, "Exit with status 1 when the test accuracy is below this")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  return tandem::examples::run_example(app, argc, argv, [&](const std::vector<Device>& devices) {
-    train(devices, options);
-  });
+  return tandem::examples::run_example(app, argc, argv,
+                                       [&](const std::vector<Device>& devices) { train(devices, options); });
 }

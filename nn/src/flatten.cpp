@@ -50,12 +50,12 @@ Tensor Unflatten::forward(const Tensor& input) {
   const int64_t known = checked_numel(given, "nn::Unflatten");
   const auto inferred = std::find(split.begin(), split.end(), -1);
   if (inferred != split.end()) {
-    TANDEM_CHECK(known != 0 && size % known == 0, "nn::Unflatten: sizes ", to_string(sizes_),
-                 " cannot split dim ", dim_, " of size ", size, " (input shape ", to_string(input.shape()), ")");
+    TANDEM_CHECK(known != 0 && size % known == 0, "nn::Unflatten: sizes ", to_string(sizes_), " cannot split dim ",
+                 dim_, " of size ", size, " (input shape ", to_string(input.shape()), ")");
     *inferred = size / known;
   } else {
-    TANDEM_CHECK(known == size, "nn::Unflatten: sizes ", to_string(sizes_), " hold ", known,
-                 " elements but dim ", dim_, " has size ", size, " (input shape ", to_string(input.shape()), ")");
+    TANDEM_CHECK(known == size, "nn::Unflatten: sizes ", to_string(sizes_), " hold ", known, " elements but dim ", dim_,
+                 " has size ", size, " (input shape ", to_string(input.shape()), ")");
   }
   Shape target(input.shape().begin(), input.shape().begin() + at);
   target.insert(target.end(), split.begin(), split.end());

@@ -76,8 +76,7 @@ TEST_P(FlattenTest, GradientsPassThroughBothLayers) {
   // d/dx sum(unflatten(x) * w) is w laid out as x; through Flatten too.
   sum(unflatten(x) * weights).backward();
   expect_values(x.grad(), testing::to_double(weights), {2, 12});
-  testing::gradcheck([&](const std::vector<Tensor>& in) { return flatten(unflatten(in[0]) * unflatten(in[0])); },
-                     {x});
+  testing::gradcheck([&](const std::vector<Tensor>& in) { return flatten(unflatten(in[0]) * unflatten(in[0])); }, {x});
 }
 
 TEST_P(FlattenTest, ErrorsNameTheLayer) {

@@ -27,8 +27,8 @@ TEST(MakeCnn, TheBenchmarkLayersFromRowsOrImages) {
   EXPECT_EQ(images->named_children().front().second->name(), "Conv2d");
   EXPECT_TRUE(allclose((*images)(rows.view({3, 1, 8, 8})), (*cnn)(rows), 1e-5, 1e-6));
   // Dropout before each Linear; odd sizes pool to the floor, as MaxPool2d.
-  const auto odd = make_cnn({.image_shape = {3, 5, 7}, .classes = 4, .channels1 = 2, .channels2 = 3, .hidden = 6,
-                             .dropout = 0.25});
+  const auto odd =
+      make_cnn({.image_shape = {3, 5, 7}, .classes = 4, .channels1 = 2, .channels2 = 3, .hidden = 6, .dropout = 0.25});
   EXPECT_NE(describe_module(*odd).find("7: Dropout(p=0.250000), 8: Linear(in_features=18, out_features=6"),
             std::string::npos)
       << describe_module(*odd);
@@ -39,8 +39,9 @@ TEST(MakeCnn, TheBenchmarkLayersFromRowsOrImages) {
 TEST(MakeCnn, Errors) {
   EXPECT_ERROR(make_cnn({.image_shape = {8, 8}, .classes = 10}),
                "make_cnn: image_shape is [8, 8] but expected {C, H, W}");
-  EXPECT_ERROR(make_cnn({.image_shape = {1, 1, 8}, .classes = 10}),
-               "make_cnn: image_shape [1, 1, 8] but expected at least 1 channel and 2 x 2 pixels (the pooling's window)");
+  EXPECT_ERROR(
+      make_cnn({.image_shape = {1, 1, 8}, .classes = 10}),
+      "make_cnn: image_shape [1, 1, 8] but expected at least 1 channel and 2 x 2 pixels (the pooling's window)");
   EXPECT_ERROR(make_cnn({.image_shape = {0, 8, 8}, .classes = 10}), "at least 1 channel");
   EXPECT_ERROR(make_cnn({.image_shape = {1, 8, 8}}), "make_cnn: classes is 0 but expected at least 1");
   EXPECT_ERROR(make_cnn({.image_shape = {1, 8, 8}, .classes = 2, .hidden = -1}),
@@ -82,7 +83,8 @@ TEST(ImageTransforms, EachCropIsAShiftWithZerosAndTheShiftsVary) {
         bool all = true;
         for (int64_t c = 0; c < 2; ++c)
           for (int64_t y = 0; y < 3; ++y)
-            for (int64_t x = 0; x < 4; ++x) all = all && out[r * 24 + c * 12 + y * 4 + x] == pixel(r, c, y + dy, x + dx);
+            for (int64_t x = 0; x < 4; ++x)
+              all = all && out[r * 24 + c * 12 + y * 4 + x] == pixel(r, c, y + dy, x + dx);
         if (all) {
           ++matches;
           shifts.insert({dy, dx});
@@ -95,8 +97,8 @@ TEST(ImageTransforms, EachCropIsAShiftWithZerosAndTheShiftsVary) {
 }
 
 TEST(ImageTransforms, FlipsAndNormalizationFollowTheirDefinitions) {
-  const ImageTransforms flip({.image_shape = {2, 3, 4}, .horizontal_flip = true, .mean = {10.0, 20.0},
-                              .std = {2.0, 4.0}, .seed = 9});
+  const ImageTransforms flip(
+      {.image_shape = {2, 3, 4}, .horizontal_flip = true, .mean = {10.0, 20.0}, .std = {2.0, 4.0}, .seed = 9});
   const int64_t rows = 32;
   std::vector<int64_t> indices(rows);
   std::iota(indices.begin(), indices.end(), 100);
@@ -136,7 +138,8 @@ TEST(ImageTransforms, KeyedBySeedEpochAndExampleOnly) {
 }
 
 TEST(ImageTransforms, Errors) {
-  EXPECT_ERROR(ImageTransforms({.image_shape = {3, 4}}), "ImageTransforms: image_shape is [3, 4] but expected {C, H, W}");
+  EXPECT_ERROR(ImageTransforms({.image_shape = {3, 4}}),
+               "ImageTransforms: image_shape is [3, 4] but expected {C, H, W}");
   EXPECT_ERROR(ImageTransforms({.image_shape = {1, 4, 4}, .crop_padding = 5}),
                "ImageTransforms: crop_padding is 5 but expected 0 to 4");
   EXPECT_ERROR(ImageTransforms({.image_shape = {2, 4, 4}, .mean = {0.5}, .std = {0.5}}),
@@ -199,9 +202,7 @@ TrainerOptions cnn_options(std::vector<Device> devices, const TableDataset& trai
   return options;
 }
 
-Split digits_split() {
-  return train_test_split(make_dataset(read_csv(TANDEM_SOURCE_DIR "/data/digits.csv")), 0.2);
-}
+Split digits_split() { return train_test_split(make_dataset(read_csv(TANDEM_SOURCE_DIR "/data/digits.csv")), 0.2); }
 
 // The benchmark: the digits CNN on the standard split (data/README.md) on two devices, ahead of the MLP (0.936) and
 // the RBF SVM (0.958).

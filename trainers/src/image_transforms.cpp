@@ -23,8 +23,8 @@ ExampleDraws draws_of(uint64_t seed, int64_t epoch, int64_t index) {
 }
 
 void check_image_shape(const Shape& shape, const char* caller) {
-  TANDEM_CHECK(shape.size() == 3 && std::all_of(shape.begin(), shape.end(), [](int64_t s) { return s >= 1; }),
-               caller, ": image_shape is ", tandem::to_string(shape), " but expected {C, H, W}, each at least 1");
+  TANDEM_CHECK(shape.size() == 3 && std::all_of(shape.begin(), shape.end(), [](int64_t s) { return s >= 1; }), caller,
+               ": image_shape is ", tandem::to_string(shape), " but expected {C, H, W}, each at least 1");
   checked_numel(shape, caller);
 }
 

@@ -537,7 +537,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
         }
       }
       const TaskDefaults& task_defaults = cnn ? kCnnDefaults : defaults;
-      flags.epochs = given(epochs_option) ? parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs) : task_defaults.epochs;
+      flags.epochs =
+          given(epochs_option) ? parse_integer<int64_t>("--epochs", epochs, 1, kMaxEpochs) : task_defaults.epochs;
       if (given(features_option)) flags.features = parse_names("--features", features);
       flags.optimizer = given(optimizer_option) ? parse_optimizer(optimizer) : task_defaults.optimizer;
       flags.lr = given(lr_option) ? parse_real("--lr", lr) : default_lr(flags.optimizer, task_defaults);

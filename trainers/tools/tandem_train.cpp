@@ -128,8 +128,8 @@ void print_banner(const Flags& flags, const CsvTable& table, const TableDataset&
   std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows"
             << dropped << ", " << data.num_features() << " features, target \"" << data.target_name << "\"; train "
             << split.train.rows() << " rows, test " << split.test.rows() << " rows\n"
-            << "model: " << model << " ("
-            << trainer.model()->num_parameters() << " parameters) on " << describe_devices(*trainer.group()) << "\n"
+            << "model: " << model << " (" << trainer.model()->num_parameters() << " parameters) on "
+            << describe_devices(*trainer.group()) << "\n"
             << describe_optimizer(flags, trainer.options()) << "\n";
   if (flags.crop_padding > 0) {
     std::cout << "training on random crops of the images padded by " << flags.crop_padding << "\n";
