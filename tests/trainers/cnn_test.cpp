@@ -231,5 +231,31 @@ TEST(CnnTrainer, OneDeviceWithoutWorkersAgreesWithTwoDevicesWithWorkers) {
   EXPECT_NEAR(results[0].cross_entropy, results[1].cross_entropy, 1e-5);
 }
 
+// A resumed fit draws the crops of the epochs it runs (DataLoader::set_epoch), not those of the first ones: 1 epoch,
+// a checkpoint, and a second epoch from it end as 2 epochs without a break.
+TEST(CnnTrainer, AResumedFitDrawsTheCropsOfItsEpochs) {
+  const Split split = digits_split();
+  const TableDataset train = split.train.slice(0, 256);
+  const auto make = [&](int64_t epochs, uint64_t init_seed) {
+    manual_seed(init_seed);
+    TrainerOptions options = cnn_options({Device::cpu(0)}, train, epochs, 0);
+    options.lr_schedule.reset();  // its length is the epochs, which the two runs differ in
+    options.resume_may_change = {"epochs"};
+    return Trainer(make_cnn({.image_shape = {1, 8, 8}, .classes = 10}), options);
+  };
+  Trainer uninterrupted = make(2, 0);
+  const ClassificationMetrics expected = *uninterrupted.fit(train, split.test).test_classes;
+  const std::string path = testing::scratch_path("cnn_resume.safetensors");
+  Trainer first = make(1, 0);
+  first.add_callback(std::make_shared<CheckpointSaver>(path));
+  first.fit(train, split.test);
+  Trainer resumed = make(2, 123);
+  resumed.load_checkpoint(path);
+  const ClassificationMetrics actual = *resumed.fit(train, split.test).test_classes;
+  EXPECT_EQ(actual.confusion, expected.confusion);
+  EXPECT_DOUBLE_EQ(actual.cross_entropy, expected.cross_entropy);
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace tandem::trainers

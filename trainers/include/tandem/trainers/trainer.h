@@ -139,7 +139,8 @@ struct TrainerOptions {
   int num_workers = 0;
   // Applied to the training batches, after the standardization (DataLoaderOptions::transform: per example, keyed by
   // seed, epoch and example index, so the same for any number of workers, devices and processes), e.g. an
-  // ImageTransforms' random crops; never to the evaluations. Null: none. Not a setup fact: record it in `setup`.
+  // ImageTransforms' random crops (a resumed fit draws those of its own epochs); never to the evaluations. Null: none.
+  // Not a setup fact: record it in `setup`.
   std::shared_ptr<const BatchTransform> transform;
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Standardize each feature with the training set's mean and deviation (off: the features as they are, e.g. pixels
