@@ -257,5 +257,28 @@ TEST(CnnTrainer, AResumedFitDrawsTheCropsOfItsEpochs) {
   std::remove(path.c_str());
 }
 
+// Images in a TensorDataset [N, 1, 8, 8] train a CNN on images (flat_input false) exactly as the table's rows train
+// the CNN that views them as images.
+TEST(CnnTrainer, ATensorDatasetOfImagesTrainsAsTheTablesRows) {
+  const Split split = digits_split();
+  const TableDataset train = split.train.slice(0, 256);
+  const auto images_of = [](const TableDataset& rows) {
+    const std::vector<float> pixels(rows.features.begin(), rows.features.end());
+    const std::vector<float> labels(rows.targets.begin(), rows.targets.end());
+    return TensorDataset(
+        {Tensor::from_vector(pixels, {rows.rows(), 1, 8, 8}), Tensor::from_vector(labels, {rows.rows()})});
+  };
+  std::vector<ClassificationMetrics> results;
+  for (const bool flat : {true, false}) {
+    manual_seed(0);
+    Trainer trainer(make_cnn({.image_shape = {1, 8, 8}, .classes = 10, .flat_input = flat}),
+                    cnn_options({Device::cpu(0)}, train, 2, 0));
+    results.push_back(flat ? *trainer.fit(train, split.test).test_classes
+                           : *trainer.fit(images_of(train), images_of(split.test)).test_classes);
+  }
+  EXPECT_EQ(results[0].confusion, results[1].confusion);
+  EXPECT_DOUBLE_EQ(results[0].cross_entropy, results[1].cross_entropy);
+}
+
 }  // namespace
 }  // namespace tandem::trainers
