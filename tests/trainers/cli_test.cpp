@@ -825,5 +825,64 @@ TEST(TandemTrainLanguageModel, FlagsOfTheOtherTasksAreRefusedAndItsOwnNeedIt) {
   }
 }
 
+// --model cnn on the digits (data/README.md): make_cnn on random crops of the raw pixels reaches test accuracy 0.97
+// or more on two devices, ahead of the MLP (0.936) and the RBF SVM (0.958); its summary, plot and checkpoint are
+// written as the MLP's.
+TEST(TandemTrainCnn, DigitsReachTestAccuracy097OnTwoDevices) {
+  const std::string summary = testing::scratch_path("cnn.json");
+  const std::string plot = testing::scratch_path("cnn.svg");
+  const std::string checkpoint = testing::scratch_path("cnn.ckpt");
+  ToolRun run = run_tool("--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
+                         "/data/digits.csv --task classification --devices cpu:0,cpu:1 --summary-json " +
+                         summary + " --plot " + plot + " --checkpoint " + checkpoint + " --checkpoint-every 6");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("model: Unflatten(1, [1, 8, 8]) -> Conv2d(1, 32, 3, padding 1) -> relu -> Conv2d(32, 64, "
+                            "3, padding 1) -> relu -> MaxPool2d(2) -> Flatten -> Linear(1024, 128) -> relu -> "
+                            "Linear(128, 10) (151306 parameters)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("training on random crops of the images padded by 1"), std::string::npos) << run.output;
+  const nlohmann::json result = read_json(summary);
+  EXPECT_GE(result.at("test_accuracy").get<double>(), 0.97);
+  EXPECT_EQ(result.at("test_rows"), 359);
+  EXPECT_EQ(result.at("epochs"), 12);
+  const nlohmann::json& setup = result.at("setup");
+  EXPECT_EQ(setup.at("image_shape"), "[1, 8, 8]");
+  EXPECT_EQ(setup.at("crop_padding"), "1");
+  EXPECT_EQ(setup.at("optimizer"), "adamw");
+  EXPECT_EQ(setup.at("standardize_features"), "false");
+  EXPECT_TRUE(fs::exists(plot));
+  EXPECT_TRUE(fs::exists(checkpoint));
+  for (const std::string& path : {summary, plot, checkpoint}) std::remove(path.c_str());
+}
+
+TEST(TandemTrainCnn, FlagErrors) {
+  const std::string digits = " --data " TANDEM_SOURCE_DIR "/data/digits.csv --task classification";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--model rnn", "--model must be mlp or cnn, got \"rnn\""},
+      {"--model cnn --image-shape 1,8,8", "--model cnn needs --task classification"},
+      {"--model cnn" + digits, "--model cnn needs --image-shape C,H,W (such as 1,8,8)"},
+      {"--model cnn --image-shape 1,8" + digits, "--image-shape takes C,H,W (channels, height, width) such as 1,8,8"},
+      {"--model cnn --image-shape 1,8,8,1" + digits, "--image-shape takes C,H,W"},
+      {"--model cnn --image-shape 1,0,8" + digits, "--image-shape must be an integer in [1, 16777216], got \"0\""},
+      {"--model cnn --image-shape 1,8,9" + digits,
+       "--image-shape 1,8,9 holds 72 pixels but the data has 64 feature columns; expected C*H*W to equal them"},
+      {"--model cnn --image-shape 1,8,8 --layers 64" + digits, "--layers does not apply to --model cnn"},
+      {"--model cnn --image-shape 1,8,8 --hidden 64" + digits, "--hidden does not apply to --model cnn"},
+      {"--model cnn --image-shape 1,8,8 --activation tanh" + digits, "--activation does not apply to --model cnn"},
+      {"--model cnn --image-shape 1,8,8 --crop-padding 9" + digits,
+       "--crop-padding must be an integer in [0, 8], got \"9\""},
+      {"--image-shape 1,8,8" + digits, "--image-shape applies to --model cnn only"},
+      {"--crop-padding 1" + digits, "--crop-padding applies to --model cnn only"},
+      {"--task language-model --model cnn --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",
+       "--model does not apply to --task language-model"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    ToolRun run = run_tool("--quiet " + arguments);
+    EXPECT_EQ(run.status, 2) << arguments << "\n" << run.output;
+    EXPECT_NE(run.output.find(message), std::string::npos) << arguments << "\n" << run.output;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::trainers

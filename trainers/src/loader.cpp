@@ -47,8 +47,9 @@ int64_t count_batches(int64_t rows, int64_t batch_size, bool drop_last, std::str
   return rows / batch_size + (!drop_last && rows % batch_size != 0);
 }
 
-// Note [Loader workers]: a batch is a pure function of the epoch's order and its index (make_batch: the sampler's
-// shard of the batch's rows, each device's chunk of them read with get_batch), so who makes it and when does not
+// Note [Loader workers]: a batch is a pure function of the epoch's order and number and its index (make_batch: the
+// sampler's shard of the batch's rows, each device's chunk of them read with get_batch, then the transform, keyed by
+// example and epoch: Note [Transforms keyed by example]), so who makes it and when does not
 // change it: the batches, and their order, are the same for any number of workers. With workers, num_workers threads
 // take the epoch's batch indices in order (next) and put each batch (or the exception that making it threw) into
 // `ready`, at most kPrefetchPerWorker * num_workers batches being made or waiting at once (a bounded prefetch: a loop
@@ -107,11 +108,16 @@ struct DataLoader::State {
   int64_t num_batches = 0;
   ShuffleRng rng;
   std::vector<int64_t> order;
+  std::shared_ptr<const BatchTransform> transform;
+  int64_t epoch = -1;
 
-  // The examples order[first, first + count), count >= 1.
+  // The examples order[first, first + count), count >= 1, their data transformed when there is a transform.
   Example read(int64_t first, int64_t count) const {
     const auto begin = order.begin() + first;
-    return data->get_batch(std::vector<int64_t>(begin, begin + count));
+    const std::vector<int64_t> indices(begin, begin + count);
+    Example examples = data->get_batch(indices);
+    if (transform) examples.data = transform->apply(examples.data, indices, epoch);
+    return examples;
   }
 
   // Batch `index` on the host: its inputs and labels the chunks for the devices, pinned for GPUs with pin_memory
@@ -263,7 +269,8 @@ DataLoader::DataLoader(const Dataset& data, DataLoaderOptions options) {
                                          splitter,
                                          0,
                                          ShuffleRng(options.seed),
-                                         {}});
+                                         {},
+                                         std::move(options.transform)});
   state_->num_batches = count_batches(data.size(), options.batch_size, options.drop_last, "DataLoader");
   state_->order = epoch_order(data.size(), nullptr);
   if (options.num_workers > 0) prefetch_ = std::make_unique<Prefetch>(*state_, options.num_workers);
@@ -291,6 +298,7 @@ DataLoader& DataLoader::operator=(DataLoader&& other) noexcept {
 void DataLoader::begin_epoch() {
   if (prefetch_) prefetch_->pause();
   state_->order = epoch_order(state_->data->size(), state_->shuffle ? &state_->rng : nullptr);
+  ++state_->epoch;
   if (prefetch_) prefetch_->start();
 }
 
@@ -306,6 +314,14 @@ uint64_t DataLoader::shuffle_state() const { return state_->rng.state(); }
 void DataLoader::set_shuffle_state(uint64_t state) {
   if (prefetch_) prefetch_->pause();  // idle until the next begin_epoch()
   state_->rng = ShuffleRng(state);
+}
+
+int64_t DataLoader::epoch() const { return state_->epoch; }
+
+void DataLoader::set_epoch(int64_t epoch) {
+  TANDEM_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch is ", epoch, " but expected at least 0");
+  if (prefetch_) prefetch_->pause();  // idle until the next begin_epoch()
+  state_->epoch = epoch - 1;
 }
 
 Batch DataLoader::batch(int64_t index) const {

@@ -224,8 +224,10 @@ FitResult Trainer::fit_prepared(const Dataset& rows, const EvaluationSet& train_
                            .num_workers = options_.num_workers,
                            .pin_memory = true,
                            .devices = options_.devices,
-                           .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler()});
+                           .sampler = options_.group ? DistributedSampler(*options_.group) : DistributedSampler(),
+                           .transform = options_.transform});
   loader.set_shuffle_state(shuffle_state_);
+  loader.set_epoch(epoch_);
   training_step_->warm_up_devices();
   const EvaluationSet* test_or_null = test_eval ? &*test_eval : nullptr;
   const bool read_each_step = reads_each_step_loss();

@@ -56,6 +56,11 @@ struct Flags {
   double momentum = 0.0;  // SGD only
   double weight_decay = 0.0;
   std::string lr_schedule;      // trainers::parse_lr_schedule's grammar, checked against epochs
+  // --model: make_mlp's net (layers, activation, dropout) or make_cnn's (image_shape, dropout), trained on random
+  // crops of the images padded by crop_padding (an ImageTransforms).
+  enum class Model { MLP, CNN } model = Model::MLP;
+  Shape image_shape;         // cnn: {C, H, W}
+  int64_t crop_padding = 0;  // cnn
   std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;                      // after each hidden layer's activation; 0: no Dropout layers

@@ -67,6 +67,30 @@ std::string describe_model(int64_t inputs, int64_t outputs, const Flags& flags) 
   return text + "Linear(" + std::to_string(width) + ", " + std::to_string(outputs) + ")";
 }
 
+// "Unflatten(1, [1, 8, 8]) -> Conv2d(1, 32, 3, padding 1) -> relu -> ... -> Linear(128, 10)", as make_cnn builds it.
+std::string describe_cnn(const CnnOptions& cnn) {
+  const std::string dropout = cnn.dropout != 0.0 ? "dropout " + exact_text(cnn.dropout) + " -> " : "";
+  const Shape& image = cnn.image_shape;
+  return "Unflatten(1, " + tandem::to_string(image) + ") -> Conv2d(" + std::to_string(image[0]) + ", " +
+         std::to_string(cnn.channels1) + ", 3, padding 1) -> relu -> Conv2d(" + std::to_string(cnn.channels1) + ", " +
+         std::to_string(cnn.channels2) + ", 3, padding 1) -> relu -> MaxPool2d(2) -> Flatten -> " + dropout +
+         "Linear(" + std::to_string(cnn.channels2 * (image[1] / 2) * (image[2] / 2)) + ", " +
+         std::to_string(cnn.hidden) + ") -> relu -> " + dropout + "Linear(" + std::to_string(cnn.hidden) + ", " +
+         std::to_string(cnn.classes) + ")";
+}
+
+// make_cnn's options for --model cnn. Errors (UsageError): an --image-shape whose pixels are not the data's features.
+CnnOptions cnn_options(const Flags& flags, int64_t features, int64_t classes) {
+  const Shape& image = flags.image_shape;
+  if (image[0] * image[1] * image[2] != features) {
+    throw UsageError("--image-shape " + std::to_string(image[0]) + "," + std::to_string(image[1]) + "," +
+                     std::to_string(image[2]) + " holds " + std::to_string(image[0] * image[1] * image[2]) +
+                     " pixels but the data has " + std::to_string(features) +
+                     " feature columns; expected C*H*W to equal them");
+  }
+  return {.image_shape = image, .classes = classes, .dropout = flags.dropout};
+}
+
 // "adamw: lr 0.001, weight decay 0.01, lr schedule cosine (t_max 100)" and the like.
 std::string describe_optimizer(const Flags& flags, const TrainerOptions& options) {
   std::ostringstream text;
@@ -98,15 +122,18 @@ void set_optimizer(const Flags& flags, TrainerOptions& options) {
 }
 
 void print_banner(const Flags& flags, const CsvTable& table, const TableDataset& data, const Split& split,
-                  const Trainer& trainer, int64_t outputs) {
+                  const Trainer& trainer, const std::string& model) {
   const std::string dropped =
       table.dropped_rows > 0 ? " (" + std::to_string(table.dropped_rows) + " rows with missing values dropped)" : "";
   std::cout << "data: " << (flags.data ? *flags.data : "diabetes (built in)") << ", " << data.rows() << " rows"
             << dropped << ", " << data.num_features() << " features, target \"" << data.target_name << "\"; train "
             << split.train.rows() << " rows, test " << split.test.rows() << " rows\n"
-            << "model: " << describe_model(data.num_features(), outputs, flags) << " ("
-            << trainer.model()->num_parameters() << " parameters) on " << describe_devices(*trainer.group()) << "\n"
+            << "model: " << model << " (" << trainer.model()->num_parameters() << " parameters) on "
+            << describe_devices(*trainer.group()) << "\n"
             << describe_optimizer(flags, trainer.options()) << "\n";
+  if (flags.crop_padding > 0) {
+    std::cout << "training on random crops of the images padded by " << flags.crop_padding << "\n";
+  }
   if (!trainer.options().classes.empty()) {
     std::cout << "classes: " << trainer.options().classes.size() << " (labels "
               << excerpt(trainer.options().classes.str()) << ")\n";
@@ -198,6 +225,11 @@ SetupFacts setup_facts(const Flags& flags, const TableDataset& data) {
   }
   // Only a run with Dropout layers records its rate, so that checkpoints of runs without them keep their facts.
   if (flags.dropout != 0.0) facts.emplace("dropout", exact_text(flags.dropout));
+  // Likewise only a CNN records its image shape and crops (the Trainer records the model itself).
+  if (flags.model == Flags::Model::CNN) {
+    facts.emplace("image_shape", tandem::to_string(flags.image_shape));
+    facts.emplace("crop_padding", std::to_string(flags.crop_padding));
+  }
   return facts;
 }
 
@@ -236,11 +268,25 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.resume_may_change = flags.allow_change;
   options.resume_may_change.insert("epochs");
   const int64_t outputs = options.classes.empty() ? 1 : options.classes.size();
-  Trainer trainer(make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout), options);
+  std::shared_ptr<nn::Sequential> model;
+  std::string model_text;
+  if (flags.model == Flags::Model::CNN) {
+    const CnnOptions cnn = cnn_options(flags, data.num_features(), outputs);
+    model = make_cnn(cnn);
+    model_text = describe_cnn(cnn);
+    if (flags.crop_padding > 0) {
+      options.transform = std::make_shared<ImageTransforms>(ImageTransformOptions{
+          .image_shape = flags.image_shape, .crop_padding = flags.crop_padding, .seed = flags.seed});
+    }
+  } else {
+    model = make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout);
+    model_text = describe_model(data.num_features(), outputs, flags);
+  }
+  Trainer trainer(model, options);
   if (flags.resume) resume(trainer, *flags.resume);
 
   if (primary && !flags.quiet) {
-    print_banner(flags, table, data, split, trainer, outputs);
+    print_banner(flags, table, data, split, trainer, model_text);
     trainer.add_callback(ProgressPrinter::to_stdout());
   }
   if (primary && flags.metrics) {

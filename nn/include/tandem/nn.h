@@ -8,6 +8,7 @@
 #include "tandem/nn/conv.h"
 #include "tandem/nn/dropout.h"
 #include "tandem/nn/embedding.h"
+#include "tandem/nn/flatten.h"
 #include "tandem/nn/image_size.h"
 #include "tandem/nn/init.h"
 #include "tandem/nn/linear.h"

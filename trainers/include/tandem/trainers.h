@@ -10,6 +10,7 @@
 #include "tandem/trainers/datasets.h"
 #include "tandem/trainers/distributed_sampler.h"
 #include "tandem/trainers/gpt.h"
+#include "tandem/trainers/image_transforms.h"
 #include "tandem/trainers/language_model.h"
 #include "tandem/trainers/loader.h"
 #include "tandem/trainers/lr_schedule.h"

@@ -29,6 +29,7 @@
 #include "tandem/core/tensor.h"
 #include "tandem/trainers/dataset.h"
 #include "tandem/trainers/distributed_sampler.h"
+#include "tandem/trainers/image_transforms.h"
 
 namespace tandem::trainers {
 
@@ -86,6 +87,9 @@ struct DataLoaderOptions {
   // several processes must have devices.size() devices per process; the default (one process) cuts each batch over
   // the devices.
   DistributedSampler sampler = {};
+  // Applied to the data of every batch (each device's chunk) as it is made, with the examples' indices and the epoch
+  // (image_transforms.h); null: none.
+  std::shared_ptr<const BatchTransform> transform = nullptr;
 };
 
 class DataLoader {
@@ -120,6 +124,11 @@ class DataLoader {
   // The shuffle state before the next begin_epoch(); restoring it makes the following epochs repeat exactly.
   uint64_t shuffle_state() const;
   void set_shuffle_state(uint64_t state);
+  // The number of the current epoch, what the transform receives: 0 after the first begin_epoch(), one more after
+  // each next one (-1 before the first). set_epoch(e) makes the next begin_epoch() start epoch e, as a resumed run
+  // needs with set_shuffle_state. Errors: e < 0.
+  int64_t epoch() const;
+  void set_epoch(int64_t epoch);
 
   // One epoch as a range: begin() starts the next epoch (begin_epoch) and makes its first batch; each step makes the
   // next. An input iterator: the batch it refers to is replaced by the next one on ++.

@@ -1,5 +1,5 @@
 #pragma once
-// Small ready-made models: multi-layer perceptrons for regression and classification.
+// Small ready-made models: multi-layer perceptrons for regression and classification, and a small CNN for images.
 
 #include <cstdint>
 #include <memory>
@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/core/shape.h"
 #include "tandem/nn/sequential.h"
 
 namespace tandem::trainers {
@@ -28,5 +29,26 @@ std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, int64_t hidden, Activat
 // widths; inputs, outputs or a width below 1; dropout outside [0, 1) (nn::Dropout's message).
 std::shared_ptr<nn::Sequential> make_mlp(int64_t inputs, const std::vector<int64_t>& hidden, int64_t outputs,
                                          Activation activation, double dropout = 0.0);
+
+// make_cnn's sizes. The defaults are the digits benchmark's CNN (docs/tandem-train.md).
+struct CnnOptions {
+  Shape image_shape;  // {C, H, W} of one image
+  int64_t classes = 0;
+  int64_t channels1 = 32;  // the first convolution's output channels
+  int64_t channels2 = 64;  // the second's
+  int64_t hidden = 128;    // the hidden Linear's width
+  double dropout = 0.0;    // an nn::Dropout before each Linear unless 0
+  // Rows [N, C * H * W] (a TableDataset's, pixels in row-major C, H, W order), viewed as images by a first
+  // nn::Unflatten(1, image_shape); false: images [N, C, H, W], the input of a PyTorch CNN, and no Unflatten.
+  bool flat_input = true;
+};
+
+// [Unflatten(1, {C, H, W})] -> Conv2d(C, channels1, 3, padding 1) -> ReLU -> Conv2d(channels1, channels2, 3,
+// padding 1) -> ReLU -> MaxPool2d(2) -> Flatten -> [Dropout] -> Linear(channels2 * (H / 2) * (W / 2), hidden) -> ReLU
+// -> [Dropout] -> Linear(hidden, classes): one score per class, children named "0", "1", ... in order (the first
+// convolution is "1" with flat_input, "0" without). Initialized from the global generator as PyTorch's layers.
+// Errors: an image_shape that is not 3 sizes; a size, classes, channels or hidden below 1; an image smaller than
+// 2 x 2 (the pooling's window); dropout outside [0, 1) (nn::Dropout's message); sizes whose product overflows.
+std::shared_ptr<nn::Sequential> make_cnn(const CnnOptions& options);
 
 }  // namespace tandem::trainers

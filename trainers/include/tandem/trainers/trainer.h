@@ -137,6 +137,11 @@ struct TrainerOptions {
   // Threads reading the training batches ahead of the steps (DataLoaderOptions::num_workers): the batches, and so
   // the results, are the same for any number. Not a setup fact.
   int num_workers = 0;
+  // Applied to the training batches, after the standardization (DataLoaderOptions::transform: per example, keyed by
+  // seed, epoch and example index, so the same for any number of workers, devices and processes), e.g. an
+  // ImageTransforms' random crops (a resumed fit draws those of its own epochs); never to the evaluations. Null: none.
+  // Not a setup fact: record it in `setup`.
+  std::shared_ptr<const BatchTransform> transform;
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Standardize each feature with the training set's mean and deviation (off: the features as they are, e.g. pixels
   // already in [0, 1]). None: on for a table (fit over TableDatasets), off for any other Dataset. Recorded as the
