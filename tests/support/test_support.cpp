@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -157,6 +158,20 @@ void expect_near_relative(const Tensor& actual, const Tensor& expected, double t
   EXPECT_TRUE(max_error <= bound) << what << ": max abs error " << max_error << " at element " << worst << " (got "
                                   << a[worst] << ", expected " << b[worst] << "), max |expected| " << max_value
                                   << ", bound " << bound << ", max rel error where |expected| > 1e-3: " << worst_rel;
+}
+
+double scaled_deviation(const Tensor& actual, const Tensor& expected) {
+  EXPECT_EQ(actual.shape(), expected.shape());
+  if (actual.shape() != expected.shape()) return std::numeric_limits<double>::infinity();
+  const std::vector<double> a = to_double(actual), e = to_double(expected);
+  double deviation = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double error = std::abs(a[i] - e[i]);
+    if (std::isnan(error)) return std::numeric_limits<double>::infinity();
+    deviation = std::max(deviation, error);
+    scale = std::max(scale, std::abs(e[i]));
+  }
+  return deviation / scale;
 }
 
 }  // namespace tandem::testing

@@ -59,6 +59,9 @@ std::string device_set_name(const ::testing::TestParamInfo<DeviceSet>& info);
 // Expects max |actual - expected| <= tolerance * max(max |expected|, 1) over the elements of tensors of any
 // device and floating dtype, printing the worst element and the largest relative error where |expected| > 1e-3.
 void expect_near_relative(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what);
+// max |actual - expected| / max |expected| over the elements (the shapes must match: a failure otherwise), for
+// replays whose tensors are far below 1 (gradients): each within that fraction of its tensor's largest magnitude.
+double scaled_deviation(const Tensor& actual, const Tensor& expected);
 
 // Expects `actual` (any device) to equal `expected` elementwise within atol + rtol * |expected|, and its shape to
 // be `shape`. Reports the first mismatching index.

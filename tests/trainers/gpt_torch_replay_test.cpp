@@ -43,18 +43,6 @@ const Replay& replay() {
   return file;
 }
 
-// The largest |actual - expected| over the largest |expected|.
-double relative_deviation(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = testing::to_double(actual), e = testing::to_double(expected);
-  EXPECT_EQ(a.size(), e.size());
-  double deviation = 0.0, scale = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), e.size()); ++i) {
-    deviation = std::max(deviation, std::abs(a[i] - e[i]));
-    scale = std::max(scale, std::abs(e[i]));
-  }
-  return deviation / scale;
-}
-
 class GptTorchReplay : public testing::EveryDevice {
  protected:
   void expect_pytorchs_loss_and_gradients() {
@@ -72,7 +60,7 @@ class GptTorchReplay : public testing::EveryDevice {
     for (const auto& [name, parameter] : named) {
       ASSERT_TRUE(r.gradients.contains(name)) << name;
       ASSERT_TRUE(parameter.grad().defined()) << name;
-      EXPECT_LE(relative_deviation(parameter.grad(), r.gradients.at(name)), 1e-4) << name;
+      EXPECT_LE(testing::scaled_deviation(parameter.grad(), r.gradients.at(name)), 1e-4) << name;
     }
   }
 };
