@@ -109,10 +109,10 @@ TEST(ResNet, NamesAndSizesAreTorchvisions) {
                                                  {"layer2.0.downsample.1.bias", {128}},
                                                  {"layer4.1.conv2.weight", {512, 512, 3, 3}},
                                                  {"fc.weight", {100, 512}}};
-  for (const auto& [name, shape] : expected) {
-    const auto it = std::find_if(named.begin(), named.end(), [&](const auto& entry) { return entry.first == name; });
-    ASSERT_NE(it, named.end()) << name;
-    EXPECT_EQ(it->second.shape(), shape) << name;
+  for (const auto& entry : expected) {
+    const auto it = std::find_if(named.begin(), named.end(), [&](const auto& p) { return p.first == entry.first; });
+    ASSERT_NE(it, named.end()) << entry.first;
+    EXPECT_EQ(it->second.shape(), entry.second) << entry.first;
   }
   EXPECT_THROW(make_resnet18({.classes = 0}), Error);
   EXPECT_THROW(make_resnet18({.width = 0}), Error);
