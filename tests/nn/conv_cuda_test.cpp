@@ -49,8 +49,9 @@ struct Gradients {
 
 Gradients run(const ConvShape& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g, Device device,
               Precision precision) {
-  const Tensor xl = x.to(device).set_requires_grad(), wl = w.to(device).set_requires_grad();
-  const Tensor bl = b.to(device).set_requires_grad();
+  // detach(): to() the device a tensor is on returns that tensor, whose requires_grad must stay off for the next run.
+  const Tensor xl = x.to(device).detach().set_requires_grad(), wl = w.to(device).detach().set_requires_grad();
+  const Tensor bl = b.to(device).detach().set_requires_grad();
   const Tensor out = convolution2d(xl, wl, bl, c.geometry, precision);
   out.backward(g.to(device));
   return {out.detach(), xl.grad(), wl.grad(), bl.grad()};
