@@ -12,8 +12,11 @@
 // gradients of those sums, so that outputs, gradients and running statistics equal those of the layer on the
 // processes' concatenated batch on one device. Eval mode is plain batch normalization.
 //
-// Supported: one device per process (every process calls forward and backward the same number of times, as for
-// DistributedDataParallel). Several devices per process (a group with several local devices, or replicas of
+// Supported: one device per process. Every process must run every training forward and backward of the model (as
+// for DistributedDataParallel): a process with no rows of a batch passes an empty batch (the module form of
+// DistributedDataParallel does); one that skips the forward (the per-device form given no inputs) leaves the others
+// waiting in the all-reduce until the group's timeout, an Error. A captured TrainingStep cannot hold it (each forward
+// reads the global count on the host). Several devices per process (a group with several local devices, or replicas of
 // ReplicatedModule on other devices than the group's) are refused with an Error at the first training forward,
 // never normalized by a partial batch.
 
