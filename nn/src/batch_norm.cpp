@@ -41,10 +41,26 @@ Tensor BatchNormBase<Self>::normalize(const char* layer, const Tensor& input) {
     channel_shape.push_back(1);
     dims.push_back(d);
   }
-  const int64_t count = input.numel() / num_features_;
+  int64_t count = input.numel() / num_features_;
 
   Tensor normalized;
-  if (this->is_training() || !running_mean.defined()) {
+  if (this->is_training() && sync_) {
+    // Note [Synchronized batch statistics]: [sum x, n] and then sum (x - mean)^2, each summed over every replica.
+    const Tensor local = cat({sum(input, dims), Tensor::full({1}, static_cast<float>(count), input.device())});
+    const Tensor global = sync_->all_reduce_sum(layer, local);
+    const Tensor global_count =
+        index_select(global, 0, Tensor::full({1}, static_cast<double>(num_features_), DType::Int64, input.device()));
+    count = static_cast<int64_t>(global_count.item<double>());
+    TANDEM_CHECK(count > 1, layer, ": the replicas' inputs have one value per channel in all (this one has shape ",
+                 to_string(input.shape()), "), but training needs more than one to estimate a variance");
+    const Tensor channels = Tensor::arange(num_features_, DType::Int64, input.device());
+    const Tensor batch_mean = index_select(global, 0, channels) * static_cast<float>(1.0 / count);
+    const Tensor centered = input - batch_mean.reshape(channel_shape);
+    const Tensor batch_var =
+        sync_->all_reduce_sum(layer, sum(centered * centered, dims)) * static_cast<float>(1.0 / count);
+    normalized = centered * rsqrt(batch_var.reshape(channel_shape) + static_cast<float>(eps_));
+    if (running_mean.defined()) update_running_stats(batch_mean, batch_var, count);
+  } else if (this->is_training() || !running_mean.defined()) {
     TANDEM_CHECK(count > 1, layer, ": input has shape ", to_string(input.shape()),
                  ", one value per channel, but training needs more than one to estimate a variance");
     const Tensor batch_mean = mean(input, dims);
@@ -82,7 +98,10 @@ template <class Self>
 std::string BatchNormBase<Self>::extra_repr() const {
   std::ostringstream os;
   os << num_features_ << ", eps=" << eps_ << ", momentum=";
-  if (momentum_) os << *momentum_; else os << "None";
+  if (momentum_)
+    os << *momentum_;
+  else
+    os << "None";
   os << ", affine=" << (weight.defined() ? "true" : "false")
      << ", track_running_stats=" << (running_mean.defined() ? "true" : "false");
   return os.str();

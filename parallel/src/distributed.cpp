@@ -35,7 +35,16 @@ void broadcast_from_rank0(comm::ProcessGroup& group, const std::vector<std::shar
   for (size_t i = 0; i < tensors.front().size(); ++i) {
     std::vector<Tensor> copies;
     for (const std::vector<Tensor>& replica : tensors) copies.push_back(replica[i]);
-    group.broadcast(copies, 0);
+    if (copies.front().dtype() == DType::Float32) {
+      group.broadcast(copies, 0);
+      continue;
+    }
+    // The group carries float32: another dtype (BatchNorm's int64 num_batches_tracked, exact up to 2^24) travels
+    // as float32 copies, written back into the tensors.
+    std::vector<Tensor> floats;
+    for (const Tensor& copy : copies) floats.push_back(copy.to(DType::Float32));
+    group.broadcast(floats, 0);
+    for (size_t d = 0; d < copies.size(); ++d) copies[d].copy_(floats[d]);
   }
 }
 

@@ -4,6 +4,7 @@
 // device and are differentiated by autograd.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -54,8 +55,30 @@ class LayerNorm : public Cloneable<LayerNorm> {
 // running statistics are those of replica 0's share of each batch, and the other replicas' updates are overwritten.
 // Between processes, as PyTorch's DistributedDataParallel, parallel::DistributedDataParallel broadcasts rank 0's
 // master buffers before each forward (DistributedOptions::broadcast_buffers, default true): rank 0's count. Each
-// replica normalizes by the statistics of its own share of the batch (no SyncBatchNorm), as in PyTorch.
+// replica normalizes by the statistics of its own share of the batch, as in PyTorch, unless the layer synchronizes
+// its statistics (below).
 //
+// Note [Synchronized batch statistics]: with a BatchStatisticsSync set (parallel::convert_sync_batchnorm sets one
+// that reduces over every process of a comm::ProcessGroup, PyTorch's SyncBatchNorm), a training forward takes its
+// statistics over the whole batch of every replica of the step, in two passes that each reduce one [C + 1] or [C]
+// tensor:
+//   [sum x, count] over every replica -> mean = sum x / n;   sum (x - mean)^2 over every replica -> var (/ n)
+// The reductions are differentiable (the gradient of each replica's local sums is the reduction of every replica's
+// gradients of the global ones), so backward reduces the per-channel gradient sums the same way, and outputs and
+// gradients are those of the layer on the concatenated batch on one device. The running statistics take the global
+// mean and unbiased variance (the global n). Eval, and a layer without running statistics in eval, are unchanged.
+//
+// How a batch norm reduces its per-channel sums over every replica of a training step (Note [Synchronized batch
+// statistics]); parallel implements it over a comm::ProcessGroup.
+class BatchStatisticsSync {
+ public:
+  virtual ~BatchStatisticsSync() = default;
+  // The sum of `local` (a [k] float32 tensor on the input's device) over every replica of the step, differentiable:
+  // the gradient of each replica's `local` is the sum of every replica's gradient of the result. `layer` names the
+  // caller in errors.
+  virtual Tensor all_reduce_sum(const char* layer, const Tensor& local) = 0;
+};
+
 // What the two layers share: construction, parameters and buffers, the normalization, the running-statistics update
 // and extra_repr. Self (BatchNorm1d or BatchNorm2d) checks the input's shape and names itself in errors.
 template <class Self>
@@ -64,6 +87,10 @@ class BatchNormBase : public Cloneable<Self> {
   std::string extra_repr() const override;
 
   int64_t num_features() const { return num_features_; }
+  // Training statistics over every replica of the step through `sync` (null: this replica's batch alone, the
+  // default); copies (clone(), replicas) share it. Note [Synchronized batch statistics].
+  void set_statistics_sync(std::shared_ptr<BatchStatisticsSync> sync) { sync_ = std::move(sync); }
+  const std::shared_ptr<BatchStatisticsSync>& statistics_sync() const { return sync_; }
 
   Tensor weight;  // undefined (and not parameters) without affine
   Tensor bias;
@@ -88,6 +115,7 @@ class BatchNormBase : public Cloneable<Self> {
   int64_t num_features_;
   double eps_;
   std::optional<double> momentum_;
+  std::shared_ptr<BatchStatisticsSync> sync_;
 };
 
 // Batch normalization of [N, C] or [N, C, L] inputs per channel C, as torch.nn.BatchNorm1d (Note [Batch
