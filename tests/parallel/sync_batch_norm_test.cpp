@@ -66,6 +66,7 @@ TEST(SyncBatchNorm, ConversionKeepsTypesNamesAndTensors) {
   const auto buffers = net->named_buffers();
   auto group = comm::ProcessGroup::single({Device::cpu()});
   EXPECT_EQ(parallel::convert_sync_batchnorm(net, group), net);
+  EXPECT_EQ(parallel::SyncBatchNorm::convert_sync_batchnorm(net, group), net);  // PyTorch's spelling, the same call
 
   const auto converted_parameters = net->named_parameters();
   ASSERT_EQ(converted_parameters.size(), parameters.size());

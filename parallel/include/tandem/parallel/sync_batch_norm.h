@@ -21,6 +21,7 @@
 // never normalized by a partial batch.
 
 #include <memory>
+#include <utility>
 
 #include "tandem/comm/process_group.h"
 #include "tandem/nn/module.h"
@@ -31,5 +32,15 @@ namespace tandem::parallel {
 // `group`, and returns `module`. Errors: null module or group; a group with more than one device per process.
 std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
                                                    std::shared_ptr<comm::ProcessGroup> group);
+
+// PyTorch's spelling, torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group): the same conversion.
+class SyncBatchNorm {
+ public:
+  SyncBatchNorm() = delete;
+  static std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
+                                                            std::shared_ptr<comm::ProcessGroup> group) {
+    return parallel::convert_sync_batchnorm(std::move(module), std::move(group));
+  }
+};
 
 }  // namespace tandem::parallel
