@@ -91,7 +91,7 @@ Tensor TrainingStep::step(const TrainingBatch& batch) {
   if (distributed_ != nullptr) distributed_->broadcast_buffers();  // as its forward does
   if (!accumulated_) return run(checked_batch);
   Tensor loss = eager(checked_batch,
-                      "the step adds gradients accumulated by accumulate(), which runs eagerly (Note "
+                      "gradient accumulation runs eagerly: this step adds to the gradients of accumulate() (Note "
                       "[Accumulating micro-batches] in training_step.h)");
   accumulated_ = false;
   return loss;

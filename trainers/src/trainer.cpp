@@ -138,6 +138,13 @@ std::string capture_blocker(const parallel::TrainingStep& step, const TrainerOpt
   return step.blocker();
 }
 
+// The rows of an optimizer step: those of its micro-batches' global batches.
+int64_t step_rows(const std::vector<Batch>& micro_batches) {
+  int64_t rows = 0;
+  for (const Batch& batch : micro_batches) rows += batch.global_rows;
+  return rows;
+}
+
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
@@ -297,8 +304,7 @@ FitResult Trainer::fit_prepared(const Dataset& rows, const EvaluationSet& train_
 Tensor Trainer::train_step_on(const std::vector<Batch>& micro_batches, StepModes& modes, const Tensor& loss_slot) {
   // Note [Accumulating micro-batches] in training_step.h: every micro-batch's loss is weighted by its share of all
   // their rows, so the uneven last one of an epoch counts by its rows.
-  int64_t rows = 0;
-  for (const Batch& batch : micro_batches) rows += batch.global_rows;
+  const int64_t rows = step_rows(micro_batches);
   const auto given = [rows](const Batch& batch, const Tensor& out) {
     return parallel::TrainingBatch{
         .inputs = batch.inputs, .labels = batch.labels, .global_rows = rows, .loss_out = out};
@@ -351,9 +357,7 @@ Trainer::EpochLosses Trainer::train_epoch(DataLoader& loader, bool read_each_ste
       micro_batches.push_back(loader.batch(m));
     const Tensor slot = read_each_step ? Tensor() : losses.on_device.narrow(0, b, 1);
     const Tensor loss = train_step_on(micro_batches, modes, slot);
-    int64_t rows = 0;
-    for (const Batch& batch : micro_batches) rows += batch.global_rows;
-    losses.rows.push_back(rows);
+    losses.rows.push_back(step_rows(micro_batches));
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
       losses.read.push_back(global_sum(loss.reshape({1})).to_vector().front());
