@@ -1,5 +1,7 @@
 // Gradient accumulation (TrainerOptions::accumulate_steps): K batches of B rows per optimizer step train as one batch
 // of K * B rows, the uneven last batches weighted by their rows, on one device and over two.
+#include <filesystem>
+
 #include "support/test_support.h"
 
 namespace tandem::trainers {
@@ -35,21 +37,33 @@ struct AccumulationRun {
   FitResult result;
 };
 
-AccumulationRun fit_accumulating(int64_t batch_size, int64_t accumulate_steps, const std::vector<Device>& devices,
-                                 int64_t rows) {
+Trainer accumulating_trainer(int64_t batch_size, int64_t accumulate_steps, const std::vector<Device>& devices,
+                             int64_t epochs = 3) {
   manual_seed(0);
   TrainerOptions options;
   options.devices = devices;
-  options.epochs = 3;
+  options.epochs = epochs;
   options.batch_size = batch_size;
   options.accumulate_steps = accumulate_steps;
   options.sgd = {.lr = 0.05, .momentum = 0.9};
-  Trainer trainer(make_mlp(3, 8, Activation::ReLU), options);
+  options.resume_may_change = {"epochs"};
+  return Trainer(make_mlp(3, 8, Activation::ReLU), options);
+}
+
+std::vector<Tensor> parameters_on_host(const Trainer& trainer) {
+  std::vector<Tensor> parameters;
+  for (const Tensor& parameter : trainer.model()->parameters()) parameters.push_back(parameter.to(Device::cpu()));
+  return parameters;
+}
+
+AccumulationRun fit_accumulating(int64_t batch_size, int64_t accumulate_steps, const std::vector<Device>& devices,
+                                 int64_t rows) {
+  Trainer trainer = accumulating_trainer(batch_size, accumulate_steps, devices);
   auto log = std::make_shared<EpochLossLog>();
   trainer.add_callback(log);
   AccumulationRun run;
   run.result = trainer.fit(accumulation_data(rows));
-  for (const Tensor& parameter : trainer.model()->parameters()) run.parameters.push_back(parameter.to(Device::cpu()));
+  run.parameters = parameters_on_host(trainer);
   run.losses = log->losses;
   return run;
 }
@@ -98,6 +112,28 @@ TEST_P(TrainerAccumulation, AnUnevenMicroBatchCountsByItsRowsNotAsAWholeBatch) {
   expect_same_accumulated_training(accumulated, large);
   const AccumulationRun other = fit_accumulating(3, 1, GetParam(), 10);  // a different run: the comparison can fail
   EXPECT_GT(testing::scaled_deviation(other.parameters.front(), large.parameters.front()), 1e-4);
+}
+
+TEST_P(TrainerAccumulation, AResumedFitContinuesAsTheUninterruptedOne) {
+  // Steps never span epochs, so a checkpoint (written at an epoch's end) holds no accumulated gradients.
+  Trainer uninterrupted = accumulating_trainer(3, 3, GetParam(), 4);
+  uninterrupted.fit(accumulation_data(22));
+  const std::string path = testing::scratch_path("accumulated.safetensors");
+  Trainer first = accumulating_trainer(3, 3, GetParam(), 2);
+  first.fit(accumulation_data(22));
+  first.save_checkpoint(path);
+  Trainer resumed = accumulating_trainer(3, 3, GetParam(), 4);
+  resumed.load_checkpoint(path);
+  EXPECT_EQ(resumed.step(), 2 * 3);  // optimizer steps: 3 per epoch of 8 batches
+  resumed.fit(accumulation_data(22));
+  EXPECT_EQ(resumed.step(), uninterrupted.step());
+  const std::vector<Tensor> actual = parameters_on_host(resumed);
+  const std::vector<Tensor> expected = parameters_on_host(uninterrupted);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(actual[i].to_vector(), expected[i].to_vector()) << i;
+  // Another accumulation is another setup.
+  Trainer other = accumulating_trainer(3, 2, GetParam(), 4);
+  EXPECT_ERROR(other.load_checkpoint(path), "accumulate_steps: 3 in the checkpoint, 2 now");
+  std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, TrainerAccumulation,
