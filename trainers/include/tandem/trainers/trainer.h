@@ -108,12 +108,13 @@ struct TrainerOptions {
   int64_t epochs = 100;     // the last epoch of fit() (counting epochs done before a resume)
   int64_t batch_size = 64;  // global: split over every device of every process of the group
   // Gradient accumulation (Note [Accumulating micro-batches] in parallel/training_step.h): each optimizer step takes
-  // accumulate_steps batches of batch_size rows (micro-batches), their gradients summed locally (no_sync()) and
-  // reduced once, clipped once and stepped once, each micro-batch's loss weighted by its share of the rows of the
-  // whole accumulated batch: the step equals one step on a batch accumulate_steps times larger (to float rounding).
-  // An epoch whose batches are not a multiple steps once more on the rest. step(), the LR schedule, StepReport and
-  // the losses count optimizer steps. The steps run eagerly when it is above 1 (FitResult::eager_reason says so):
-  // a captured step starts from zeroed gradients. Recorded as the setup fact "accumulate_steps" when not 1.
+  // accumulate_steps batches of batch_size rows (micro-batches), their gradients summed locally (no_sync()), then
+  // reduced once and stepped once, each micro-batch's loss weighted by its share of the rows of the whole accumulated
+  // batch: the step equals one step on a batch accumulate_steps times larger (to float rounding). An epoch whose
+  // batch count is not a multiple of accumulate_steps ends with a step on the batches left. step(), the LR schedule,
+  // StepReport and the losses count optimizer steps. Steps of several micro-batches run eagerly, since a captured
+  // step starts from zeroed gradients (FitResult::eager_reason says so). Recorded as the setup fact
+  // "accumulate_steps" when not 1.
   int64_t accumulate_steps = 1;
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
