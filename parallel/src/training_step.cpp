@@ -89,7 +89,23 @@ TrainingStep::~TrainingStep() = default;
 Tensor TrainingStep::step(const TrainingBatch& batch) {
   const Batch checked_batch = checked(batch);
   if (distributed_ != nullptr) distributed_->broadcast_buffers();  // as its forward does
-  return run(checked_batch);
+  if (!accumulated_) return run(checked_batch);
+  Tensor loss = eager(checked_batch,
+                      "gradient accumulation runs eagerly: this step adds to the gradients of accumulate() (Note "
+                      "[Accumulating micro-batches] in training_step.h)");
+  accumulated_ = false;
+  return loss;
+}
+
+Tensor TrainingStep::accumulate(const TrainingBatch& batch) {
+  const Batch checked_batch = checked(batch);
+  if (distributed_ != nullptr) distributed_->broadcast_buffers();  // as its forward does
+  Tensor loss = eager(checked_batch,
+                      "gradient accumulation runs eagerly (Note [Accumulating micro-batches] in "
+                      "training_step.h)",
+                      /*accumulate=*/true);
+  accumulated_ = true;
+  return loss;
 }
 
 void TrainingStep::warm_up_devices() const {
@@ -200,14 +216,14 @@ Tensor TrainingStep::deliver(const Batch& batch, const Tensor& loss) {
 }
 
 bool TrainingStep::may_step_in_backward() const {
-  return options_.steps_in_backward && !options_.max_grad_norm && optimizer_.steps_in_backward();
+  return options_.steps_in_backward && !options_.max_grad_norm && !accumulated_ && optimizer_.steps_in_backward();
 }
 
-Tensor TrainingStep::eager(const Batch& batch, std::string reason) {
-  strategy_ = may_step_in_backward() ? StepStrategy::StepsInBackward : StepStrategy::Eager;
+Tensor TrainingStep::eager(const Batch& batch, std::string reason, bool accumulate) {
+  strategy_ = may_step_in_backward() && !accumulate ? StepStrategy::StepsInBackward : StepStrategy::Eager;
   warming_up_ = false;
   fallback_reason_ = std::move(reason);
-  ++eager_steps_;
+  if (!accumulate) ++eager_steps_;  // the capture's warm-up counts optimizer steps
   const TrainingBatch& given = *batch.given;
   const std::vector<Device>& devices = model_.devices();
   std::vector<Tensor> inputs = given.inputs;
@@ -227,9 +243,12 @@ Tensor TrainingStep::eager(const Batch& batch, std::string reason) {
   std::vector<Tensor> losses(inputs.size());
   // Each replica weights its own loss, on its own thread, before its backward: the scale kernels are issued side by
   // side instead of one after another on the calling thread after the step.
-  run_pass(inputs, labels, global_rows, {.on_loss = [&](size_t i, const Tensor& value) {
-             losses[i] = detail::weighted_losses({value}, {labels[i]}, global_rows).front();
-           }});
+  run_pass(inputs, labels, global_rows,
+           {.on_loss =
+                [&](size_t i, const Tensor& value) {
+                  losses[i] = detail::weighted_losses({value}, {labels[i]}, global_rows).front();
+                },
+            .accumulate = accumulate});
   return deliver(batch, detail::sum_losses(losses, devices.front()));
 }
 
@@ -249,7 +268,8 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
       optimizer_.step();
     }
   };
-  model_.zero_grad();
+  if (!accumulated_) model_.zero_grad();          // else add to accumulate()'s gradients
+  if (pass.accumulate && inputs.empty()) return;  // no rows, no gradients, no collective to take part in
   if (inputs.empty()) {
     // Note [A process without rows] in distributed.cpp: it runs nothing but takes part in every bucket's collective.
     model_.prepare_for_backward(0);
@@ -264,6 +284,11 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
     pass.on_loss(i, value.detach());
     return value;
   };
+  if (pass.accumulate) {
+    const ReplicatedModule::NoSync local = model_.no_sync();
+    (void)model_.forward_backward(inputs, observed, /*reduce=*/model_.syncing(), pass.threads, seeds);
+    return;
+  }
   if (!may_step_in_backward()) {
     (void)model_.forward_backward(inputs, observed, /*reduce=*/true, pass.threads, seeds);
     take_step();

@@ -90,6 +90,37 @@ TEST_P(DistributedTrainer, EqualsOneProcessOnEveryDeviceOfTheGroup) {
   if (GetParam() == testing::GroupDevices::CUDA) EXPECT_GT(result.captured_steps, 0) << result.eager_reason;
 }
 
+TEST_P(DistributedTrainer, AccumulatedStepsEqualOneProcessOnTheLargerBatch) {
+  // 354 training rows as one process's batches of 52 (6 of them and one of 42), in micro-batches of 26, two per step
+  // (TrainerOptions::accumulate_steps; the last step 26 + 16 rows), and of 4, 13 per step (the last 10 x 4 + 2; with 3
+  // processes x 2 devices some process has no rows in each micro-batch): each process accumulates its shards inside
+  // no_sync().
+  const auto trainer_for = [this](int64_t batch_size, int64_t accumulate_steps, bool grouped) {
+    manual_seed(0);
+    TrainerOptions options = options_for(3);
+    options.batch_size = batch_size;
+    options.accumulate_steps = accumulate_steps;
+    if (grouped) {
+      options.group = group_;
+    } else {
+      options.devices = cpu_devices(static_cast<int64_t>(group_->world_devices()));
+    }
+    return Trainer(make_mlp(10, 20), options);
+  };
+  Trainer single = trainer_for(52, 1, false);
+  const FitResult expected = single.fit(diabetes().train, diabetes().test);
+  EXPECT_EQ(expected.steps, 3 * 7);
+  for (const std::pair<int64_t, int64_t> micro : {std::pair<int64_t, int64_t>{26, 2}, {4, 13}}) {
+    SCOPED_TRACE("micro-batches of " + std::to_string(micro.first) + ", " + std::to_string(micro.second) + " per step");
+    Trainer distributed = trainer_for(micro.first, micro.second, true);
+    const FitResult result = distributed.fit(diabetes().train, diabetes().test);
+    EXPECT_EQ(result.steps, expected.steps);
+    ASSERT_TRUE(result.test.has_value());
+    expect_relatively_close(result.test->mse, expected.test->mse, 1e-5, "test mse");
+    expect_same_parameters(distributed, single, 1e-4, 1e-5);
+  }
+}
+
 TEST_P(DistributedTrainer, EveryProcessReportsTheSameGlobalLossesAndMetrics) {
   struct Recorder : Callback {
     std::vector<double> losses;

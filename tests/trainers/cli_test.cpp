@@ -135,6 +135,28 @@ TEST(TandemTrain, CaptureFlagsAndTheStepModeInTheSummary) {
   EXPECT_NE(bad.output.find("--capture excludes --no-capture"), std::string::npos) << bad.output;
 }
 
+TEST(TandemTrain, AccumulateTrainsAsTheLargerBatch) {
+  // --accumulate 3 with --batch-size 16 takes the steps of --batch-size 48 (the diabetes table's 354 training rows:
+  // 8 steps per epoch, the last on 18 rows in two micro-batches of 16 and 2).
+  std::vector<nlohmann::json> results;
+  for (const char* flags : {"--batch-size 16 --accumulate 3", "--batch-size 48"}) {
+    const std::string summary = testing::scratch_path("accumulate.json");
+    ToolRun run =
+        run_tool(std::string("--epochs 4 --quiet --devices cpu:0,cpu:1 --summary-json ") + summary + " " + flags);
+    ASSERT_EQ(run.status, 0) << flags << "\n" << run.output;
+    results.push_back(read_json(summary));
+    std::filesystem::remove(summary);
+  }
+  EXPECT_EQ(results[0].at("steps"), 32);
+  EXPECT_EQ(results[0].at("steps"), results[1].at("steps"));
+  for (const char* key : {"train_mse", "test_mse"}) {
+    const double expected = results[1].at(key).get<double>();
+    EXPECT_NEAR(results[0].at(key).get<double>(), expected, 1e-6 * expected) << key;
+  }
+  EXPECT_EQ(results[0].at("setup").at("accumulate_steps"), "3");
+  EXPECT_FALSE(results[1].at("setup").contains("accumulate_steps"));
+}
+
 TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"--epochs 0", "--epochs must be an integer in [1, 1000000000], got \"0\""},
@@ -145,6 +167,8 @@ TEST(TandemTrain, BadFlagsExitWithStatusTwoAndOneLine) {
       {"--timeout 0", "--timeout must be an integer in [1, 604800], got \"0\""},
       {"--batch-size 0", "--batch-size must be an integer in [1, 2147483648], got \"0\""},
       {"--batch-size 9223372036854775807", "--batch-size must be an integer in [1, 2147483648]"},
+      {"--accumulate 0", "--accumulate must be an integer in [1, 2147483648], got \"0\""},
+      {"--accumulate -1", "--accumulate must be an integer in [1, 2147483648], got \"-1\""},
       {"--lr 0", "--lr must be a positive number"},
       {"--momentum 1.5", "--momentum must lie in [0, 1), got 1.5"},
       {"--hidden 0", "--hidden must be an integer in [1, 16777216], got \"0\""},
@@ -718,7 +742,8 @@ namespace {
 // A tiny GPT on the bundled text: the banner, an evaluation line per --eval-every, the summary's fields, a sample.
 TEST(TandemTrainLanguageModel, TrainsAGptAndWritesItsSummary) {
   const std::string summary = testing::scratch_path("lm.json");
-  ToolRun run = run_tool("--task language-model --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt --devices "
+  ToolRun run = run_tool("--task language-model --data " TANDEM_SOURCE_DIR
+                         "/data/shakespeare.txt --devices "
                          "cpu:0,cpu:1 --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --steps 40 --eval-every 20 "
                          "--eval-batches 4 --batch-size 16 --warmup-steps 5 --sample 50 --summary-json " +
                          summary);
@@ -743,8 +768,11 @@ TEST(TandemTrainLanguageModel, TrainsAGptAndWritesItsSummary) {
 
 // The flags of a tiny GPT on the bundled text, 8 steps of 16 windows between evaluations.
 std::string tiny_language_model(const std::string& more, int n_layer = 1) {
-  return "--quiet --task language-model --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt --devices cpu:0,cpu:1 "
-         "--n-layer " + std::to_string(n_layer) + " --n-head 2 --n-embd 16 --block-size 16 --batch-size 16 --eval-every 8 --eval-batches 2 "
+  return "--quiet --task language-model --data " TANDEM_SOURCE_DIR
+         "/data/shakespeare.txt --devices cpu:0,cpu:1 "
+         "--n-layer " +
+         std::to_string(n_layer) +
+         " --n-head 2 --n-embd 16 --block-size 16 --batch-size 16 --eval-every 8 --eval-batches 2 "
          "--warmup-steps 4 --dropout 0.1 " +
          more;
 }
@@ -756,12 +784,12 @@ TEST(TandemTrainLanguageModel, ACheckpointAndAResumeEqualTheStraightRun) {
   const std::string checkpoint = testing::scratch_path("lm.ckpt"), metrics = testing::scratch_path("lm.jsonl");
   const std::string plot = testing::scratch_path("lm.svg");
   ASSERT_EQ(run_tool(tiny_language_model("--steps 16 --summary-json " + straight)).status, 0);
-  ToolRun first = run_tool(tiny_language_model("--steps 8 --lr-decay-steps 16 --checkpoint " + checkpoint +
-                                               " --metrics " + metrics));
+  ToolRun first = run_tool(
+      tiny_language_model("--steps 8 --lr-decay-steps 16 --checkpoint " + checkpoint + " --metrics " + metrics));
   ASSERT_EQ(first.status, 0) << first.output;
   ToolRun rest = run_tool(tiny_language_model("--steps 16 --lr-decay-steps 16 --resume " + checkpoint +
-                                              " --checkpoint " + checkpoint + " --metrics " + metrics +
-                                              " --plot " + plot + " --summary-json " + resumed));
+                                              " --checkpoint " + checkpoint + " --metrics " + metrics + " --plot " +
+                                              plot + " --summary-json " + resumed));
   ASSERT_EQ(rest.status, 0) << rest.output;
   const nlohmann::json whole = read_json(straight), again = read_json(resumed);
   EXPECT_EQ(again.at("train_loss"), whole.at("train_loss"));
@@ -804,6 +832,7 @@ TEST(TandemTrainLanguageModel, FlagsOfTheOtherTasksAreRefusedAndItsOwnNeedIt) {
       {"--task language-model --epochs 3 " + data, "--epochs does not apply to --task language-model"},
       {"--task language-model --layers 8 " + data, "--layers does not apply to --task language-model"},
       {"--task language-model --optimizer sgd " + data, "--optimizer does not apply to --task language-model"},
+      {"--task language-model --accumulate 2 " + data, "--accumulate does not apply to --task language-model"},
       {"--task language-model --allow-change lr --resume " TANDEM_SOURCE_DIR "/data/README.md " + data,
        "--allow-change does not apply to --task language-model"},
       {"--task language-model --checkpoint /tmp/x.ckpt --steps 10 --checkpoint-every 11 " + data,

@@ -21,6 +21,8 @@ double seconds_since(Clock::time_point begin) { return std::chrono::duration<dou
 TrainerOptions validated(TrainerOptions options) {
   TANDEM_CHECK(options.epochs >= 1, "Trainer: epochs is ", options.epochs, " but expected at least 1");
   TANDEM_CHECK(options.batch_size >= 1, "Trainer: batch_size is ", options.batch_size, " but expected at least 1");
+  TANDEM_CHECK(options.accumulate_steps >= 1, "Trainer: accumulate_steps is ", options.accumulate_steps,
+               " but expected at least 1 (the batches of each optimizer step)");
   for (const std::string& name : options.resume_may_change) {
     TANDEM_CHECK(name == "lr" || name == "epochs", "Trainer: resume_may_change holds \"", excerpt(name),
                  "\" but only \"lr\" and \"epochs\" may change on a resume");
@@ -134,6 +136,13 @@ std::unique_ptr<parallel::TrainingStep> training_step_for(parallel::DistributedD
 std::string capture_blocker(const parallel::TrainingStep& step, const TrainerOptions& options) {
   if (!options.capture) return "capture is off (TrainerOptions::capture is false)";
   return step.blocker();
+}
+
+// The rows of an optimizer step: those of its micro-batches' global batches.
+int64_t step_rows(const std::vector<Batch>& micro_batches) {
+  int64_t rows = 0;
+  for (const Batch& batch : micro_batches) rows += batch.global_rows;
+  return rows;
 }
 
 }  // namespace
@@ -292,10 +301,21 @@ FitResult Trainer::fit_prepared(const Dataset& rows, const EvaluationSet& train_
   return result;
 }
 
-Tensor Trainer::train_step_on(const Batch& batch, StepModes& modes, const Tensor& loss_slot) {
-  // The loader's chunks, one per device. With a slot, the loss is written straight into it.
-  const Tensor loss = training_step_->step(
-      {.inputs = batch.inputs, .labels = batch.labels, .global_rows = batch.global_rows, .loss_out = loss_slot});
+Tensor Trainer::train_step_on(const std::vector<Batch>& micro_batches, StepModes& modes, const Tensor& loss_slot) {
+  // Note [Accumulating micro-batches] in training_step.h: every micro-batch's loss is weighted by its share of all
+  // their rows, so the uneven last one of an epoch counts by its rows.
+  const int64_t rows = step_rows(micro_batches);
+  const auto given = [rows](const Batch& batch, const Tensor& out) {
+    return parallel::TrainingBatch{
+        .inputs = batch.inputs, .labels = batch.labels, .global_rows = rows, .loss_out = out};
+  };
+  Tensor shares;  // the accumulated micro-batches' losses
+  for (size_t i = 0; i + 1 < micro_batches.size(); ++i) {
+    const Tensor share = training_step_->accumulate(given(micro_batches[i], Tensor()));
+    shares = shares.defined() ? shares + share : share;
+  }
+  // The loader's chunks, one per device. With a slot and nothing accumulated, the loss is written straight into it.
+  Tensor loss = training_step_->step(given(micro_batches.back(), shares.defined() ? Tensor() : loss_slot));
   if (!capture_blocker_.empty()) {
     modes.eager_reason = capture_blocker_;
   } else if (training_step_->captured()) {
@@ -305,29 +325,39 @@ Tensor Trainer::train_step_on(const Batch& batch, StepModes& modes, const Tensor
   } else {
     modes.eager_reason = training_step_->fallback_reason();
   }
-  return loss;
+  if (!shares.defined()) return loss;
+  NoGradGuard no_grad;
+  loss = shares + loss;
+  if (!loss_slot.defined()) return loss;
+  Tensor slot = loss_slot;
+  slot.copy_(loss.reshape(slot.shape()));
+  return slot;
 }
 
 Trainer::EpochLosses Trainer::train_epoch(DataLoader& loader, bool read_each_step, StepModes& modes) {
   loader.begin_epoch();
   const double to_original = loss_to_original();
   const int64_t batches = loader.num_batches();
+  const int64_t per_step = options_.accumulate_steps;
+  const int64_t steps = (batches + per_step - 1) / per_step;  // the last one on the rest
   const bool alone = !options_.group || options_.group->size() == 1;
   EpochLosses losses;
   losses.epoch = epoch_ + 1;
   losses.first_step = step_;
-  losses.batches = batches;
+  losses.batches = steps;
   StepReport report;
   report.epoch = losses.epoch;
   report.epochs = options_.epochs;
-  report.num_batches = batches;
+  report.num_batches = steps;
   // Note [Losses read once per epoch] (callback.h): each step's (local) loss goes to its slot on the first device.
-  if (!read_each_step) losses.on_device = Tensor::zeros({batches}, options_.devices.front());
-  for (int64_t b = 0; b < batches; ++b) {
-    const Batch batch = loader.batch(b);
+  if (!read_each_step) losses.on_device = Tensor::zeros({steps}, options_.devices.front());
+  for (int64_t b = 0; b < steps; ++b) {
+    std::vector<Batch> micro_batches;
+    for (int64_t m = b * per_step; m < std::min(batches, (b + 1) * per_step); ++m)
+      micro_batches.push_back(loader.batch(m));
     const Tensor slot = read_each_step ? Tensor() : losses.on_device.narrow(0, b, 1);
-    const Tensor loss = train_step_on(batch, modes, slot);
-    losses.rows.push_back(batch.global_rows);
+    const Tensor loss = train_step_on(micro_batches, modes, slot);
+    losses.rows.push_back(step_rows(micro_batches));
     if (read_each_step) {
       // The same on every process: all stop at once on a NaN.
       losses.read.push_back(global_sum(loss.reshape({1})).to_vector().front());

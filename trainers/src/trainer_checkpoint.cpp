@@ -60,6 +60,7 @@ SetupFacts Trainer::setup() const {
     add("nesterov", sgd.nesterov ? "true" : "false");
   }
   add("batch_size", std::to_string(options_.batch_size));
+  if (options_.accumulate_steps != 1) add("accumulate_steps", std::to_string(options_.accumulate_steps));
   add("shuffle_seed", std::to_string(options_.shuffle_seed));
   add("standardize_target", options_.standardize_target ? "true" : "false");
   if (options_.standardize_features == false) add("standardize_features", "false");
@@ -99,11 +100,14 @@ void Trainer::load_checkpoint(const std::string& path) {
   Checkpoint checkpoint = trainers::load_checkpoint(path);
   TANDEM_CHECK(!checkpoint.language_model, kCaller, ": '", path,
                "' is a language model's checkpoint (LanguageModelTrainer::load_checkpoint reads it)");
-  refuse_other_setup(kCaller, path, checkpoint.setup, setup(), [&] {
-    std::set<std::string> ignored = options_.resume_may_change;
-    ignored.insert("train_data");  // compared when fit() sees the data
-    return ignored;
-  }(), "only lr and epochs may be allowed to change, through resume_may_change");
+  refuse_other_setup(
+      kCaller, path, checkpoint.setup, setup(),
+      [&] {
+        std::set<std::string> ignored = options_.resume_may_change;
+        ignored.insert("train_data");  // compared when fit() sees the data
+        return ignored;
+      }(),
+      "only lr and epochs may be allowed to change, through resume_may_change");
   TANDEM_CHECK(checkpoint.setup.contains("train_data"), kCaller, ": '", path,
                "' records no train_data fact (every checkpoint of a fit does)");
   TANDEM_CHECK(checkpoint.epoch <= options_.epochs, kCaller, ": '", path, "' is at epoch ", checkpoint.epoch,

@@ -335,6 +335,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string dropout = text(0.0);
   std::string test_fraction = text(kTestFraction);
   std::string batch_size = std::to_string(flags.batch_size);
+  std::string accumulate = std::to_string(defaults.accumulate_steps);
   std::string hidden;
   std::string layers;
   std::string task = "regression";
@@ -399,6 +400,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
                          " for regression, " + std::to_string(c.epochs) + " for classification, " +
                          std::to_string(kCnnDefaults.epochs) + " for --model cnn)");
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
+  app.add_option("--accumulate", accumulate,
+                 "Batches per optimizer step (gradient accumulation: one step on --accumulate times --batch-size rows)")
+      ->capture_default_str();
   CLI::Option* optimizer_option =
       app.add_option("--optimizer", optimizer,
                      "sgd|adam|adamw (default: " + to_string(r.optimizer) + " for regression, " +
@@ -487,6 +491,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
+    flags.accumulate_steps = parse_integer<int64_t>("--accumulate", accumulate, 1, kMaxBatchSize);
     const bool is_language_model = task == "language-model";
     flags.task = is_language_model ? trainers::Task::Regression : parse_task(task);
     const TaskDefaults& defaults =
@@ -500,17 +505,18 @@ ParsedFlags parse_flags(int argc, char** argv) {
             layers_option, activation_option, model_option, image_shape_option, crop_padding_option}) {
         check(!given(option), option->get_name() + " does not apply to --task language-model");
       }
-      for (const char* name :
-           {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction", "--allow-change"}) {
+      for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
+                               "--allow-change", "--accumulate"}) {
         check(app.get_option(name)->count() == 0, std::string(name) + " does not apply to --task language-model");
       }
       check(given(data_option), "--task language-model needs --data, a text file");
       flags.language_model = parse_language_model(language_model);
       flags.optimizer = Optimizer::AdamW;
       flags.lr = given(lr_option) ? parse_real("--lr", lr) : kLanguageModelLr;
-      flags.weight_decay = given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text)
-                                                      : kLanguageModelWeightDecay;
-      flags.dropout = app.get_option("--dropout")->count() > 0 ? parse_real("--dropout", dropout) : kLanguageModelDropout;
+      flags.weight_decay =
+          given(weight_decay_option) ? parse_real("--weight-decay", weight_decay_text) : kLanguageModelWeightDecay;
+      flags.dropout =
+          app.get_option("--dropout")->count() > 0 ? parse_real("--dropout", dropout) : kLanguageModelDropout;
       flags.epochs = 1;
     } else {
       for (const CLI::Option* option : language_model.options) {

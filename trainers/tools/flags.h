@@ -44,23 +44,24 @@ struct Flags {
   std::vector<std::string> features;  // none: every column but the target
   trainers::Task task = trainers::Task::Regression;
   std::optional<LanguageModelFlags> language_model;  // set by --task language-model (task then unused)
-  trainers::CsvOptions csv;     // the missing-value policy and the delimiter
-  bool standardize = true;      // features and (regression) target standardized
-  comm::LaunchInfo launch;      // how this process was started (a launcher, or none)
-  std::vector<Device> devices;  // this process's devices (trainers::process_devices)
-  int64_t timeout_seconds = 0;  // a collective of the group not done by then ends the job
+  trainers::CsvOptions csv;                          // the missing-value policy and the delimiter
+  bool standardize = true;                           // features and (regression) target standardized
+  comm::LaunchInfo launch;                           // how this process was started (a launcher, or none)
+  std::vector<Device> devices;                       // this process's devices (trainers::process_devices)
+  int64_t timeout_seconds = 0;                       // a collective of the group not done by then ends the job
   int64_t epochs = 0;
   int64_t batch_size = 0;
+  int64_t accumulate_steps = 1;  // batches per optimizer step (TrainerOptions::accumulate_steps)
   Optimizer optimizer = Optimizer::SGD;
   double lr = 0.0;
   double momentum = 0.0;  // SGD only
   double weight_decay = 0.0;
-  std::string lr_schedule;      // trainers::parse_lr_schedule's grammar, checked against epochs
+  std::string lr_schedule;  // trainers::parse_lr_schedule's grammar, checked against epochs
   // --model: make_mlp's net (layers, activation, dropout) or make_cnn's (image_shape, dropout), trained on random
   // crops of the images padded by crop_padding (an ImageTransforms).
   enum class Model { MLP, CNN } model = Model::MLP;
-  Shape image_shape;         // cnn: {C, H, W}
-  int64_t crop_padding = 0;  // cnn
+  Shape image_shape;            // cnn: {C, H, W}
+  int64_t crop_padding = 0;     // cnn
   std::vector<int64_t> layers;  // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;                      // after each hidden layer's activation; 0: no Dropout layers

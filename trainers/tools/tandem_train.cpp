@@ -94,8 +94,9 @@ CnnOptions cnn_options(const Flags& flags, int64_t features, int64_t classes) {
 // "adamw: lr 0.001, weight decay 0.01, lr schedule cosine (t_max 100)" and the like.
 std::string describe_optimizer(const Flags& flags, const TrainerOptions& options) {
   std::ostringstream text;
-  text << to_string(flags.optimizer) << ": epochs " << flags.epochs << ", global batch " << flags.batch_size << ", lr "
-       << flags.lr;
+  text << to_string(flags.optimizer) << ": epochs " << flags.epochs << ", global batch " << flags.batch_size;
+  if (flags.accumulate_steps != 1) text << " (" << flags.accumulate_steps << " per step)";
+  text << ", lr " << flags.lr;
   if (flags.optimizer == Optimizer::SGD) text << ", momentum " << flags.momentum;
   if (flags.weight_decay != 0.0 || flags.optimizer != Optimizer::SGD) text << ", weight decay " << flags.weight_decay;
   if (options.lr_schedule) text << ", lr schedule " << options.lr_schedule->name;
@@ -253,6 +254,7 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.group = group;
   options.epochs = flags.epochs;
   options.batch_size = flags.batch_size;
+  options.accumulate_steps = flags.accumulate_steps;
   set_optimizer(flags, options);
   options.lr_schedule = parse_lr_schedule(flags.lr_schedule, flags.epochs);
   options.task = flags.task;

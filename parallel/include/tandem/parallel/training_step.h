@@ -118,8 +118,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -202,6 +202,19 @@ class TrainingStep {
   // in one process; a global_rows below the batch's rows, or missing across processes; a loss that is not one
   // element; a loss_out that is not one float32 element on the first device; the optimizer's.
   Tensor step(const TrainingBatch& batch);
+  // Note [Accumulating micro-batches]: gradient accumulation, one micro-batch of an optimizer step. Forward and
+  // backward of `batch` inside the model's no_sync(): its gradients are added to each replica's own buffer (the first
+  // accumulate() after a step zeroes the buffers first), with no reduction and no optimizer step. The next step() adds
+  // its batch's gradients to them, reduces everything once (one sum per bucket over every device of every process),
+  // clips once (max_grad_norm) and steps once. Each chunk's loss is weighted by rows_i / batch.global_rows, so for the
+  // step to equal one step on the whole accumulated batch, every micro-batch and the step's batch must give the rows
+  // of the whole accumulated batch as global_rows (across processes, its global rows). Runs eagerly, and so does the
+  // step that follows (fallback_reason() says so): a captured step zeroes the gradients it starts from. Returns the
+  // micro-batch's share of the accumulated batch's mean loss (sum_i loss_i * rows_i / global_rows), as step() does;
+  // the shares of the micro-batches and the step add up to its mean loss. Errors: those of step().
+  Tensor accumulate(const TrainingBatch& batch);
+  // Whether gradients of accumulate() wait for the next step().
+  bool accumulating() const { return accumulated_; }
 
   // Creates up front what the first steps would create lazily for the devices: streams, cuBLAS handles, peer access,
   // and the communicators of the in-process gradient sums (comm::warm_up).
@@ -272,6 +285,7 @@ class TrainingStep {
     ReplicaThreads threads = ReplicaThreads::Workers;
     const std::vector<Tensor>* weights = nullptr;  // the backwards' seeds; null: made from the labels
     LossObserver on_loss{};                        // each replica's loss, detached and not weighted
+    bool accumulate = false;                       // forward and backward only (Note [Accumulating micro-batches])
   };
 
   TrainingStep(ReplicatedModule& model, DistributedDataParallel* distributed, ReplicatedOptimizer& optimizer,
@@ -285,7 +299,8 @@ class TrainingStep {
   Chunks chunks_of(const Batch& batch) const;
   // The eager step (steps in backward where it may): the chunks scattered from a whole batch, forward, backward, the
   // reduction and the optimizer's step in `form`.
-  Tensor eager(const Batch& batch, std::string reason);
+  // With `accumulate`, forward and backward only (accumulate()).
+  Tensor eager(const Batch& batch, std::string reason, bool accumulate = false);
   // The replicas' forward, weighted losses and backward, the reduction, and the optimizer's step (Note [Optimizer
   // steps in backward] in steps_in_backward.h where it may); each replica's loss goes to pass.on_loss.
   void run_pass(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows,
@@ -326,6 +341,7 @@ class TrainingStep {
   StepStrategy strategy_ = StepStrategy::Eager;
   const DeviceGraph* last_graph_ = nullptr;
   bool warming_up_ = false;
+  bool accumulated_ = false;  // the buffers hold accumulate()'s local gradients, which the next step() adds to
   std::string fallback_reason_;
 };
 

@@ -27,8 +27,8 @@ class Trainer;
 struct StepReport {
   int64_t epoch = 0;        // 1-based
   int64_t epochs = 0;       // the last epoch of this fit
-  int64_t batch = 0;        // 1-based within the epoch
-  int64_t num_batches = 0;  // per epoch
+  int64_t batch = 0;        // 1-based within the epoch (an optimizer step: accumulate_steps batches, TrainerOptions)
+  int64_t num_batches = 0;  // per epoch (its optimizer steps)
   int64_t step = 0;         // optimizer steps completed, over all epochs
   // This batch's loss (the MSE by default) when some callback of the Trainer needs_step_loss(), read after every
   // step; NaN otherwise (Note [Losses read once per epoch]).

@@ -26,9 +26,10 @@
 // uninterrupted one would have (an LR schedule too: its position is the epoch, Note [Schedule position]).
 //
 // Classification (TrainerOptions::task): the target column holds class labels (options.classes, e.g.
-// ClassLabels::of(data)); fit() maps them to class indices 0..C-1, which a Loss receives as int64 targets [n, 1], leaves
-// them unstandardized, and the model, whose output is one score per class ([n, C]), minimizes the cross-entropy. Every epoch reports the accuracy and
-// cross-entropy of the training and test sets (ClassificationMetrics, with their confusion matrices).
+// ClassLabels::of(data)); fit() maps them to class indices 0..C-1, which a Loss receives as int64 targets [n, 1],
+// leaves them unstandardized, and the model, whose output is one score per class ([n, C]), minimizes the cross-entropy.
+// Every epoch reports the accuracy and cross-entropy of the training and test sets (ClassificationMetrics, with their
+// confusion matrices).
 //
 // Under a process group (TrainerOptions::group, docs/distributed.md) every process of the group runs the same code:
 // each trains on its shard of every global batch (DistributedSampler) with parallel::DistributedDataParallel, and the
@@ -104,8 +105,17 @@ struct TrainerOptions {
   // no group needed), which is what a group of one process computes too.
   std::shared_ptr<comm::ProcessGroup> group;
   // The defaults fit the diabetes net (standardized data) to test R^2 0.546..0.549 over seeds 0..7 (OLS: 0.5502).
-  int64_t epochs = 100;                                // the last epoch of fit() (counting epochs done before a resume)
-  int64_t batch_size = 64;                             // global: split over every device of every process of the group
+  int64_t epochs = 100;     // the last epoch of fit() (counting epochs done before a resume)
+  int64_t batch_size = 64;  // global: split over every device of every process of the group
+  // Gradient accumulation (Note [Accumulating micro-batches] in parallel/training_step.h): each optimizer step takes
+  // accumulate_steps batches of batch_size rows (micro-batches), their gradients summed locally (no_sync()), then
+  // reduced once and stepped once, each micro-batch's loss weighted by its share of the rows of the whole accumulated
+  // batch: the step equals one step on a batch accumulate_steps times larger (to float rounding). An epoch whose
+  // batch count is not a multiple of accumulate_steps ends with a step on the batches left. step(), the LR schedule,
+  // StepReport and the losses count optimizer steps. Steps of several micro-batches run eagerly, since a captured
+  // step starts from zeroed gradients (FitResult::eager_reason says so). Recorded as the setup fact
+  // "accumulate_steps" when not 1.
+  int64_t accumulate_steps = 1;
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
   Loss loss = Loss::mse();                             // what fit() minimizes
@@ -160,9 +170,9 @@ class Trainer {
   // parallel::ReplicatedModule; with a group, within a parallel::DistributedDataParallel, which gives every process
   // rank 0's parameters) and builds the optimizer. Collective under a group of several processes: every process
   // constructs its Trainer with a model of the same structure and the same options. Throws Error for bad options
-  // (epochs < 1, batch_size < 1, duplicate or unavailable devices, devices that are not the group's, a model without
-  // parameters, a loss or custom optimizer without a name or a function, units_power < 0, classes that do not fit
-  // the task, an lr_schedule without a name or a function).
+  // (epochs < 1, batch_size < 1, accumulate_steps < 1, duplicate or unavailable devices, devices that are not the
+  // group's, a model without parameters, a loss or custom optimizer without a name or a function, units_power < 0,
+  // classes that do not fit the task, an lr_schedule without a name or a function).
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
   // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
@@ -215,9 +225,9 @@ class Trainer {
   void load_checkpoint(const std::string& path);
   // The facts recorded in checkpoints: options.setup, plus "model", "loss" (its name), "optimizer" ("sgd" or the
   // custom optimizer's name), for SGD "lr", "momentum", "weight_decay", "dampening" and "nesterov", then
-  // "batch_size", "shuffle_seed", "standardize_target", "epochs", with a schedule "lr_schedule" (its name), for
-  // classification "task" ("classification") and "classes" (ClassLabels::str(): the label of each class index),
-  // and "train_data" (a fingerprint of the training set) once fit() has seen it.
+  // "batch_size", "accumulate_steps" (when not 1), "shuffle_seed", "standardize_target", "epochs", with a schedule
+  // "lr_schedule" (its name), for classification "task" ("classification") and "classes" (ClassLabels::str(): the label
+  // of each class index), and "train_data" (a fingerprint of the training set) once fit() has seen it.
   SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
@@ -243,10 +253,10 @@ class Trainer {
   struct EpochLosses {
     Tensor on_device;           // [batches] local losses on devices[0]; undefined when read after every step
     std::vector<float> read;    // the global losses, when read after every step (then already checked)
-    std::vector<int64_t> rows;  // each step's global rows
+    std::vector<int64_t> rows;  // each step's global rows (of all its micro-batches)
     int64_t epoch = 0;          // 1-based
-    int64_t batches = 0;
-    int64_t first_step = 0;  // steps completed before this epoch
+    int64_t batches = 0;        // optimizer steps
+    int64_t first_step = 0;     // steps completed before this epoch
   };
   // A data set the epochs evaluate: its standardized features resident on devices[0] (Note [One read per epoch] in
   // trainer_evaluation.cpp) and the targets its metrics compare with (a classifier's class indices).
@@ -271,10 +281,11 @@ class Trainer {
   FitResult fit_prepared(const Dataset& rows, const EvaluationSet& train_eval,
                          const std::optional<EvaluationSet>& test_eval,
                          std::chrono::steady_clock::time_point setup_begin);
-  // One training step on the batch (training_step_), counted in `modes`. Returns the step's (local) loss; with a
+  // One optimizer step on the micro-batches (training_step_: every one but the last accumulated, Note [Accumulating
+  // micro-batches]), counted in `modes`. Returns the step's (local) loss, the accumulated batch's mean; with a
   // defined `loss_slot` (one float32 element on the first device) the loss is written there, on the device, and
   // loss_slot is returned.
-  Tensor train_step_on(const Batch& batch, StepModes& modes, const Tensor& loss_slot = Tensor());
+  Tensor train_step_on(const std::vector<Batch>& micro_batches, StepModes& modes, const Tensor& loss_slot = Tensor());
   // Issues on devices[0] what an epoch's end needs (the global sums of `losses` when defined, the parameters' sums
   // when `parameters`, the outputs for the sets given) and reads it all with one host wait (Note [One read per
   // epoch] in trainer.cpp).
