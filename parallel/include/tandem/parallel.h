@@ -1,7 +1,7 @@
 #pragma once
 // parallel: data parallelism over devices (torch.nn.parallel semantics, see docs/comm.md): differentiable
 // broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel,
-// DistributedDataParallel, convert_sync_batchnorm (batch statistics over every process), and the fast training path
+// DistributedDataParallel, Join (uneven inputs), convert_sync_batchnorm (batch statistics over every process), and the fast training path
 // (ReplicatedModule with its GradientReducer, ReplicatedOptimizer and its SGD and Adam forms, and TrainingStep, the one
 // training step: eager, steps in backward, or one CUDA graph).
 
@@ -10,6 +10,7 @@
 #include "tandem/parallel/functions.h"
 #include "tandem/parallel/gradient_layout.h"
 #include "tandem/parallel/gradient_reducer.h"
+#include "tandem/parallel/join.h"
 #include "tandem/parallel/parallel_apply.h"
 #include "tandem/parallel/replicate.h"
 #include "tandem/parallel/replicated.h"
