@@ -3,13 +3,12 @@
 // minimum and log-sum-exp along one dimension (a warp per row when the reduced dimension is innermost, a thread per
 // output otherwise). See reductions.h for the contracts.
 
-#include "cuda/reductions.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "cuda/launch.cuh"
+#include "cuda/reductions.h"
 #include "cuda/warp_reduce.cuh"
 #include "tandem/core/error.h"
 
@@ -23,6 +22,8 @@ constexpr int64_t kReducePerThread = 8;     // elements per thread before anothe
 // passes would take two (Note [Deterministic reductions] in reductions.h).
 constexpr int kSinglePassThreads = 1024;
 constexpr int64_t kSinglePassElements = int64_t{64} * kSinglePassThreads;
+// Row sums of fewer rows than this (about two per SM) give each row a block of kSinglePassThreads.
+constexpr int64_t kFewRows = 256;
 
 // ---- sums and norms over every element --------------------------------------------------------------------
 
@@ -87,8 +88,8 @@ __device__ void block_reduce_kernel(int64_t n, Load load, Combine combine, Finis
 // [Deterministic reductions] in reductions.h).
 int reduce_blocks(int64_t n) {
   if (n <= kSinglePassElements) return 0;
-  return static_cast<int>(std::clamp<int64_t>((n + kThreads * kReducePerThread - 1) / (kThreads * kReducePerThread),
-                                              1, kMaxReduceBlocks));
+  return static_cast<int>(
+      std::clamp<int64_t>((n + kThreads * kReducePerThread - 1) / (kThreads * kReducePerThread), 1, kMaxReduceBlocks));
 }
 
 // See Note [Deterministic reductions].
@@ -126,12 +127,21 @@ __device__ void sum_rows_warp_kernel(const float* x, float* out, int64_t rows, i
   }
 }
 
-// inner == 1, long rows: one block per row.
+// inner == 1, long rows: one block per row, each thread keeping four partial sums (four loads in flight).
 __device__ void sum_rows_block_kernel(const float* x, float* out, int64_t rows, int64_t len) {
+  const int64_t stride = blockDim.x;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // uniform within the block
-    float v = 0.0f;
-    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) v += x[row * len + j];
-    v = block_sum(v);
+    const float* values = x + row * len;
+    float v0 = 0.0f, v1 = 0.0f, v2 = 0.0f, v3 = 0.0f;
+    int64_t j = threadIdx.x;
+    for (; j + 3 * stride < len; j += 4 * stride) {
+      v0 += values[j];
+      v1 += values[j + stride];
+      v2 += values[j + 2 * stride];
+      v3 += values[j + 3 * stride];
+    }
+    for (; j < len; j += stride) v0 += values[j];
+    const float v = block_sum((v0 + v1) + (v2 + v3));
     if (threadIdx.x == 0) out[row] = v;
   }
 }
@@ -244,8 +254,11 @@ void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t 
     if (reduce <= kThreads) {
       launch<sum_rows_warp_kernel>(blocks_for(outer * 32), kThreads, stream, x, out, outer, reduce);
     } else {
+      // Few rows (a convolution's bias gradient: one per channel, each over every image and position) take the
+      // largest blocks, so that the few blocks still keep enough loads in flight.
       const int blocks = static_cast<int>(std::min(outer, kMaxBlocks));
-      launch<sum_rows_block_kernel>(blocks, kThreads, stream, x, out, outer, reduce);
+      const int threads = outer < kFewRows ? kSinglePassThreads : kThreads;
+      launch<sum_rows_block_kernel>(blocks, threads, stream, x, out, outer, reduce);
     }
   } else {
     int64_t columns_per_block = 2;
@@ -263,8 +276,7 @@ void sum_all(const float* x, int64_t n, float scale, float* out, float* scratch,
   launch_sum(n, LoadValue{x}, scale, out, scratch, stream);
 }
 
-void mse_forward(const float* input, const float* target, int64_t n, float* out, float* scratch,
-                 cudaStream_t stream) {
+void mse_forward(const float* input, const float* target, int64_t n, float* out, float* scratch, cudaStream_t stream) {
   const float inverse_n = n > 0 ? static_cast<float>(1.0 / n) : std::numeric_limits<float>::quiet_NaN();
   launch_sum(n, LoadSquaredDifference{input, target}, inverse_n, out, scratch, stream);
 }
