@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "process/desync_report.h"
 #include "process/host_channel.h"
 #include "support/test_support.h"
 
@@ -24,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using namespace std::chrono_literals;
 
 constexpr milliseconds kTimeout{20000};
 
@@ -321,6 +323,31 @@ TEST_F(FileChannelTest, AbortEndsRankZeroWhileItWaitsForTheOthersToLeave) {
   EXPECT_EQ(outcomes[0].stderr,
             "comm: rank 0: aborting: rank 1 ended the job: comm: rank 1: fails after the last collective\n");
   EXPECT_EQ(outcomes[1].status, 1);
+}
+
+// Note [File rendezvous]: Progress. Rank 0 gathers the ranks' progress while rank 1 waits in a barrier for it (its
+// abort watcher answers) and rank 2, which never called answer_progress, cannot answer; then rank 0 joins the barrier.
+TEST_F(FileChannelTest, GatherProgressReachesARankBlockedInARound) {
+  expect_success(run_all(3, [&](int rank) {
+    auto group = channel(rank, 3);
+    CollectiveProgress progress;
+    progress.begin("all_reduce", 16);
+    progress.complete();
+    if (rank != 0) progress.begin("barrier", 0);  // before rank 1 answers: where it waits
+    if (rank != 2) group->answer_progress(progress);
+    if (rank == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<std::optional<RankProgress>> ranks = group->gather_progress(progress.snapshot(), 500ms);
+      RANK_CHECK(std::chrono::steady_clock::now() - start >= 500ms);  // waited for rank 2 until the end
+      RANK_CHECK(ranks.size() == 3 && ranks[1] && !ranks[2]);
+      RANK_CHECK(ranks[1]->pending.describe() == "barrier #2");
+      RANK_CHECK(desync_report(ranks) ==
+                 "rank 0 is in no collective, after all_reduce #1 of 16 bytes; rank 1 waits in barrier #2; rank 2 did "
+                 "not answer");
+    }
+    group->barrier();
+    return 0;
+  }));
 }
 
 TEST_F(FileChannelTest, AGroupOfOneNeedsNobodyElse) {

@@ -10,6 +10,12 @@
 //   stall_replay_cuda: both ranks capture an all_reduce of the group into a graph; rank 1 stops there, rank 0 replays
 //     it and hands the replay to the watchdog (ProcessGroup::watch_replay), which ends the job when the replay's
 //     collective never finishes. These two run with a 5 s timeout; the _cuda modes skip as stall_cuda does.
+//   desync: every rank runs all_reduce #1 of 16 bytes; rank 1 then sleeps while the others call all_gather #2 (timeout
+//     2 s): the abort message ends with the desync report, naming rank 1 and where the others wait (Note [Desync
+//     reports] in comm/src/process/collective_progress.h);
+//   mismatch_op: after all_reduce #1, rank 1 calls barrier #2 where the others call all_reduce #2 of 16 bytes;
+//   mismatch_size: after all_reduce #1, rank 1's all_reduce #2 has 32 bytes where the others' have 16. The report
+//     names the mismatch at #2 (whether the watchdog or a channel's size check ends the job).
 // In throw and stall, each rank that joins the all_reduce first prints "failure_probe: rank R waits in all_reduce"
 // without flushing it, which the abort must not lose. A rank that gets through prints "rank R finished normally",
 // which the test treats as a failure.
@@ -53,6 +59,26 @@ int stall_captured(const std::shared_ptr<comm::ProcessGroup>& group) {
   return 0;
 }
 
+// The desync and mismatch modes: one collective that every rank completes, then rank 1 goes out of step.
+int desync(const std::shared_ptr<comm::ProcessGroup>& group, const std::string& mode) {
+  const Device device = group->devices()[0];
+  std::vector<Tensor> tensors = {Tensor::ones({4}, device)};
+  group->all_reduce(tensors);
+  const bool odd = group->rank() == 1;
+  if (mode == "desync") {
+    if (odd) stop_here();
+    (void)group->all_gather(tensors);
+  } else if (mode == "mismatch_op" && odd) {
+    group->barrier();
+  } else {
+    std::vector<Tensor> other = {Tensor::ones({mode == "mismatch_size" && odd ? 8 : 4}, device)};
+    group->all_reduce(other);
+  }
+  group->barrier();
+  std::printf("rank %d finished normally\n", group->rank());
+  return 0;
+}
+
 int stall_replay(const std::shared_ptr<comm::ProcessGroup>& group) {
   std::vector<Tensor> tensors = {Tensor::ones({4}, group->devices()[0])};
   group->all_reduce(tensors);  // connects the communicator
@@ -71,9 +97,13 @@ int stall_replay(const std::shared_ptr<comm::ProcessGroup>& group) {
 int main(int argc, char** argv) {
   using namespace tandem;
   const std::string mode = argc == 2 ? argv[1] : "";
+  const bool desyncs = mode == "desync" || mode == "mismatch_op" || mode == "mismatch_size";
   if (mode != "throw" && mode != "stall" && mode != "stall_cuda" && mode != "stall_captured_cuda" &&
-      mode != "stall_replay_cuda") {
-    std::fprintf(stderr, "usage: %s throw|stall|stall_cuda|stall_captured_cuda|stall_replay_cuda\n", argv[0]);
+      mode != "stall_replay_cuda" && !desyncs) {
+    std::fprintf(stderr,
+                 "usage: %s throw|stall|stall_cuda|stall_captured_cuda|stall_replay_cuda|desync|mismatch_op|"
+                 "mismatch_size\n",
+                 argv[0]);
     return 2;
   }
   const bool on_gpus = mode.ends_with("_cuda");
@@ -90,6 +120,7 @@ int main(int argc, char** argv) {
   auto group = comm::ProcessGroup::from_environment({device}, {.timeout = std::chrono::seconds(captures ? 5 : 2)});
   if (mode == "stall_captured_cuda") return stall_captured(group);
   if (mode == "stall_replay_cuda") return stall_replay(group);
+  if (desyncs) return desync(group, mode);
   if (group->rank() == 1) {
     if (mode == "throw") throw std::runtime_error("failure_probe: rank 1 throws");
     std::this_thread::sleep_for(std::chrono::hours(1));

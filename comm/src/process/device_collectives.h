@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "collective_progress.h"
 #include "host_channel.h"
 #include "tandem/comm/process_group.h"
 #include "tandem/core/stream_marker.h"
@@ -48,9 +49,12 @@ class DeviceCollectives {
   virtual void abort() noexcept {}
 };
 
-// CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it). Also
-// a group of one process on any devices: then every call is comm's single-process collective.
+// CPU devices: local reductions through comm, the cross-process part through `channel` (which must outlive it), each
+// call over the channel numbered in `progress` (Note [Desync reports] in collective_progress.h; it must outlive the
+// returned object too). Also a group of one process on any devices: then every call is comm's single-process
+// collective.
 std::unique_ptr<DeviceCollectives> make_host_collectives(HostChannel& channel, Watchdog& watchdog,
+                                                         CollectiveProgress& progress,
                                                          const std::vector<Device>& devices);
 // CUDA devices: creates the NCCL communicator over every GPU of every process (unique id from process 0 through
 // `channel`), bounded by `watchdog`, which must outlive the returned object (its destructor and the device entries

@@ -15,6 +15,8 @@
 //   <ns>/job-<G>/refused       rank 0 refused the rendezvous: "<the nonces it answers>\n<message>"
 //   <ns>/job-<G>/abort         "<rank>\n<message>" of a rank that aborted the job
 //   <ns>/job-<G>/left.<r>      rank r > 0 has destroyed its channel: it reads nothing of this job any more
+//   <ns>/job-<G>/progress-request  a rank on its way to abort asks every rank for its progress (gather_progress)
+//   <ns>/job-<G>/progress.<r>  rank r's RankProgress, written by its abort watcher while the request is there
 //   <path>/tandem.created      a process of a job created the rendezvous directory: it goes when the last job's does
 //
 // Jobs. Two jobs with different ids never see each other's files. Two live jobs with one id on one path: the second
@@ -53,6 +55,12 @@
 // Every poll loop of a round, and the start of every round, checks the abort key: a rank that finds it prints
 // "comm: rank R: aborting: rank Q failed: <message>" and exits with status 1. A rank busy elsewhere (computing, or
 // blocked in NCCL) learns of it within 100 ms from its channel's abort watcher (Note [Aborts reach busy ranks]).
+//
+// Progress. A rank on its way to abort (Note [Desync reports] in collective_progress.h) publishes its own progress.<r>
+// and the progress-request key, then reads the other ranks' progress.<r> until every one is there or its wait is
+// over. Every rank's abort watcher (Note [Aborts reach busy ranks]) sees the request within 100 ms and publishes its
+// progress.<r> whenever it differs from the one it published last, so a rank answers whatever its other threads do.
+// The files live in job-<G>, which the job removes (or the next rendezvous, after an abort).
 //
 // End. Only rank 0 ever removes a job directory (here, and as stale state in its next rendezvous), so rank 0 alone
 // waits when it leaves. A rank r > 0 destroying its channel has read its last round to the end: it publishes
@@ -109,10 +117,12 @@ constexpr std::string_view kAbortKey = "abort";
 constexpr std::string_view kRefusedKey = "refused";
 constexpr std::string_view kOwnerKey = "owner";
 constexpr std::string_view kCreatedPathKey = "tandem.created";
+constexpr std::string_view kProgressRequestKey = "progress-request";
 constexpr size_t kAbortTextLimit = 4096;
 
 std::string round_key(uint64_t round, int rank) { return std::to_string(round) + "." + std::to_string(rank); }
 std::string left_key(int rank) { return "left." + std::to_string(rank); }
+std::string progress_key(int rank) { return "progress." + std::to_string(rank); }
 
 std::string job_directory(const std::string& root, uint64_t generation) {
   char name[32];
@@ -556,6 +566,35 @@ class FileChannel final : public HostChannel {
     }
   }
 
+  void answer_progress(const CollectiveProgress& progress) override { progress_.store(&progress); }
+
+  // Note [File rendezvous]: Progress.
+  std::vector<std::optional<RankProgress>> gather_progress(const RankProgress& mine,
+                                                           std::chrono::milliseconds wait) override {
+    std::vector<std::optional<RankProgress>> ranks(static_cast<size_t>(size_));
+    ranks[rank_] = mine;
+    try {
+      job_.set(progress_key(rank_), std::as_bytes(std::span(&mine, 1)));
+      if (!job_.contains(kProgressRequestKey)) job_.set(kProgressRequestKey, {});
+      const auto deadline = Clock::now() + wait;
+      Backoff backoff;
+      for (int missing = size_ - 1; missing > 0 && Clock::now() < deadline; backoff.sleep()) {
+        for (int r = 0; r < size_; ++r) {
+          RankProgress theirs;
+          if (ranks[r] ||
+              job_.try_read(progress_key(r), std::as_writable_bytes(std::span(&theirs, 1))) != sizeof(RankProgress)) {
+            continue;
+          }
+          ranks[r] = theirs;
+          --missing;
+        }
+      }
+    } catch (const std::exception&) {
+      // the directory went bad: the ranks not read yet count as not answering
+    }
+    return ranks;
+  }
+
   [[noreturn]] void abort(std::string_view message) override {
     std::string line = std::string(message) + "\n";
     write_stderr(line);
@@ -633,10 +672,23 @@ class FileChannel final : public HostChannel {
     while (!watcher_wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return watcher_stopping_; })) {
       try {
         check_abort();
+        answer_progress_request();
       } catch (const std::exception&) {
-        // something other than a file under the key: the rounds report it
+        // something other than a file under a key: the rounds report it
       }
     }
+  }
+
+  // Publishes progress.<rank> while a progress request is there and this rank's progress changed since it last did
+  // (Note [File rendezvous]: Progress); on the abort watcher's thread.
+  void answer_progress_request() {
+    const CollectiveProgress* progress = progress_.load();
+    if (progress == nullptr || !job_.contains(kProgressRequestKey)) return;
+    const RankProgress now = progress->snapshot();
+    if (answered_ && std::memcmp(&now, &answered_progress_, sizeof(RankProgress)) == 0) return;
+    job_.set(progress_key(rank_), std::as_bytes(std::span(&now, 1)));
+    answered_progress_ = now;
+    answered_ = true;
   }
 
   [[noreturn]] void follow_abort() const {
@@ -683,7 +735,10 @@ class FileChannel final : public HostChannel {
   const std::chrono::milliseconds timeout_;  // bounds rank 0's wait for the others to leave
   const FileStore job_;
   uint64_t next_round_ = 0;
-  std::atomic<int64_t> waiting_for_{-1};  // Note [Naming the rank waited for]; -1: no wait
+  std::atomic<int64_t> waiting_for_{-1};                      // Note [Naming the rank waited for]; -1: no wait
+  std::atomic<const CollectiveProgress*> progress_{nullptr};  // answer_progress's
+  bool answered_ = false;                                     // abort watcher: progress.<rank> published
+  RankProgress answered_progress_;                            // abort watcher: what it holds
   std::mutex watcher_mutex_;
   std::condition_variable watcher_wake_;
   bool watcher_stopping_ = false;

@@ -7,13 +7,16 @@
 // equal sizes (the front end has checked what it can locally). A call that blocks is bounded by the watchdog
 // (watchdog.h), not by the channel: when its deadline passes the watchdog calls abort().
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "collective_progress.h"
 #include "tandem/comm/process_group.h"
 
 namespace tandem::comm::detail {
@@ -34,6 +37,18 @@ class HostChannel {
   // What a call blocked in this channel waits for, as a clause for the watchdog's message ("waiting for rank 2, which
   // has not entered round 7"); empty when no call waits or the channel cannot tell. Safe from any thread.
   virtual std::string waiting_for() const { return {}; }
+  // From now on, this process answers the other processes' gather_progress with `progress`'s snapshot, from a thread
+  // of the channel, whatever the process's other threads do (Note [Desync reports] in collective_progress.h).
+  // `progress` must outlive the channel. Called once, before any gather_progress; nothing to do for one process.
+  virtual void answer_progress(const CollectiveProgress& progress) { (void)progress; }
+  // Every process's progress, `mine` for this one, through a side path that no collective of the channel holds up:
+  // each other process's answer (answer_progress), nullopt for one that did not answer within `wait`. Not collective:
+  // any process may call it, on any thread, on its way to abort(); it never throws.
+  virtual std::vector<std::optional<RankProgress>> gather_progress(const RankProgress& mine,
+                                                                   std::chrono::milliseconds wait) {
+    (void)wait;
+    return {mine};
+  }
   // Ends every process of the job: `message` (one line, naming this rank) on stderr here, exit status 1 everywhere.
   // Safe to call from any thread, also while another thread is blocked in a call of this channel.
   [[noreturn]] virtual void abort(std::string_view message) = 0;

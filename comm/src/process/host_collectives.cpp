@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 
+#include "collective_progress.h"
 #include "comm_backend.h"
 #include "device_collectives.h"
 #include "device_wait.h"
@@ -30,8 +31,9 @@ std::vector<Tensor> all_but_first(const std::vector<Tensor>& tensors) { return {
 
 class HostCollectives final : public DeviceCollectives {
  public:
-  HostCollectives(HostChannel& channel, Watchdog& watchdog, const std::vector<Device>& devices)
-      : channel_(channel), watchdog_(watchdog), devices_(devices), backend_(backend_for(devices)) {
+  HostCollectives(HostChannel& channel, Watchdog& watchdog, CollectiveProgress& progress,
+                  const std::vector<Device>& devices)
+      : channel_(channel), watchdog_(watchdog), progress_(progress), devices_(devices), backend_(backend_for(devices)) {
     for (const Device& device : devices) {
       TANDEM_INTERNAL_ASSERT(device.is_cpu() || channel.size() == 1, "make_host_collectives: ", device, " with ",
                              channel.size(), " processes");
@@ -57,7 +59,7 @@ class HostCollectives final : public DeviceCollectives {
     std::lock_guard lock(mutex_);
     if (channel_.size() > 1) {
       const std::span<std::byte> data = bytes_of(tensors[0]);
-      Armed armed(watchdog_, describe("broadcast", data.size()));
+      HostCall call(progress_, watchdog_, "broadcast", data.size());
       channel_.broadcast(data, root);
     }
     copy_first_to_others(tensors);
@@ -77,7 +79,7 @@ class HostCollectives final : public DeviceCollectives {
       const std::span<std::byte> block = bytes_of(mine);
       std::vector<std::byte> all;
       {
-        Armed armed(watchdog_, describe("all_gather", block.size()));
+        HostCall call(progress_, watchdog_, "all_gather", block.size());
         all = channel_.all_gather(block);
       }
       const std::span<std::byte> whole = bytes_of(outputs[0]);
@@ -113,7 +115,7 @@ class HostCollectives final : public DeviceCollectives {
     if (channel_.size() == 1) return;  // the sum over one process; its average is the same
     const std::span<float> sum(tensors[0].mutable_data(), static_cast<size_t>(tensors[0].numel()));
     {
-      Armed armed(watchdog_, describe("all_reduce", sum.size_bytes()));
+      HostCall call(progress_, watchdog_, "all_reduce", sum.size_bytes());
       channel_.all_reduce_sum(sum);
     }
     if (op == ReduceOp::Average) {
@@ -129,24 +131,20 @@ class HostCollectives final : public DeviceCollectives {
     backend_.copy(std::vector<Tensor>(tensors.size() - 1, tensors[0]), all_but_first(tensors));
   }
 
-  // "all_reduce #12 of 4096 bytes": what the watchdog names when the call does not return.
-  std::string describe(const char* collective, size_t bytes) {
-    return std::string(collective) + " #" + std::to_string(++calls_) + " of " + std::to_string(bytes) + " bytes";
-  }
-
   HostChannel& channel_;
   Watchdog& watchdog_;
+  CollectiveProgress& progress_;  // numbers every call over the channel (Note [Desync reports])
   std::vector<Device> devices_;
   Backend& backend_;
   std::mutex mutex_;  // one collective at a time: the channel's calls must not interleave
-  uint64_t calls_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<DeviceCollectives> make_host_collectives(HostChannel& channel, Watchdog& watchdog,
+                                                         CollectiveProgress& progress,
                                                          const std::vector<Device>& devices) {
-  return std::make_unique<HostCollectives>(channel, watchdog, devices);
+  return std::make_unique<HostCollectives>(channel, watchdog, progress, devices);
 }
 
 }  // namespace tandem::comm::detail

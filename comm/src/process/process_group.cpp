@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "desync_report.h"
 #include "process_group_impl.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -106,7 +107,11 @@ ProcessGroup::Impl::Impl(LaunchInfo& info, const std::vector<Device>& devices, c
   }
   check_devices_agree(devices);
   if (info.size == 1 || devices[0].is_cpu()) {
-    collectives_ = detail::make_host_collectives(*channel_, watchdog_, devices);
+    collectives_ = detail::make_host_collectives(*channel_, watchdog_, progress_, devices);
+    if (info.size > 1) {
+      channel_->answer_progress(progress_);
+      reports_progress_ = true;
+    }
   } else {
     collectives_ = detail::make_nccl_collectives(*channel_, watchdog_, devices);
   }
@@ -154,10 +159,24 @@ void ProcessGroup::Impl::abort(std::string_view message) {
     funlockfile(stdout);
   }
   if (detail::DeviceCollectives* collectives = abort_collectives_.load()) collectives->abort();
-  if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(message);
+  if (detail::HostChannel* channel = abort_channel_.load()) channel->abort(with_desync_report(*channel, message));
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
   std::fflush(stderr);
   std::_Exit(1);
+}
+
+// Note [Desync reports] in collective_progress.h: the other processes get at most this long to answer.
+constexpr std::chrono::milliseconds kProgressWait{2000};
+
+std::string ProcessGroup::Impl::with_desync_report(detail::HostChannel& channel, std::string_view message) {
+  std::string text(message);
+  if (!reports_progress_.load()) return text;
+  const auto wait = std::min<std::chrono::milliseconds>(watchdog_.timeout(), kProgressWait);
+  try {
+    return text + "; collectives: " + detail::desync_report(channel.gather_progress(progress_.snapshot(), wait));
+  } catch (const std::exception&) {
+    return text;  // the abort goes on without its report (out of memory)
+  }
 }
 
 // ---- ProcessGroup ------------------------------------------------------------------------------------------------
@@ -241,14 +260,14 @@ std::vector<Tensor> ProcessGroup::reduce_scatter(const std::vector<Tensor>& tens
 
 void ProcessGroup::barrier() {
   impl_->collectives().synchronize();
-  detail::Armed armed(impl_->watchdog(), "barrier");
+  detail::HostCall call(impl_->progress(), impl_->watchdog(), "barrier", 0);
   impl_->channel().barrier();
 }
 
 std::vector<uint64_t> ProcessGroup::exchange(uint64_t value, std::string_view what) {
   std::vector<std::byte> gathered;
   {
-    detail::Armed armed(impl_->watchdog(), std::string(what));
+    detail::HostCall call(impl_->progress(), impl_->watchdog(), "exchange", sizeof(value), std::string(what));
     gathered = impl_->channel().all_gather(std::as_bytes(std::span(&value, 1)));
   }
   std::vector<uint64_t> values(gathered.size() / sizeof(uint64_t));
@@ -265,7 +284,7 @@ std::vector<std::string> ProcessGroup::exchange_text(std::string_view mine, std:
   std::memcpy(padded.data(), mine.data(), mine.size());
   std::vector<std::byte> gathered;
   {
-    detail::Armed armed(impl_->watchdog(), std::string(what));
+    detail::HostCall call(impl_->progress(), impl_->watchdog(), "exchange", padded.size(), std::string(what));
     gathered = impl_->channel().all_gather(padded);
   }
   std::vector<std::string> texts;

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "collective_progress.h"
 #include "device_collectives.h"
 #include "host_channel.h"
 #include "tandem/comm/process_group.h"
@@ -29,8 +31,10 @@ class ProcessGroup::Impl {
   detail::HostChannel& channel() { return *channel_; }
   detail::Watchdog& watchdog() { return watchdog_; }
   detail::DeviceCollectives& collectives() { return *collectives_; }
-  // Ends every process of the job with `message` (one line, naming this rank) on stderr. Safe from any thread, also
-  // before the channel is up (then this process alone ends, and the launcher ends the others).
+  detail::CollectiveProgress& progress() { return progress_; }
+  // Ends every process of the job with `message` (one line, naming this rank) on stderr, followed by the desync report
+  // of a group of CPU devices (Note [Desync reports] in collective_progress.h). Safe from any thread, also before the
+  // channel is up (then this process alone ends, and the launcher ends the others).
   [[noreturn]] void abort(std::string_view message);
 
  private:
@@ -44,9 +48,13 @@ class ProcessGroup::Impl {
   };
 
   void check_devices_agree(const std::vector<Device>& devices);
+  // `message`, followed by "; collectives: <the desync report>" when this group reports its progress.
+  std::string with_desync_report(detail::HostChannel& channel, std::string_view message);
 
   LiveClaim claim_;  // first: released last
   int rank_;
+  detail::CollectiveProgress progress_;        // before the channel, which answers with it until it goes
+  std::atomic<bool> reports_progress_{false};  // progress_ numbers every collective: CPU devices, several processes
   std::unique_ptr<detail::HostChannel> channel_;
   std::atomic<detail::HostChannel*> abort_channel_{nullptr};  // channel_ once it is up, for the watchdog's thread
   std::atomic<detail::DeviceCollectives*> abort_collectives_{nullptr};  // collectives_ once they are up, likewise

@@ -5,10 +5,11 @@
 // a deadline (ProcessGroupOptions::timeout) on the group's Watchdog; a watchdog thread checks the armed entries a few
 // times a second. When one is past its deadline, or a device entry's poll reports an error (NCCL's asynchronous
 // error), the watchdog runs the group's abort: NCCL communicators are aborted (ncclCommAbort), the message naming
-// this rank and the collective goes to stderr, and the host channel ends every process of the job (MPI_Abort, or the
-// abort file of the file rendezvous, which the other processes' waits watch). An exception that escapes main on one
-// rank reaches std::terminate, whose handler (installed while a group of more than one process lives) aborts the
-// same way, so the other ranks never wait for it.
+// this rank and the collective goes to stderr (on CPU devices followed by where every process is in the group's
+// sequence of collectives: Note [Desync reports] in collective_progress.h), and the host channel ends every process of
+// the job (MPI_Abort, or the abort file of the file rendezvous, which the other processes' waits watch). An exception
+// that escapes main on one rank reaches std::terminate, whose handler (installed while a group of more than one process
+// lives) aborts the same way, so the other ranks never wait for it.
 
 #include <chrono>
 #include <condition_variable>

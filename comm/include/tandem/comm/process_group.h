@@ -33,7 +33,9 @@
 // Failure handling (Note [A distributed job never hangs] in comm/src/process/watchdog.h): every collective and
 // barrier has a deadline (options.timeout); a watchdog ends the whole job with a message naming the rank and the
 // collective when one does not finish in time, or when NCCL reports an asynchronous error. abort() ends every
-// process of the job; an exception that escapes on one rank (std::terminate) does the same.
+// process of the job; an exception that escapes on one rank (std::terminate) does the same. On CPU devices each of
+// these messages ends with a desync report: where every process is in the group's numbered sequence of collectives,
+// naming the first mismatch or the process that lags (Note [Desync reports] in comm/src/process/collective_progress.h).
 
 #include <chrono>
 #include <cstddef>
@@ -74,9 +76,9 @@ struct LaunchInfo {
   std::string job_id;
 
   // Errors: variables that are not decimal integers or out of range (rank >= size, local_rank >= local_size,
-  // size < 1 or above kMaxProcesses); torchrun-style variables without TANDEM_INIT_METHOD when WORLD_SIZE > 1; an init method that is not
-  // file:///absolute/path; a job id with other characters or longer. The message names the variable and quotes its
-  // value.
+  // size < 1 or above kMaxProcesses); torchrun-style variables without TANDEM_INIT_METHOD when WORLD_SIZE > 1; an init
+  // method that is not file:///absolute/path; a job id with other characters or longer. The message names the variable
+  // and quotes its value.
   static LaunchInfo from_environment();
   // The most processes of one job: far above any machine count tandem is for, and a bound on what a rank allocates
   // for the others (a WORLD_SIZE of 2^31 - 1 is an Error, not a failed allocation).
