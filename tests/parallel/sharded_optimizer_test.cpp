@@ -128,6 +128,8 @@ TEST(ShardedOptimizer, StageOneRefusesWhatItDoesNotSupport) {
   EXPECT_ERROR(plain.step(), "step with parallel::ShardedOptimizer (ShardedSGD, ShardedAdam, ShardedAdamW)");
   parallel::ReplicatedAdamW replicated(ddp.replicated(), kShardedAdamW);
   EXPECT_ERROR(replicated.step(), "is reduce-scattered (DistributedOptions::zero_stage >= 1)");
+  EXPECT_ERROR(nn::utils::clip_grad_norm_(ddp.parameters(), 1.0),
+               "nn::utils::clip_grad_norm_: the gradient of 'fc1.weight' is reduce-scattered");
   // TrainingStep: its captured steps and gradient clipping.
   DistributedDataParallel summing(distributed_net(), group, {.reduction = comm::ReduceOp::Sum, .zero_stage = 1});
   parallel::ReplicatedSGD sgd(summing.replicated(), kShardedSgd);
