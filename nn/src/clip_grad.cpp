@@ -16,6 +16,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   std::vector<Tensor> grads;
   for (size_t i = 0; i < parameters.size(); ++i) {
     TANDEM_CHECK(parameters[i].defined(), "nn::utils::clip_grad_norm_: parameter ", i, " is undefined");
+    parameters[i].check_grad("nn::utils::clip_grad_norm_");  // Note [Gradient checks] in tandem/core/tensor.h
     Tensor grad = parameters[i].grad();
     if (grad.defined()) grads.push_back(std::move(grad));
   }

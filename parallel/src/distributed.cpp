@@ -25,6 +25,46 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
   return collective;
 }
 
+// Note [Reduce-scattered buckets]: under zero_stage >= 1 the group reduce-scatters each bucket, padded to a multiple
+// of the world's W devices (Note [Padded buckets] in gradient_layout.h): global device g = rank * local devices + d
+// owns chunk g of every bucket (the chunk ProcessGroup::reduce_scatter gives it), and the reduction lands in that
+// chunk of its own slice, the rest of the slice keeping its local gradients. The reduction is stage 0's: a Sum over
+// every device, or an Average that divides by the processes, not the devices (as collective_of's all-reduce, and in
+// one process the sum over its devices), so an owned chunk holds what stage 0 leaves there. The start form runs the
+// group's synchronous reduce-scatter at once: it is ordered after the work issued on the devices, so after the
+// bucket's ready markers (on CPU devices it completes there, as the group's all-reduce does), and its work has
+// nothing left to join. The buckets go in the fixed order of Note [Fixed bucket order] (spans_processes), even in
+// one process: the group's collective is not comm's, which has no reduce-scatter.
+GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessGroup>& group,
+                                            comm::ReduceOp reduction) {
+  GradientCollective collective;
+  collective.run = [group, reduction](std::vector<Tensor>& slices) {
+    const std::vector<Tensor> chunks = group->reduce_scatter(slices, reduction);
+    NoGradGuard no_grad;
+    for (size_t d = 0; d < slices.size(); ++d) {
+      const int64_t rows = chunks[d].size(0);
+      const auto global = static_cast<int64_t>(static_cast<size_t>(group->rank()) * slices.size() + d);
+      slices[d].narrow(0, global * rows, rows).copy_(chunks[d]);
+    }
+  };
+  collective.start = [run = collective.run](std::vector<Tensor>& slices, const std::vector<StreamMarker>&) {
+    run(slices);
+    return comm::AllReduceWork();
+  };
+  collective.spans_processes = true;
+  collective.scatter_devices = group->world_devices();
+  return collective;
+}
+
+GradientCollective collective_for(const std::shared_ptr<comm::ProcessGroup>& group, const DistributedOptions& options) {
+  TANDEM_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, kDistributedDataParallel,
+               ": DistributedOptions::zero_stage is ", options.zero_stage, " but expected 0, 1 or 2");
+  TANDEM_CHECK(options.zero_stage < 2, kDistributedDataParallel,
+               ": DistributedOptions::zero_stage 2 (sharded gradients) is not supported yet; use 0 or 1");
+  if (options.zero_stage == 0) return collective_of(group, options.reduction);
+  return scattering_collective_of(group, options.reduction);
+}
+
 // Tensor by tensor, rank 0's master tensors (tensors_of(master)) onto the same tensors of every replica of every
 // process: one broadcast per tensor, over one copy per local device.
 void broadcast_from_rank0(comm::ProcessGroup& group, const std::vector<std::shared_ptr<nn::Module>>& replicas,
@@ -55,11 +95,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     : group_(std::move(group)), options_(options) {
   TANDEM_CHECK(module != nullptr, kDistributedDataParallel, ": module is null");
   TANDEM_CHECK(group_ != nullptr, kDistributedDataParallel, ": group is null");
+  GradientCollective collective = collective_for(group_, options_);
   detail::check_same_structure(*module, *group_, kDistributedDataParallel);
   module_ = module;
   replicated_ = std::make_unique<ReplicatedModule>(
       std::move(module), group_->devices(),
-      ReplicatedOptions{.bucket_size = options_.bucket_size, .collective = collective_of(group_, options_.reduction)});
+      ReplicatedOptions{.bucket_size = options_.bucket_size, .collective = std::move(collective)});
   replicated_->set_find_unused_parameters(options_.find_unused_parameters);
   register_module("module", module_);
   sync_parameters();

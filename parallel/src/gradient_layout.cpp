@@ -13,8 +13,10 @@ constexpr const char* kGradientLayout = "parallel::GradientLayout";
 constexpr size_t kNoBucket = std::numeric_limits<size_t>::max();
 }  // namespace
 
-GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size) {
+GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>& parameters, size_t bucket_size,
+                               size_t pad_to) {
   TANDEM_CHECK(bucket_size > 0, kGradientLayout, ": bucket_size is 0 but expected > 0");
+  TANDEM_CHECK(pad_to > 0, kGradientLayout, ": pad_to is 0 but expected > 0");
   std::unordered_map<const TensorImpl*, const std::string*> listed;
   for (const auto& [name, parameter] : parameters) {
     TANDEM_CHECK(parameter.defined(), kGradientLayout, ": parameter '", name, "' is undefined");
@@ -40,10 +42,30 @@ GradientLayout::GradientLayout(const std::vector<std::pair<std::string, Tensor>>
     ++bucket.parameters;
     place.bucket = buckets_.size() - 1;
   }
+  if (pad_to > 1) pad_buckets(static_cast<int64_t>(pad_to));
   bucket_parameters_.resize(buckets_.size());
   for (size_t i = 0; i < places_.size(); ++i) {
     if (places_[i].offset >= 0) bucket_parameters_[places_[i].bucket].push_back(i);
   }
+}
+
+// Note [Padded buckets] in gradient_layout.h: in buffer order (the last bucket first), each bucket moves by the padding
+// of the buckets before it and grows by its own.
+void GradientLayout::pad_buckets(int64_t pad_to) {
+  std::vector<int64_t> shift(buckets_.size(), 0);
+  int64_t total = 0;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    Bucket& bucket = buckets_[b];
+    shift[b] = total;
+    bucket.start += total;
+    const int64_t padding = (pad_to - bucket.length % pad_to) % pad_to;
+    bucket.length += padding;
+    total += padding;
+  }
+  for (Place& place : places_) {
+    if (place.offset >= 0) place.offset += shift[place.bucket];
+  }
+  numel_ += total;
 }
 
 void GradientLayout::check_buffer(const Tensor& buffer, const char* caller) const {

@@ -107,6 +107,10 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
 // GradientCollective::keeps_sum_on_replica0 says whether this process's replica 0 keeps S (true in one process).
 void GradientReducer::prepare_to_accumulate() {
   TANDEM_CHECK(!open_, kGradientReducer, "::prepare_to_accumulate: a step is open; finish() or abandon() it first");
+  TANDEM_CHECK(!summed_ || collective_.scatter_devices == 0, kGradientReducer,
+               ": the gradients were reduce-scattered (DistributedOptions::zero_stage >= 1), so each device holds ",
+               "only its chunk of their reduction, which new gradients cannot accumulate onto; zero the gradients ",
+               "(the sharded optimizer's zero_grad()) before the next backward");
   if (summed_) {
     NoGradGuard no_grad;
     for (size_t r = collective_.keeps_sum_on_replica0 ? 1 : 0; r < buffers_.size(); ++r) buffers_[r].zero_();

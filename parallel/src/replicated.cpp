@@ -1,5 +1,6 @@
 #include "tandem/parallel/replicated.h"
 
+#include <algorithm>
 #include <string>
 
 #include "device_checks.h"
@@ -25,7 +26,7 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   const auto named = module->named_parameters();
   TANDEM_CHECK(!named.empty(), kReplicatedModule, ": ", module->name(), " has no parameters");
   detail::check_parameters_on(named, devices_.front(), kReplicatedModule, "devices[0]");
-  GradientLayout layout(named, options.bucket_size);
+  GradientLayout layout(named, options.bucket_size, std::max<size_t>(options.collective.scatter_devices, 1));
 
   replicas_.push_back(std::move(module));
   for (size_t d = 1; d < devices_.size(); ++d) {
@@ -109,8 +110,26 @@ void ReplicatedModule::keep_gradient_view(size_t replica, size_t parameter) {
   owner.set_grad(view);
 }
 
-// Note [Unreduced gradients are refused] in replicated.h.
+// Note [Unreduced gradients are refused] in replicated.h. Reduce-scattered gradients are refused to every user of the
+// parameters' .grad: only the sharded optimizer reads them, from the buffers (check_gradients_reduced).
 void ReplicatedModule::check_reduced(const std::string& user, size_t parameter) const {
+  TANDEM_CHECK(reducer_->collective().scatter_devices == 0, user, ": the gradient of '",
+               reducer_->layout().name(parameter), "' is reduce-scattered (DistributedOptions::zero_stage >= 1): each ",
+               "device holds only its shard of the reduced gradients, which a plain optimizer over the parameters ",
+               "cannot step; step with parallel::ShardedOptimizer (ShardedSGD, ShardedAdam, ShardedAdamW)");
+  check_unreduced(user, parameter);
+}
+
+void ReplicatedModule::check_gradients_reduced(const std::string& user) const {
+  const GradientLayout& layout = reducer_->layout();
+  for (size_t i = 0; i < layout.parameter_count(); ++i) {
+    if (!layout.has_place(i)) continue;
+    check_unreduced(user, i);
+    return;
+  }
+}
+
+void ReplicatedModule::check_unreduced(const std::string& user, size_t parameter) const {
   if (!reducer_->holds_unreduced_gradients()) return;
   const char* cause = "";
   switch (unreduced_cause_) {

@@ -61,6 +61,10 @@ TrainingStep::TrainingStep(ReplicatedModule& model, ReplicatedOptimizer& optimiz
 TrainingStep::TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            TrainingStepOptions options)
     : TrainingStep(model.replicated(), &model, optimizer, std::move(loss), options) {
+  TANDEM_CHECK(model.options().zero_stage == 0, "parallel::TrainingStep: the DistributedDataParallel has ",
+               "DistributedOptions::zero_stage ", model.options().zero_stage, ", but TrainingStep's captured steps, ",
+               "steps in backward and gradient clipping do not support sharded optimizers yet; use zero_stage 0, or ",
+               "the module form (forward, backward) with a parallel::ShardedOptimizer");
   // Note [Summed, not averaged]: each chunk's loss carries its share of the global batch.
   TANDEM_CHECK(model.options().reduction == comm::ReduceOp::Sum, "parallel::TrainingStep: the ",
                "DistributedDataParallel averages its gradients but expected ReduceOp::Sum (the losses carry each ",

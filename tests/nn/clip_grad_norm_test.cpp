@@ -151,6 +151,18 @@ TEST(ClipGradNormErrors, ArgumentsAreChecked) {
                "clip_by_norm_: expected all tensors on one device, got cpu:0 and cpu:1");
 }
 
+// Note [Gradient checks]: clipping consumes the gradients as an optimizer's step does, so it runs their checks first,
+// before any gradient is scaled.
+TEST(ClipGradNormErrors, GradientChecksRunBeforeAnythingIsScaled) {
+  Tensor a = parameter_with_grad({30.0f}, Device::cpu());
+  Tensor b = parameter_with_grad({40.0f}, Device::cpu());
+  b.set_grad_check([](const std::string& user) { TANDEM_CHECK(false, user, ": b is not ready"); });
+  EXPECT_ERROR(clip_grad_norm_({a, b}, 1.0), "nn::utils::clip_grad_norm_: b is not ready");
+  EXPECT_EQ(a.grad().item(), 30.0f);
+  b.set_grad_check(nullptr);
+  EXPECT_FLOAT_EQ(clip_grad_norm_({a, b}, 1.0).item(), 50.0f);
+}
+
 TEST(ClipGradNorm, NonContiguousGradientsAreScaledInPlace) {
   Tensor p = Tensor::zeros({2, 2}).set_requires_grad(true);
   p.set_grad(Tensor::from_vector({3, 0, 4, 0}, {2, 2}).t());  // a transposed view: column 0 holds 3 and 4

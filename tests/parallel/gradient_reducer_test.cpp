@@ -121,9 +121,34 @@ TEST(GradientLayout, FrozenParametersGetNoPlaceAndLargeOnesABucketOfTheirOwn) {
   EXPECT_EQ(one_bucket.buckets().size(), 1u);
 }
 
+// Note [Padded buckets]: every bucket's length rounded up to a multiple of pad_to, with zeros after its last
+// parameter, moving the buckets after it in the buffer (lower indices).
+TEST(GradientLayout, PaddedBucketsAreMultiplesOfPadTo) {
+  const std::vector<std::vector<int64_t>> layouts = {
+      // pad_to, numel, then start and length of buckets 0, 1, 2, then the offsets of a, b, c, d
+      {1, 8, 5, 3, 2, 3, 0, 2, 0, 2, 5, 7},
+      {3, 9, 6, 3, 3, 3, 0, 3, 0, 3, 6, 8},
+      {4, 12, 8, 4, 4, 4, 0, 4, 0, 4, 8, 10}};
+  for (const std::vector<int64_t>& expected : layouts) {
+    SCOPED_TRACE("pad_to " + std::to_string(expected[0]));
+    const GradientLayout layout(four_parameters(Device::cpu(0)), kBucketBytes, static_cast<size_t>(expected[0]));
+    std::vector<int64_t> actual = {expected[0], layout.numel()};
+    for (const GradientLayout::Bucket& bucket : layout.buckets()) {
+      actual.push_back(bucket.start);
+      actual.push_back(bucket.length);
+    }
+    for (const size_t parameter : {kA, kB, kC, kD}) actual.push_back(layout.offset(parameter));
+    EXPECT_EQ(actual, expected);
+    const Tensor buffer = Tensor::zeros({layout.numel()});
+    EXPECT_EQ(layout.gradient_view(buffer, kD).data(), buffer.data() + layout.offset(kD));
+  }
+}
+
 TEST(GradientLayout, Errors) {
   EXPECT_ERROR(GradientLayout(four_parameters(Device::cpu(0)), 0),
                "parallel::GradientLayout: bucket_size is 0 but expected > 0");
+  EXPECT_ERROR(GradientLayout(four_parameters(Device::cpu(0)), kBucketBytes, 0),
+               "parallel::GradientLayout: pad_to is 0 but expected > 0");
   EXPECT_ERROR(GradientLayout({{"w", Tensor()}}, 16), "parallel::GradientLayout: parameter 'w' is undefined");
   const GradientLayout layout(four_parameters(Device::cpu(0)), kBucketBytes);
   EXPECT_ERROR(layout.gradient_view(Tensor::zeros({8}), 4), "gradient_view: parameter 4 but there are 4");
@@ -316,7 +341,8 @@ TEST(GradientReducer, ConstructionAndHookErrors) {
   EXPECT_ERROR(GradientReducer(layout, {}), "parallel::GradientReducer: got no buffers");
   EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({7}, Device::cpu(1))}),
                "parallel::GradientReducer: buffer 1 has shape [7] and strides [1] but expected a contiguous [8]");
-  EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({8})}), "device cpu:0 appears twice (entries 0 and 1) but expected distinct devices");
+  EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8}), Tensor::zeros({8})}),
+               "device cpu:0 appears twice (entries 0 and 1) but expected distinct devices");
   GradientCollective without_start;
   without_start.start = nullptr;
   EXPECT_ERROR(GradientReducer(layout, {Tensor::zeros({8})}, without_start),

@@ -8,7 +8,10 @@
 // Parameters without a gradient are skipped; gradients may live on several devices. Nothing waits for a device
 // unless error_if_nonfinite, which reads the total on the host and throws before any gradient is changed when it is
 // NaN or infinite (otherwise such a total makes the gradients NaN or zero, as in PyTorch).
-// Errors: an undefined parameter; max_norm < 0 or NaN; norm_type not > 0.
+// Every parameter's gradient check runs first, as an optimizer's step runs it (Note [Gradient checks] in
+// tandem/core/tensor.h): a data-parallel module's gradients that are not reduced yet, or only reduce-scattered
+// (DistributedOptions::zero_stage >= 1), are refused with its message.
+// Errors: an undefined parameter; max_norm < 0 or NaN; norm_type not > 0; those of the gradient checks.
 
 #include <vector>
 

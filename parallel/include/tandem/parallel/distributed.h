@@ -56,6 +56,12 @@ struct DistributedOptions {
   // (the step neither hangs nor fails); false (PyTorch's default) makes that backward an Error naming the
   // parameters, after the reduction (so no rank is left waiting in it).
   bool find_unused_parameters = false;
+  // ZeRO (Note [Sharded optimizer state] in sharded_optimizer.h): 0 replicates the optimizer state on every device;
+  // 1 reduce-scatters each gradient bucket over every device of every process, so that each device's part of a
+  // parallel::ShardedOptimizer updates only its shard of the parameters (with its shard of the state), and
+  // all-gathers the updated parameters; a plain optimizer over the parameters is then refused. 2 (each device also
+  // keeps only its shard of the reduced gradients) is not supported yet.
+  int zero_stage = 0;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -63,7 +69,8 @@ class DistributedDataParallel : public nn::Module {
   // `module`'s parameters must be on group->devices()[0]. Collective: every process constructs its
   // DistributedDataParallel with a module of the same structure; rank 0's parameter values are broadcast to every
   // process (and replica) here. Errors: null module or group; those of ReplicatedModule; processes whose models
-  // differ in parameter count or shapes (found through the group, naming the first difference).
+  // differ in parameter count or shapes (found through the group, naming the first difference); a zero_stage other
+  // than 0 or 1 (2 is not supported yet).
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> group,
                           DistributedOptions options = {});
   ~DistributedDataParallel();

@@ -75,6 +75,12 @@ struct GradientCollective {
   // sums] in gradient_reducer.cpp). In one process: true. Across processes: a sum keeps them on rank 0 only, an
   // average over the processes on every process.
   bool keeps_sum_on_replica0 = true;
+  // 0: the collective leaves every slice holding the whole reduction (an all-reduce). W > 0: it is a reduce-scatter
+  // over the W devices of the world (DistributedOptions::zero_stage >= 1, Note [Reduce-scattered buckets] in
+  // parallel/src/distributed.cpp): each bucket's length is a multiple of W (Note [Padded buckets] in
+  // gradient_layout.h), and each slice holds the reduction only on the chunk its device owns, local gradients
+  // elsewhere. Gradients then cannot accumulate onto reduced values (prepare_to_accumulate() refuses).
+  size_t scatter_devices = 0;
 };
 
 class GradientReducer {
@@ -133,7 +139,8 @@ class GradientReducer {
   // Before gradients accumulate outside a step (a backward whose gradients stay local until a later reduction, as in
   // gradient accumulation): when the buffers hold sums, clears the buffers that Note [Accumulating onto sums] (in
   // gradient_reducer.cpp) clears, so that the next reduction counts the sums once. Afterwards the buffers hold local
-  // gradients (holds_sums() is false). begin() does the same. Errors: a step open.
+  // gradients (holds_sums() is false). begin() does the same. Errors: a step open; buffers that hold the chunks of a
+  // reduce-scatter (GradientCollective::scatter_devices), which must be zeroed first.
   void prepare_to_accumulate();
 
   // Sums every bucket now, unless the buffers hold sums already (after finish(), or reduce() with no gradient

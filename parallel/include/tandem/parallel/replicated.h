@@ -38,11 +38,14 @@
 // Each replica parameter carries a gradient check (Note [Gradient checks] in tandem/core/tensor.h) that every
 // optimizer's step() runs: while the buffers hold local gradients that need a reduction (a backward inside no_sync(),
 // a second backward after one forward, a backward that threw), the step is an Error naming the parameter and the
-// cause. With one device in one process there is nothing to reduce and nothing is refused.
+// cause. With one device in one process there is nothing to reduce and nothing is refused. When the collective
+// reduce-scatters (DistributedOptions::zero_stage >= 1), every such step is refused: each device holds only its shard
+// of the reduction, which parallel::ShardedOptimizer reads from the buffers (check_gradients_reduced).
 
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/core/device.h"
@@ -153,9 +156,9 @@ class ReplicatedModule : public nn::Module {
   // on the calling thread (what the capture of a CUDA graph needs: parallel::TrainingStep).
   // `seeds`, when not empty, holds one one-element tensor per input: replica i's backward starts from seeds[i] in
   // place of a one (Tensor::backward's gradient), so that the gradients are those of seeds[i] * loss_i without the
-  // product being taken (Note [Weighting by the seed] in parallel/src/replica_losses.h). Errors: also seeds of another count.
-  // `bucket_started`, when set, is the reducer's callback for each bucket whose sum starts while backward goes on
-  // (GradientReducer::begin: parallel::StepsInBackward updates the bucket's parameters there). Errors: also a
+  // product being taken (Note [Weighting by the seed] in parallel/src/replica_losses.h). Errors: also seeds of another
+  // count. `bucket_started`, when set, is the reducer's callback for each bucket whose sum starts while backward goes
+  // on (GradientReducer::begin: parallel::StepsInBackward updates the bucket's parameters there). Errors: also a
   // callback with `reduce` false.
   std::vector<Tensor> forward_backward(const std::vector<Tensor>& inputs,
                                        const std::function<Tensor(size_t replica, const Tensor& output)>& loss,
@@ -214,6 +217,10 @@ class ReplicatedModule : public nn::Module {
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
   // first (Note [Zeroing by marking] in replicated.cpp).
   const Tensor& gradient_buffer(size_t replica) const;
+  // The check that every optimizer's step runs on the replicas' parameters (Note [Unreduced gradients are refused]),
+  // for an optimizer that reads the gradient buffers instead (parallel::ShardedOptimizer): an Error naming `user`
+  // and the cause while the buffers hold gradients that need a reduction.
+  void check_gradients_reduced(const std::string& user) const;
 
  private:
   // Why the buffers hold gradients that need a reduction (Note [Unreduced gradients are refused]).
@@ -230,6 +237,7 @@ class ReplicatedModule : public nn::Module {
   void drop_unfinished_step();
   void close_step_after_backward();
   void check_reduced(const std::string& user, size_t parameter) const;
+  void check_unreduced(const std::string& user, size_t parameter) const;
   std::vector<std::vector<Tensor>> run_module_form(const std::vector<std::vector<Tensor>>& chunks);
 
   std::vector<Device> devices_;

@@ -186,7 +186,8 @@ class TrainingStep {
   TrainingStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   // One process of the model's group, on the group's devices. Errors: those above; a model that does not sum its
-  // gradients (DistributedOptions::reduction Average).
+  // gradients (DistributedOptions::reduction Average); a model with DistributedOptions::zero_stage > 0 (captured
+  // steps and clipping over sharded optimizer state are not supported yet).
   TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   ~TrainingStep();  // destroys the graphs (synchronizing their devices) before anything they captured

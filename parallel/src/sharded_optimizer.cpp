@@ -1,0 +1,137 @@
+#include "tandem/parallel/sharded_optimizer.h"
+
+#include <algorithm>
+
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/grad_mode.h"
+
+namespace tandem::parallel {
+
+size_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
+  size_t bytes = 0;
+  for (const optim::ParameterState& parameter : optimizer.state_dict().parameters) {
+    for (const auto& slot : parameter.tensors) {
+      bytes += static_cast<size_t>(slot.second.numel()) * element_size(slot.second.dtype());
+    }
+  }
+  return bytes;
+}
+
+// Note [Sharded optimizer state] in sharded_optimizer.h: the shards, their gradients (the owned chunks of the
+// buffers) and the pieces of the parameters that lie in them.
+ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& model, const Factory& make, const char* name)
+    : name_(name), model_(model) {
+  TANDEM_CHECK(model.options().zero_stage > 0, name_, ": the DistributedDataParallel has DistributedOptions::",
+               "zero_stage 0, which all-reduces the gradients; construct it with zero_stage 1, or step with a plain ",
+               "or replicated optimizer");
+  TANDEM_CHECK(make != nullptr, name_, ": the factory is empty");
+  ReplicatedModule& replicated = model.replicated();
+  const GradientLayout& layout = replicated.gradient_layout();
+  const std::vector<GradientLayout::Bucket>& buckets = layout.buckets();
+  const comm::ProcessGroup& group = *model.group();
+  const auto world = static_cast<int64_t>(group.world_devices());
+
+  placed_.resize(buckets.size());
+  const std::vector<Tensor> master = replicated.module()->parameters();
+  for (size_t i = 0; i < layout.parameter_count(); ++i) {
+    if (!layout.has_place(i)) continue;
+    const GradientLayout::Bucket& bucket = buckets[layout.bucket_of(i)];
+    placed_[layout.bucket_of(i)].push_back({i, layout.offset(i) - bucket.start, master[i].numel()});
+  }
+
+  NoGradGuard no_grad;
+  for (size_t d = 0; d < replicated.size(); ++d) {
+    const std::vector<Tensor> parameters = replicated.replicas()[d]->parameters();
+    const Tensor& gradients = replicated.gradient_buffer(d);
+    const Device device = gradients.device();
+    const auto owner = static_cast<int64_t>(static_cast<size_t>(group.rank()) * replicated.size() + d);
+    std::vector<Tensor> flat(parameters.size());
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (layout.has_place(i)) flat[i] = parameters[i].view({parameters[i].numel()});
+    }
+    std::vector<Tensor> shards;
+    std::vector<Piece> pieces;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const int64_t chunk = buckets[b].length / world;
+      const int64_t first = owner * chunk;  // the owned chunk, in the bucket
+      Tensor shard = Tensor::zeros({chunk}, device);
+      shard.set_requires_grad(true);
+      shard.set_grad(gradients.narrow(0, buckets[b].start + first, chunk));
+      for (const Placed& place : placed_[b]) {
+        const int64_t lo = std::max(place.offset, first);
+        const int64_t hi = std::min(place.offset + place.numel, first + chunk);
+        if (lo < hi) {
+          pieces.push_back(
+              {shard.narrow(0, lo - first, hi - lo), flat[place.parameter].narrow(0, lo - place.offset, hi - lo)});
+        }
+      }
+      shards.push_back(std::move(shard));
+    }
+    std::unique_ptr<optim::Optimizer> optimizer = make(shards);
+    TANDEM_CHECK(optimizer != nullptr, name_, ": the factory returned null for device ", d);
+    const std::vector<Tensor>& optimized = optimizer->parameters();
+    bool same = optimized.size() == shards.size();
+    for (size_t b = 0; same && b < shards.size(); ++b) same = optimized[b].is_same(shards[b]);
+    TANDEM_CHECK(same, name_, ": the factory returned an optimizer over ", optimized.size(), " tensors for device ", d,
+                 " that are not the ", shards.size(), " shards it was given");
+    shards_.push_back(std::move(shards));
+    pieces_.push_back(std::move(pieces));
+    flat_parameters_.push_back(std::move(flat));
+    optimizers_.push_back(std::move(optimizer));
+  }
+}
+
+void ShardedOptimizer::step() {
+  model_.replicated().check_gradients_reduced(std::string(name_) + "::step");
+  {
+    NoGradGuard no_grad;
+    for (size_t d = 0; d < optimizers_.size(); ++d) {
+      for (Piece& piece : pieces_[d]) piece.shard.copy_(piece.parameter);  // the parameters may have been loaded
+      optimizers_[d]->step();
+    }
+  }
+  gather();
+}
+
+// One all_gather per bucket, in bucket order on every process; the gathered bucket (in global device order, so in
+// buffer order) is written back into every parameter of the bucket on every local device.
+void ShardedOptimizer::gather() {
+  NoGradGuard no_grad;
+  for (size_t b = 0; b < placed_.size(); ++b) {
+    std::vector<Tensor> mine;
+    for (const std::vector<Tensor>& shards : shards_) mine.push_back(shards[b]);
+    const std::vector<Tensor> buckets = model_.group()->all_gather(mine);
+    for (size_t d = 0; d < buckets.size(); ++d) {
+      for (const Placed& place : placed_[b]) {
+        flat_parameters_[d][place.parameter].copy_(buckets[d].narrow(0, place.offset, place.numel));
+      }
+    }
+  }
+}
+
+void ShardedOptimizer::zero_grad() { model_.zero_grad(); }
+
+void ShardedOptimizer::set_lr(double lr) {
+  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->set_lr(lr);
+}
+
+const Tensor& ShardedOptimizer::shard(size_t replica, size_t bucket) const {
+  TANDEM_CHECK(replica < shards_.size() && bucket < placed_.size(), name_, "::shard: device ", replica, ", bucket ",
+               bucket, " but there are ", shards_.size(), " devices and ", placed_.size(), " buckets");
+  return shards_[replica][bucket];
+}
+
+optim::Optimizer& ShardedOptimizer::at(size_t replica) const {
+  TANDEM_CHECK(replica < optimizers_.size(), name_, "::optimizer: device ", replica, " but there are ",
+               optimizers_.size());
+  return *optimizers_[replica];
+}
+
+ShardedSGD::ShardedSGD(DistributedDataParallel& model, optim::SGDOptions options)
+    : ShardedOptimizer(
+          model,
+          [options](std::vector<Tensor> shards) { return std::make_unique<optim::SGD>(std::move(shards), options); },
+          "parallel::ShardedSGD") {}
+
+}  // namespace tandem::parallel

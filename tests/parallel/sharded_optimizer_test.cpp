@@ -1,0 +1,159 @@
+// ZeRO stage 1 in one process over 1, 2 and 3 virtual CPU devices (ProcessGroup::single): sharded SGD with momentum,
+// Adam and AdamW equal stage 0 with the plain optimizer, run after run bitwise, with 1/N of the optimizer state per
+// device; and what stage 1 refuses. The multi-process runs are in tests/distributed/sharded_optimizer_test.cpp.
+
+#include "parallel/sharded_test_helpers.h"
+#include "tandem/parallel/training_step.h"
+
+namespace tandem::testing {
+namespace {
+
+using parallel::DistributedDataParallel;
+using parallel::DistributedOptions;
+
+const std::vector<Device> kShardedPair = {Device::cpu(0), Device::cpu(1)};
+
+// 50 steps of each update rule: stage 1 equals stage 0 within 1e-6 relative, every replica holds the master's
+// parameters, and a second stage 1 run gives bitwise the same parameters.
+TEST(ShardedOptimizer, StageOneEqualsStageZero) {
+  for (const size_t devices : {size_t{1}, size_t{2}, size_t{3}}) {
+    for (const UpdateRule rule : {UpdateRule::SgdMomentum, UpdateRule::Adam, UpdateRule::AdamW}) {
+      SCOPED_TRACE(std::to_string(devices) + " devices, " + rule_name(rule));
+      const auto group = comm::ProcessGroup::single(virtual_devices(devices));
+      const ShardedRun stage0 = train_sharded(group, 0, rule);
+      const ShardedRun stage1 = train_sharded(group, 1, rule);
+      expect_parameters_close(*stage1.net, *stage0.net, 1e-6, 1e-7);
+      expect_replicas_equal_master(stage1);
+      expect_parameters_close(*train_sharded(group, 1, rule).net, *stage1.net, 0.0, 0.0);
+    }
+  }
+}
+
+// Adam's two moments: each of N devices holds those of its chunks only, 1/N of stage 0's plus the padding.
+TEST(ShardedOptimizer, StateBytesPerDeviceAreOneNth) {
+  for (const size_t devices : {size_t{2}, size_t{3}}) {
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    const auto group = comm::ProcessGroup::single(virtual_devices(devices));
+    const ShardedRun stage0 = train_sharded(group, 0, UpdateRule::AdamW, 1);
+    const ShardedRun stage1 = train_sharded(group, 1, UpdateRule::AdamW, 1);
+    const int64_t numel = 241;  // 10 * 20 + 20 + 20 * 1 + 1
+    ASSERT_EQ(stage0.state_bytes.size(), 1U);
+    EXPECT_EQ(stage0.state_bytes[0], 2 * sizeof(float) * numel);
+    ASSERT_EQ(stage1.state_bytes.size(), devices);
+    for (size_t d = 0; d < devices; ++d) {
+      SCOPED_TRACE("device " + std::to_string(d));
+      EXPECT_EQ(stage1.state_bytes[d] * devices, 2 * sizeof(float) * static_cast<size_t>(stage1.padded_numel));
+      EXPECT_LT(stage1.padded_numel - numel,
+                static_cast<int64_t>(3 * devices));  // under one element per device per bucket
+    }
+  }
+}
+
+TEST(ShardedOptimizer, BucketsArePaddedToTheDevices) {
+  const auto group = comm::ProcessGroup::single(virtual_devices(3));
+  DistributedDataParallel ddp(distributed_net(), group, {.bucket_size = 128, .zero_stage = 1});
+  const parallel::GradientLayout& layout = ddp.replicated().gradient_layout();
+  ASSERT_EQ(layout.buckets().size(), 3U);
+  // Bucket 0: fc2 (21 elements, last in the buffer), bucket 1: fc1.bias (20), bucket 2: fc1.weight (200, first).
+  EXPECT_EQ(layout.buckets()[2].start, 0);
+  EXPECT_EQ(layout.buckets()[2].length, 201);
+  EXPECT_EQ(layout.buckets()[1].start, 201);
+  EXPECT_EQ(layout.buckets()[1].length, 21);
+  EXPECT_EQ(layout.buckets()[0].start, 222);
+  EXPECT_EQ(layout.buckets()[0].length, 21);
+  EXPECT_EQ(layout.numel(), 243);
+  EXPECT_EQ(layout.offset(1), 201);  // fc1.bias
+  EXPECT_EQ(layout.offset(2), 222);  // fc2.weight
+  EXPECT_EQ(layout.offset(3), 242);  // fc2.bias
+  parallel::ShardedAdamW adamw(ddp, kShardedAdamW);
+  for (size_t d = 0; d < 3; ++d) EXPECT_EQ(adamw.shard(d, 2).numel(), 67);
+}
+
+// One backward of the module form on `ddp` (the batch of step 0).
+void sharded_backward(DistributedDataParallel& ddp) {
+  const DistributedBatch batch = process_batch(0, 0);
+  nn::mse_loss(ddp(batch.x), batch.y).backward();
+}
+
+// Note [Reduce-scattered buckets]: after a backward, each device's owned chunk of every bucket holds the reduction
+// (stage 0's gradient), and the chunks it does not own hold its local gradients.
+TEST(ShardedOptimizer, EachDeviceHoldsTheReductionOfItsChunksOnly) {
+  const auto group = comm::ProcessGroup::single(kShardedPair);
+  DistributedDataParallel stage0(distributed_net(), group, {.bucket_size = 128});
+  DistributedDataParallel stage1(distributed_net(), group, {.bucket_size = 128, .zero_stage = 1});
+  sharded_backward(stage0);
+  sharded_backward(stage1);
+  const parallel::GradientLayout& layout = stage1.replicated().gradient_layout();
+  const std::vector<Tensor> reduced = gradients_of(*stage0.module());
+  for (size_t i = 0; i < layout.parameter_count(); ++i) {
+    SCOPED_TRACE(layout.name(i));
+    const parallel::GradientLayout::Bucket& bucket = layout.buckets()[layout.bucket_of(i)];
+    const int64_t chunk = bucket.length / 2;
+    const int64_t numel = reduced[i].numel();
+    const Tensor expected = reduced[i].reshape({numel});
+    for (int64_t k = 0; k < numel; ++k) {
+      const int64_t at = layout.offset(i) + k;
+      const auto owner = static_cast<size_t>((at - bucket.start) / chunk);
+      const float held = stage1.replicated().gradient_buffer(owner).data()[at];
+      EXPECT_EQ(held, expected.data()[k]) << "element " << k;
+    }
+  }
+  // fc1.weight's first element lies in device 0's chunk: device 1 holds its own gradient there, not the sum.
+  EXPECT_NE(stage1.replicated().gradient_buffer(1).data()[0], reduced[0].reshape({reduced[0].numel()}).data()[0]);
+}
+
+TEST(ShardedOptimizer, ZeroStageIsValidated) {
+  const auto group = comm::ProcessGroup::single(kShardedPair);
+  for (const int stage : {-1, 3}) {
+    EXPECT_ERROR(DistributedDataParallel(distributed_net(), group, {.zero_stage = stage}),
+                 "parallel::DistributedDataParallel: DistributedOptions::zero_stage is " + std::to_string(stage) +
+                     " but expected 0, 1 or 2");
+  }
+  EXPECT_ERROR(DistributedDataParallel(distributed_net(), group, {.zero_stage = 2}),
+               "DistributedOptions::zero_stage 2 (sharded gradients) is not supported yet");
+  DistributedDataParallel stage0(distributed_net(), group);
+  EXPECT_ERROR(parallel::ShardedSGD(stage0, kShardedSgd),
+               "parallel::ShardedSGD: the DistributedDataParallel has DistributedOptions::zero_stage 0");
+}
+
+TEST(ShardedOptimizer, StageOneRefusesWhatItDoesNotSupport) {
+  const auto group = comm::ProcessGroup::single(kShardedPair);
+  DistributedDataParallel ddp(distributed_net(), group, {.bucket_size = 128, .zero_stage = 1});
+  sharded_backward(ddp);
+  // A plain optimizer over the parameters, and the replicated ones, read gradients that are only sharded.
+  optim::AdamW plain(ddp.parameters(), kShardedAdamW);
+  EXPECT_ERROR(plain.step(),
+               "optim::AdamW::step: the gradient of 'fc1.weight' is reduce-scattered "
+               "(DistributedOptions::zero_stage >= 1)");
+  EXPECT_ERROR(plain.step(), "step with parallel::ShardedOptimizer (ShardedSGD, ShardedAdam, ShardedAdamW)");
+  parallel::ReplicatedAdamW replicated(ddp.replicated(), kShardedAdamW);
+  EXPECT_ERROR(replicated.step(), "is reduce-scattered (DistributedOptions::zero_stage >= 1)");
+  EXPECT_ERROR(nn::utils::clip_grad_norm_(ddp.parameters(), 1.0),
+               "nn::utils::clip_grad_norm_: the gradient of 'fc1.weight' is reduce-scattered");
+  // TrainingStep: its captured steps and gradient clipping.
+  DistributedDataParallel summing(distributed_net(), group, {.reduction = comm::ReduceOp::Sum, .zero_stage = 1});
+  parallel::ReplicatedSGD sgd(summing.replicated(), kShardedSgd);
+  EXPECT_ERROR(parallel::TrainingStep(summing, sgd, nn::mse_loss, {.max_grad_norm = 1.0}),
+               "parallel::TrainingStep: the DistributedDataParallel has DistributedOptions::zero_stage 1, but "
+               "TrainingStep's captured steps, steps in backward and gradient clipping do not support sharded ");
+
+  // Gradients cannot accumulate onto the reduce-scattered ones: zero_grad() first.
+  parallel::ShardedAdamW adamw(ddp, kShardedAdamW);
+  adamw.step();
+  EXPECT_ERROR(sharded_backward(ddp),
+               "zero the gradients (the sharded optimizer's zero_grad()) before the next backward");
+  // A backward inside no_sync() leaves gradients that the sharded optimizer refuses, as every optimizer does.
+  adamw.zero_grad();
+  {
+    const auto no_sync = ddp.no_sync();
+    sharded_backward(ddp);
+  }
+  EXPECT_ERROR(adamw.step(),
+               "parallel::ShardedAdamW::step: the gradient of 'fc1.weight' is not reduced over the "
+               "processes of ReplicatedModule: the last backward ran inside no_sync()");
+  sharded_backward(ddp);  // reduces everything accumulated
+  adamw.step();
+}
+
+}  // namespace
+}  // namespace tandem::testing
