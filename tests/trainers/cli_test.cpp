@@ -885,6 +885,26 @@ TEST(TandemTrainCnn, DigitsReachTestAccuracy097OnTwoDevices) {
   for (const std::string& path : {summary, plot, checkpoint}) std::remove(path.c_str());
 }
 
+// --flip trains on images flipped with probability 1/2 (ImageTransforms' own tests check the flips): recorded in the
+// setup, and a different first epoch than the same run without it.
+TEST(TandemTrainCnn, FlipIsRecordedAndChangesTheTraining) {
+  const std::string flipped_json = testing::scratch_path("flipped.json");
+  const std::string plain_json = testing::scratch_path("plain.json");
+  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
+                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
+  ToolRun flipped = run_tool(run_of + flipped_json + " --flip");
+  ASSERT_EQ(flipped.status, 0) << flipped.output;
+  EXPECT_NE(flipped.output.find("training on images flipped left to right with probability 1/2"), std::string::npos)
+      << flipped.output;
+  ToolRun plain = run_tool(run_of + plain_json);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const nlohmann::json with_flip = read_json(flipped_json), without = read_json(plain_json);
+  EXPECT_EQ(with_flip.at("setup").at("horizontal_flip"), "true");
+  EXPECT_FALSE(without.at("setup").contains("horizontal_flip"));
+  EXPECT_NE(with_flip.at("train_loss").get<double>(), without.at("train_loss").get<double>());
+  for (const std::string& path : {flipped_json, plain_json}) std::remove(path.c_str());
+}
+
 TEST(TandemTrainCnn, FlagErrors) {
   const std::string digits = " --data " TANDEM_SOURCE_DIR "/data/digits.csv --task classification";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -903,6 +923,9 @@ TEST(TandemTrainCnn, FlagErrors) {
        "--crop-padding must be an integer in [0, 8], got \"9\""},
       {"--image-shape 1,8,8" + digits, "--image-shape applies to --model cnn only"},
       {"--crop-padding 1" + digits, "--crop-padding applies to --model cnn only"},
+      {"--flip" + digits, "--flip applies to --model cnn only"},
+      {"--task language-model --flip --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",
+       "--flip does not apply to --task language-model"},
       {"--task language-model --model cnn --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",
        "--model does not apply to --task language-model"},
   };

@@ -445,6 +445,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
       app.add_option("--crop-padding", crop_padding,
                      "cnn: train on random crops of the images padded with this many zeros per side (default: " +
                          std::to_string(kCnnCropPadding) + "; 0: none)");
+  CLI::Option* flip_option = app.add_flag(
+      "--flip", flags.horizontal_flip,
+      "cnn: train on images flipped left to right with probability 1/2 (torchvision's RandomHorizontalFlip)");
   app.add_option("--dropout", dropout,
                  "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
       ->capture_default_str();
@@ -502,7 +505,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
       // The flags of the tables' tasks have no meaning for a language model: refused rather than ignored.
       for (const CLI::Option* option :
            {epochs_option, features_option, optimizer_option, momentum_option, schedule_option, hidden_option,
-            layers_option, activation_option, model_option, image_shape_option, crop_padding_option}) {
+            layers_option, activation_option, model_option, image_shape_option, crop_padding_option, flip_option}) {
         check(!given(option), option->get_name() + " does not apply to --task language-model");
       }
       for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
@@ -538,7 +541,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
                                  : kCnnCropPadding;
         if (app.get_option("--standardize")->count() == 0) standardize = "off";
       } else {
-        for (const CLI::Option* option : {image_shape_option, crop_padding_option}) {
+        for (const CLI::Option* option : {image_shape_option, crop_padding_option, flip_option}) {
           check(!given(option), option->get_name() + " applies to --model cnn only");
         }
       }

@@ -58,11 +58,12 @@ struct Flags {
   double weight_decay = 0.0;
   std::string lr_schedule;  // trainers::parse_lr_schedule's grammar, checked against epochs
   // --model: make_mlp's net (layers, activation, dropout) or make_cnn's (image_shape, dropout), trained on random
-  // crops of the images padded by crop_padding (an ImageTransforms).
+  // crops of the images padded by crop_padding and flipped (an ImageTransforms).
   enum class Model { MLP, CNN } model = Model::MLP;
-  Shape image_shape;            // cnn: {C, H, W}
-  int64_t crop_padding = 0;     // cnn
-  std::vector<int64_t> layers;  // hidden widths
+  Shape image_shape;             // cnn: {C, H, W}
+  int64_t crop_padding = 0;      // cnn
+  bool horizontal_flip = false;  // cnn: images flipped left to right with probability 1/2 in training
+  std::vector<int64_t> layers;   // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;                      // after each hidden layer's activation; 0: no Dropout layers
   Precision precision = Precision::Float32;  // of the model's products (TrainerOptions::precision)

@@ -135,6 +135,7 @@ void print_banner(const Flags& flags, const CsvTable& table, const TableDataset&
   if (flags.crop_padding > 0) {
     std::cout << "training on random crops of the images padded by " << flags.crop_padding << "\n";
   }
+  if (flags.horizontal_flip) std::cout << "training on images flipped left to right with probability 1/2\n";
   if (!trainer.options().classes.empty()) {
     std::cout << "classes: " << trainer.options().classes.size() << " (labels "
               << excerpt(trainer.options().classes.str()) << ")\n";
@@ -230,6 +231,7 @@ SetupFacts setup_facts(const Flags& flags, const TableDataset& data) {
   if (flags.model == Flags::Model::CNN) {
     facts.emplace("image_shape", tandem::to_string(flags.image_shape));
     facts.emplace("crop_padding", std::to_string(flags.crop_padding));
+    if (flags.horizontal_flip) facts.emplace("horizontal_flip", "true");
   }
   return facts;
 }
@@ -276,9 +278,12 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
     const CnnOptions cnn = cnn_options(flags, data.num_features(), outputs);
     model = make_cnn(cnn);
     model_text = describe_cnn(cnn);
-    if (flags.crop_padding > 0) {
-      options.transform = std::make_shared<ImageTransforms>(ImageTransformOptions{
-          .image_shape = flags.image_shape, .crop_padding = flags.crop_padding, .seed = flags.seed});
+    if (flags.crop_padding > 0 || flags.horizontal_flip) {
+      options.transform =
+          std::make_shared<ImageTransforms>(ImageTransformOptions{.image_shape = flags.image_shape,
+                                                                  .crop_padding = flags.crop_padding,
+                                                                  .horizontal_flip = flags.horizontal_flip,
+                                                                  .seed = flags.seed});
     }
   } else {
     model = make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout);
