@@ -86,10 +86,8 @@ std::unique_ptr<parallel::DistributedDataParallel> distributed(std::shared_ptr<n
       parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum, .zero_stage = options.zero_stage});
 }
 
-// Null at zero_stage 1 (sharded_for).
 std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::ReplicatedModule& model,
                                                              const TrainerOptions& options) {
-  if (options.zero_stage > 0) return nullptr;
   if (options.optimizer) return std::make_unique<parallel::ReplicatedOptimizer>(model, options.optimizer->make);
   return std::make_unique<parallel::ReplicatedSGD>(model, options.sgd);
 }
@@ -179,7 +177,9 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       model_(placed(std::move(model), options_)),
       distributed_(distributed(model_, options_)),
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
-      optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
+      optimizer_(options_.zero_stage > 0
+                     ? nullptr  // sharded_ at stage 1
+                     : optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       sharded_(sharded_for(distributed_.get(), options_)),
       schedules_(schedules_for(optimizer_.get(), sharded_.get(), options_)),
       training_step_(training_step_for(distributed_.get(), distributed_ ? distributed_->replicated() : *replicas_,
