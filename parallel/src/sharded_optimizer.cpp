@@ -4,7 +4,9 @@
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fused.h"
 #include "tandem/core/grad_mode.h"
+#include "tandem/core/ops.h"
 
 namespace tandem::parallel {
 
@@ -108,6 +110,32 @@ void ShardedOptimizer::gather() {
       }
     }
   }
+}
+
+// Note [Clipping over shards]: each device's owned chunks hold its part of the reduced gradients and the padding is
+// zero, so the sum over the world's devices of each device's sum of squares of its chunks is the squared norm of all
+// the gradients. One all_reduce of one element per device; the norm is computed and applied on every device, with
+// no host round trip.
+Tensor ShardedOptimizer::clip_grad_norm(double max_norm) {
+  const std::string what = std::string(name_) + "::clip_grad_norm";
+  TANDEM_CHECK(max_norm >= 0.0, what, ": max_norm must be >= 0, got ", max_norm);
+  model_.replicated().check_gradients_reduced(what);
+  NoGradGuard no_grad;
+  std::vector<Tensor> squares;
+  for (const std::vector<Tensor>& shards : shards_) {
+    std::vector<Tensor> chunks;
+    for (const Tensor& shard : shards) chunks.push_back(shard.grad());
+    const Tensor norm = total_norm(chunks, 2.0).reshape({1});
+    squares.push_back(norm * norm);
+  }
+  model_.group()->all_reduce(squares);
+  Tensor first;
+  for (size_t d = 0; d < shards_.size(); ++d) {
+    const Tensor norm = sqrt(squares[d]);
+    for (const Tensor& shard : shards_[d]) clip_by_norm_(shard.grad(), norm, static_cast<float>(max_norm));
+    if (d == 0) first = norm.reshape({});
+  }
+  return first;
 }
 
 void ShardedOptimizer::zero_grad() { model_.zero_grad(); }

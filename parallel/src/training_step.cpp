@@ -56,26 +56,40 @@ std::vector<int64_t> torch_chunk_rows(int64_t rows, size_t devices) {
 
 TrainingStep::TrainingStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            TrainingStepOptions options)
-    : TrainingStep(model, nullptr, optimizer, std::move(loss), options) {}
+    : TrainingStep(model, nullptr, &optimizer, nullptr, std::move(loss), options) {}
 
 TrainingStep::TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss,
                            TrainingStepOptions options)
-    : TrainingStep(model.replicated(), &model, optimizer, std::move(loss), options) {
+    : TrainingStep(model.replicated(), &model, &optimizer, nullptr, std::move(loss), options) {
   TANDEM_CHECK(model.options().zero_stage == 0, "parallel::TrainingStep: the DistributedDataParallel has ",
-               "DistributedOptions::zero_stage ", model.options().zero_stage, ", but TrainingStep's captured steps, ",
-               "steps in backward and gradient clipping do not support sharded optimizers yet; use zero_stage 0, or ",
-               "the module form (forward, backward) with a parallel::ShardedOptimizer");
-  // Note [Summed, not averaged]: each chunk's loss carries its share of the global batch.
+               "DistributedOptions::zero_stage ", model.options().zero_stage, ", which shards the optimizer state, ",
+               "but the optimizer is replicated; step with a parallel::ShardedOptimizer (ShardedSGD, ShardedAdam, ",
+               "ShardedAdamW)");
+  check_sums(model);
+}
+
+TrainingStep::TrainingStep(DistributedDataParallel& model, ShardedOptimizer& optimizer, LossFunction loss,
+                           TrainingStepOptions options)
+    : TrainingStep(model.replicated(), &model, nullptr, &optimizer, std::move(loss), options) {
+  TANDEM_CHECK(&optimizer.model() == &model, "parallel::TrainingStep: the sharded optimizer was built over another ",
+               "DistributedDataParallel than the model it steps");
+  check_sums(model);
+}
+
+// Note [Summed, not averaged]: each chunk's loss carries its share of the global batch.
+void TrainingStep::check_sums(const DistributedDataParallel& model) {
   TANDEM_CHECK(model.options().reduction == comm::ReduceOp::Sum, "parallel::TrainingStep: the ",
                "DistributedDataParallel averages its gradients but expected ReduceOp::Sum (the losses carry each ",
                "chunk's share of the global batch)");
 }
 
 TrainingStep::TrainingStep(ReplicatedModule& model, DistributedDataParallel* distributed,
-                           ReplicatedOptimizer& optimizer, LossFunction loss, TrainingStepOptions options)
+                           ReplicatedOptimizer* optimizer, ShardedOptimizer* sharded, LossFunction loss,
+                           TrainingStepOptions options)
     : model_(model),
       distributed_(distributed),
       optimizer_(optimizer),
+      sharded_(sharded),
       loss_(std::move(loss)),
       options_(options),
       group_(distributed != nullptr ? distributed->group() : nullptr) {
@@ -84,8 +98,14 @@ TrainingStep::TrainingStep(ReplicatedModule& model, DistributedDataParallel* dis
                " but expected >= 0");
   TANDEM_CHECK(!options_.max_grad_norm || *options_.max_grad_norm >= 0.0, "parallel::TrainingStep: max_grad_norm is ",
                options_.max_grad_norm.value_or(0.0), " but expected a number >= 0");
-  TANDEM_CHECK(&optimizer_.model() == &model_, "parallel::TrainingStep: the optimizer was built over another ",
-               "ReplicatedModule than the model it steps");
+  TANDEM_CHECK(optimizer_ == nullptr || &optimizer_->model() == &model_, "parallel::TrainingStep: the optimizer was ",
+               "built over another ReplicatedModule than the model it steps");
+}
+
+ReplicatedOptimizer& TrainingStep::optimizer() const {
+  TANDEM_CHECK(optimizer_ != nullptr, "parallel::TrainingStep::optimizer: the step runs a parallel::",
+               "ShardedOptimizer (sharded_optimizer())");
+  return *optimizer_;
 }
 
 TrainingStep::~TrainingStep() = default;
@@ -220,7 +240,9 @@ Tensor TrainingStep::deliver(const Batch& batch, const Tensor& loss) {
 }
 
 bool TrainingStep::may_step_in_backward() const {
-  return options_.steps_in_backward && !options_.max_grad_norm && !accumulated_ && optimizer_.steps_in_backward();
+  // A sharded optimizer steps only after the whole reduce-scatter (Note [Sharded optimizer state]).
+  return options_.steps_in_backward && !options_.max_grad_norm && !accumulated_ && optimizer_ != nullptr &&
+         optimizer_->steps_in_backward();
 }
 
 Tensor TrainingStep::eager(const Batch& batch, std::string reason, bool accumulate) {
@@ -259,6 +281,11 @@ Tensor TrainingStep::eager(const Batch& batch, std::string reason, bool accumula
 void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows,
                             const Pass& pass) {
   const auto take_step = [this, &pass] {
+    if (sharded_ != nullptr) {  // eager only (blocker())
+      if (options_.max_grad_norm) (void)sharded_->clip_grad_norm(*options_.max_grad_norm);
+      sharded_->step();
+      return;
+    }
     if (options_.max_grad_norm) {
       NoGradGuard no_grad;
       for (size_t d = 0; d < model_.size(); ++d) {
@@ -267,9 +294,9 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
       }
     }
     if (pass.form == StepForm::Replayable) {
-      optimizer_.replayable_step();
+      optimizer_->replayable_step();
     } else {
-      optimizer_.step();
+      optimizer_->step();
     }
   };
   if (!accumulated_) model_.zero_grad();          // else add to accumulate()'s gradients
@@ -299,7 +326,7 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
     return;
   }
   // Note [Optimizer steps in backward] in steps_in_backward.h.
-  StepsInBackward steps(optimizer_, pass.form);
+  StepsInBackward steps(*optimizer_, pass.form);
   (void)model_.forward_backward(inputs, observed, /*reduce=*/true, pass.threads, seeds,
                                 [&steps](size_t bucket) { steps.bucket_started(bucket); });
   steps.finish();

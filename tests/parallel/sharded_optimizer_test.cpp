@@ -29,6 +29,42 @@ TEST(ShardedOptimizer, StageOneEqualsStageZero) {
   }
 }
 
+// Note [Clipping over shards]: ShardedOptimizer::clip_grad_norm then step equals nn::utils::clip_grad_norm_ then step
+// at stage 0, norm for norm and over 50 steps.
+TEST(ShardedOptimizer, ClippingOverShardsEqualsStageZero) {
+  constexpr double kMaxNorm = 0.5;
+  for (const size_t devices : {size_t{1}, size_t{2}, size_t{3}}) {
+    for (const UpdateRule rule : {UpdateRule::SgdMomentum, UpdateRule::AdamW}) {
+      SCOPED_TRACE(std::to_string(devices) + " devices, " + rule_name(rule));
+      const auto group = comm::ProcessGroup::single(virtual_devices(devices));
+      const ShardedRun stage0 = train_sharded(group, 0, rule, kShardedSteps, kMaxNorm);
+      const ShardedRun stage1 = train_sharded(group, 1, rule, kShardedSteps, kMaxNorm);
+      expect_clipped_runs_equal(stage0, stage1, kMaxNorm);
+      expect_replicas_equal_master(stage1);
+    }
+  }
+  const auto group = comm::ProcessGroup::single(kShardedPair);
+  DistributedDataParallel ddp(distributed_net(), group, {.zero_stage = 1});
+  parallel::ShardedSGD sgd(ddp, kShardedSgd);
+  EXPECT_ERROR(sgd.clip_grad_norm(-1.0), "parallel::ShardedSGD::clip_grad_norm: max_norm must be >= 0, got -1");
+}
+
+// Note [Training steps over shards]: TrainingStep with a ShardedAdamW, clipping, equals it with a ReplicatedAdamW at
+// stage 0 over 50 steps; its steps run eagerly, saying why they are not captured.
+TEST(ShardedOptimizer, TrainingStepOverShardsEqualsStageZero) {
+  for (const size_t devices : {size_t{1}, size_t{2}, size_t{3}}) {
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    const auto group = comm::ProcessGroup::single(virtual_devices(devices));
+    const ShardedRun stage0 = train_steps_sharded(group, 0);
+    const ShardedRun stage1 = train_steps_sharded(group, 1);
+    expect_step_runs_equal(stage0, stage1);
+    expect_replicas_equal_master(stage1);
+    EXPECT_NE(stage1.fallback_reason.find("parallel::ShardedOptimizer (DistributedOptions::zero_stage 1)"),
+              std::string::npos)
+        << stage1.fallback_reason;
+  }
+}
+
 // Adam's two moments: each of N devices holds those of its chunks only, 1/N of stage 0's plus the padding.
 TEST(ShardedOptimizer, StateBytesPerDeviceAreOneNth) {
   for (const size_t devices : {size_t{2}, size_t{3}}) {
@@ -130,12 +166,15 @@ TEST(ShardedOptimizer, StageOneRefusesWhatItDoesNotSupport) {
   EXPECT_ERROR(replicated.step(), "is reduce-scattered (DistributedOptions::zero_stage >= 1)");
   EXPECT_ERROR(nn::utils::clip_grad_norm_(ddp.parameters(), 1.0),
                "nn::utils::clip_grad_norm_: the gradient of 'fc1.weight' is reduce-scattered");
-  // TrainingStep: its captured steps and gradient clipping.
+  // TrainingStep over a replicated optimizer, and a sharded one over another model.
   DistributedDataParallel summing(distributed_net(), group, {.reduction = comm::ReduceOp::Sum, .zero_stage = 1});
   parallel::ReplicatedSGD sgd(summing.replicated(), kShardedSgd);
-  EXPECT_ERROR(parallel::TrainingStep(summing, sgd, nn::mse_loss, {.max_grad_norm = 1.0}),
-               "parallel::TrainingStep: the DistributedDataParallel has DistributedOptions::zero_stage 1, but "
-               "TrainingStep's captured steps, steps in backward and gradient clipping do not support sharded ");
+  EXPECT_ERROR(parallel::TrainingStep(summing, sgd),
+               "parallel::TrainingStep: the DistributedDataParallel has DistributedOptions::zero_stage 1, which "
+               "shards the optimizer state, but the optimizer is replicated");
+  parallel::ShardedSGD other(ddp, kShardedSgd);
+  EXPECT_ERROR(parallel::TrainingStep(summing, other),
+               "parallel::TrainingStep: the sharded optimizer was built over another DistributedDataParallel");
 
   // Gradients cannot accumulate onto the reduce-scattered ones: zero_grad() first.
   parallel::ShardedAdamW adamw(ddp, kShardedAdamW);

@@ -50,6 +50,12 @@ TrainerOptions validated(TrainerOptions options) {
                  "lr_schedule needs a name and a function but got ",
                  options.lr_schedule->name.empty() ? "no name" : "no function");
   }
+  TANDEM_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "Trainer: zero_stage is ", options.zero_stage,
+               options.zero_stage == 2 ? " (sharded gradients), which is not supported yet" : "",
+               "; expected 0 (replicated optimizer state) or 1 (sharded optimizer state)");
+  TANDEM_CHECK(options.zero_stage == 0 || options.group, "Trainer: zero_stage ", options.zero_stage, " shards the ",
+               "optimizer state over a group's devices but there is no group; give options.group (ProcessGroup::",
+               "single for one process)");
   if (options.group) {
     TANDEM_CHECK(options.devices.empty() || options.devices == options.group->devices(), "Trainer: devices ",
                  to_string(options.devices), " but the group's are ", to_string(options.group->devices()),
@@ -76,7 +82,8 @@ std::unique_ptr<parallel::DistributedDataParallel> distributed(std::shared_ptr<n
                                                                const TrainerOptions& options) {
   if (!options.group) return nullptr;
   return std::make_unique<parallel::DistributedDataParallel>(
-      std::move(model), options.group, parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum});
+      std::move(model), options.group,
+      parallel::DistributedOptions{.reduction = comm::ReduceOp::Sum, .zero_stage = options.zero_stage});
 }
 
 std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::ReplicatedModule& model,
@@ -85,12 +92,26 @@ std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::Replicate
   return std::make_unique<parallel::ReplicatedSGD>(model, options.sgd);
 }
 
-// One schedule per replica's optimizer, so that every replica steps at the same lr.
-std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::ReplicatedOptimizer& optimizer,
+// The sharded optimizer at zero_stage 1 (Note [Sharded optimizer state]); null at 0.
+std::unique_ptr<parallel::ShardedOptimizer> sharded_for(parallel::DistributedDataParallel* distributed,
+                                                        const TrainerOptions& options) {
+  if (options.zero_stage == 0) return nullptr;
+  if (options.optimizer) return std::make_unique<parallel::ShardedOptimizer>(*distributed, options.optimizer->make);
+  return std::make_unique<parallel::ShardedSGD>(*distributed, options.sgd);
+}
+
+// One schedule per local device's optimizer (a replica's, or a device's over its shards), so that every device steps
+// at the same lr.
+std::vector<std::unique_ptr<optim::LRScheduler>> schedules_for(parallel::ReplicatedOptimizer* optimizer,
+                                                               parallel::ShardedOptimizer* sharded,
                                                                const TrainerOptions& options) {
   std::vector<std::unique_ptr<optim::LRScheduler>> schedules;
   if (!options.lr_schedule) return schedules;
-  for (size_t d = 0; d < optimizer.size(); ++d) schedules.push_back(options.lr_schedule->make(optimizer.optimizer(d)));
+  const size_t devices = optimizer != nullptr ? optimizer->size() : sharded->size();
+  for (size_t d = 0; d < devices; ++d) {
+    schedules.push_back(
+        options.lr_schedule->make(optimizer != nullptr ? optimizer->optimizer(d) : sharded->optimizer(d)));
+  }
   return schedules;
 }
 
@@ -123,13 +144,17 @@ TensorDataset training_tensors(const TableDataset& data, Task task) {
 // tandem/core/random.h) it runs eagerly. FitResult says which happened.
 std::unique_ptr<parallel::TrainingStep> training_step_for(parallel::DistributedDataParallel* distributed,
                                                           parallel::ReplicatedModule& model,
-                                                          parallel::ReplicatedOptimizer& optimizer,
+                                                          parallel::ReplicatedOptimizer* optimizer,
+                                                          parallel::ShardedOptimizer* sharded,
                                                           const TrainerOptions& options) {
   const parallel::TrainingStepOptions step_options{.capture = options.capture};
-  if (distributed != nullptr) {
-    return std::make_unique<parallel::TrainingStep>(*distributed, optimizer, options.loss.function, step_options);
+  if (sharded != nullptr) {  // Note [Training steps over shards] in parallel/training_step.h
+    return std::make_unique<parallel::TrainingStep>(*distributed, *sharded, options.loss.function, step_options);
   }
-  return std::make_unique<parallel::TrainingStep>(model, optimizer, options.loss.function, step_options);
+  if (distributed != nullptr) {
+    return std::make_unique<parallel::TrainingStep>(*distributed, *optimizer, options.loss.function, step_options);
+  }
+  return std::make_unique<parallel::TrainingStep>(model, *optimizer, options.loss.function, step_options);
 }
 
 // Why none of fit's steps can be captured; "" when they may be.
@@ -152,13 +177,29 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       model_(placed(std::move(model), options_)),
       distributed_(distributed(model_, options_)),
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
-      optimizer_(optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
-      schedules_(schedules_for(*optimizer_, options_)),
+      optimizer_(options_.zero_stage > 0
+                     ? nullptr  // sharded_ at stage 1
+                     : optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
+      sharded_(sharded_for(distributed_.get(), options_)),
+      schedules_(schedules_for(optimizer_.get(), sharded_.get(), options_)),
       training_step_(training_step_for(distributed_.get(), distributed_ ? distributed_->replicated() : *replicas_,
-                                       *optimizer_, options_)),
+                                       optimizer_.get(), sharded_.get(), options_)),
       capture_blocker_(capture_blocker(*training_step_, options_)),
       shuffle_state_(options_.shuffle_seed) {
   setup();  // refuses options.setup facts that clash with the Trainer's own
+}
+
+const parallel::ReplicatedOptimizer& Trainer::optimizer() const {
+  TANDEM_CHECK(optimizer_ != nullptr, "Trainer::optimizer: zero_stage ", options_.zero_stage, " shards the ",
+               "optimizer state (sharded_optimizer())");
+  return *optimizer_;
+}
+
+size_t Trainer::optimizer_state_bytes_per_device() const {
+  if (optimizer_ != nullptr) return parallel::optimizer_state_bytes(optimizer_->optimizer(0));
+  size_t most = 0;
+  for (size_t d = 0; d < sharded_->size(); ++d) most = std::max(most, sharded_->optimizer_state_bytes(d));
+  return most;
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {

@@ -29,7 +29,9 @@ SetupFacts Trainer::facts_of_this_fit(const std::string& test_data) const {
   facts["test data"] = test_data;
   std::vector<Tensor> state = model_->parameters();
   std::string steps;
-  for (const optim::ParameterState& parameter : optimizer_->state_dict().parameters) {
+  // At zero_stage 1 each process holds the state of other shards: only the parameters and counters are compared.
+  for (const optim::ParameterState& parameter :
+       optimizer_ != nullptr ? optimizer_->state_dict().parameters : std::vector<optim::ParameterState>{}) {
     steps += std::to_string(parameter.step) + ",";
     for (const auto& [slot, tensor] : parameter.tensors) state.push_back(tensor);
   }
@@ -75,6 +77,9 @@ SetupFacts Trainer::setup() const {
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
+  TANDEM_CHECK(sharded_ == nullptr, "Trainer::save_checkpoint: zero_stage ", options_.zero_stage, " shards the ",
+               "optimizer state, and checkpoints of sharded state are not supported yet; train with zero_stage 0 to ",
+               "save checkpoints");
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
   checkpoint.model_state = checkpoint_restore::model_state(*model_);
@@ -96,6 +101,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   // state before it writes anything, and every replica's optimizer takes the same state over parameters of the same
   // shapes, so once the first accepts it, the rest does too.
   constexpr const char* kCaller = "Trainer::load_checkpoint";
+  TANDEM_CHECK(sharded_ == nullptr, kCaller, ": zero_stage ", options_.zero_stage, " shards the optimizer state, ",
+               "and checkpoints of sharded state are not supported yet; resume with zero_stage 0");
   using namespace checkpoint_restore;
   Checkpoint checkpoint = trainers::load_checkpoint(path);
   TANDEM_CHECK(!checkpoint.language_model, kCaller, ": '", path,

@@ -336,6 +336,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string test_fraction = text(kTestFraction);
   std::string batch_size = std::to_string(flags.batch_size);
   std::string accumulate = std::to_string(defaults.accumulate_steps);
+  std::string zero = "0";
   std::string hidden;
   std::string layers;
   std::string task = "regression";
@@ -402,6 +403,10 @@ ParsedFlags parse_flags(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "Global batch size (split over the devices)")->capture_default_str();
   app.add_option("--accumulate", accumulate,
                  "Batches per optimizer step (gradient accumulation: one step on --accumulate times --batch-size rows)")
+      ->capture_default_str();
+  app.add_option("--zero", zero,
+                 "ZeRO stage: 0 replicates the optimizer state on every device, 1 shards it over every device of "
+                 "every process (2, sharded gradients, is not supported yet)")
       ->capture_default_str();
   CLI::Option* optimizer_option =
       app.add_option("--optimizer", optimizer,
@@ -495,6 +500,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
     app.parse(argc, argv);
     flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
     flags.accumulate_steps = parse_integer<int64_t>("--accumulate", accumulate, 1, kMaxBatchSize);
+    flags.zero_stage = parse_integer<int>("--zero", zero, 0, 2);
+    check(flags.zero_stage != 2, "--zero 2 (sharded gradients) is not supported yet; expected 0 or 1");
     const bool is_language_model = task == "language-model";
     flags.task = is_language_model ? trainers::Task::Regression : parse_task(task);
     const TaskDefaults& defaults =
@@ -509,7 +516,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
         check(!given(option), option->get_name() + " does not apply to --task language-model");
       }
       for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
-                               "--allow-change", "--accumulate"}) {
+                               "--allow-change", "--accumulate", "--zero"}) {
         check(app.get_option(name)->count() == 0, std::string(name) + " does not apply to --task language-model");
       }
       check(given(data_option), "--task language-model needs --data, a text file");
@@ -601,6 +608,9 @@ ParsedFlags parse_flags(int argc, char** argv) {
     if (is_language_model && app.get_option("--precision")->count() == 0 && on_gpus) {
       flags.precision = Precision::BFloat16;
     }
+    check(flags.zero_stage == 0 || (!flags.checkpoint && !flags.resume),
+          "--zero 1 shards the optimizer state, and checkpoints of sharded state are not supported yet; --checkpoint "
+          "and --resume need --zero 0");
     check_distinct_files(flags);
     check_output("--checkpoint", flags.checkpoint);
     check_output("--metrics", flags.metrics);

@@ -52,6 +52,7 @@ struct Flags {
   int64_t epochs = 0;
   int64_t batch_size = 0;
   int64_t accumulate_steps = 1;  // batches per optimizer step (TrainerOptions::accumulate_steps)
+  int zero_stage = 0;            // --zero: TrainerOptions::zero_stage
   Optimizer optimizer = Optimizer::SGD;
   double lr = 0.0;
   double momentum = 0.0;  // SGD only

@@ -96,6 +96,7 @@ std::string describe_optimizer(const Flags& flags, const TrainerOptions& options
   std::ostringstream text;
   text << to_string(flags.optimizer) << ": epochs " << flags.epochs << ", global batch " << flags.batch_size;
   if (flags.accumulate_steps != 1) text << " (" << flags.accumulate_steps << " per step)";
+  if (flags.zero_stage != 0) text << ", zero stage " << flags.zero_stage;
   text << ", lr " << flags.lr;
   if (flags.optimizer == Optimizer::SGD) text << ", momentum " << flags.momentum;
   if (flags.weight_decay != 0.0 || flags.optimizer != Optimizer::SGD) text << ", weight decay " << flags.weight_decay;
@@ -207,6 +208,8 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["step_mode"] = result.steps_captured() ? "captured" : "eager";
   if (!result.steps_captured()) summary["eager_reason"] = result.eager_reason;
   summary["captured_steps"] = result.captured_steps;
+  summary["zero_stage"] = trainer.options().zero_stage;
+  summary["optimizer_state_bytes_per_device"] = trainer.optimizer_state_bytes_per_device();
   summary["setup"] = trainer.setup();  // the run's hyperparameters and data, as its checkpoints record them
   write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }
@@ -257,6 +260,7 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
   options.epochs = flags.epochs;
   options.batch_size = flags.batch_size;
   options.accumulate_steps = flags.accumulate_steps;
+  options.zero_stage = flags.zero_stage;
   set_optimizer(flags, options);
   options.lr_schedule = parse_lr_schedule(flags.lr_schedule, flags.epochs);
   options.task = flags.task;

@@ -63,6 +63,12 @@ class ShardedOptimizer {
   // refused] in replicated.h).
   void step();
   void zero_grad();  // model.zero_grad(): the gradients stay views of the flat buffers
+  // Note [Clipping over shards]: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) between backward and
+  // step, over the shards: scales every owned chunk by min(max_norm / (norm + 1e-6), 1), where norm is the 2-norm of
+  // all the reduced gradients together. Returns the norm: a scalar on the first local device, not read here (nothing
+  // waits for a device). Collective: every process clips together. Errors: max_norm below 0 or NaN; gradients that a
+  // synced backward did not reduce.
+  Tensor clip_grad_norm(double max_norm);
 
   size_t size() const { return optimizers_.size(); }  // local devices
   DistributedDataParallel& model() const { return model_; }

@@ -133,6 +133,7 @@
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated.h"
 #include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/parallel/sharded_optimizer.h"
 
 namespace tandem::parallel {
 
@@ -186,9 +187,17 @@ class TrainingStep {
   TrainingStep(ReplicatedModule& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   // One process of the model's group, on the group's devices. Errors: those above; a model that does not sum its
-  // gradients (DistributedOptions::reduction Average); a model with DistributedOptions::zero_stage > 0 (captured
-  // steps and clipping over sharded optimizer state are not supported yet).
+  // gradients (DistributedOptions::reduction Average); a model with DistributedOptions::zero_stage > 0 (its
+  // optimizer state is sharded: the overload below).
   TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
+               TrainingStepOptions options = {});
+  // Note [Training steps over shards]: ZeRO stage 1, a model with DistributedOptions::zero_stage 1 and its sharded
+  // optimizer. Every step runs eagerly: the backward reduce-scatters the buckets, max_grad_norm clips through
+  // ShardedOptimizer::clip_grad_norm (the norm all-reduced over the shards), and the optimizer steps after the whole
+  // reduction (never in backward) and all-gathers the parameters; captured steps fall back to eager steps
+  // (fallback_reason() names the sharded optimizer). Errors: those above but zero_stage; an optimizer built over
+  // another model.
+  TrainingStep(DistributedDataParallel& model, ShardedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   ~TrainingStep();  // destroys the graphs (synchronizing their devices) before anything they captured
   TrainingStep(const TrainingStep&) = delete;
@@ -239,7 +248,9 @@ class TrainingStep {
   void reset();
 
   ReplicatedModule& model() const { return model_; }
-  ReplicatedOptimizer& optimizer() const { return optimizer_; }
+  // The replicated optimizer it steps. Errors: a step over a ShardedOptimizer.
+  ReplicatedOptimizer& optimizer() const;
+  ShardedOptimizer* sharded_optimizer() const { return sharded_; }  // null: the optimizer is replicated
   // The process group the gradients are summed over; null in one process.
   const std::shared_ptr<comm::ProcessGroup>& group() const { return group_; }
   const TrainingStepOptions& options() const { return options_; }
@@ -289,8 +300,10 @@ class TrainingStep {
     bool accumulate = false;                       // forward and backward only (Note [Accumulating micro-batches])
   };
 
-  TrainingStep(ReplicatedModule& model, DistributedDataParallel* distributed, ReplicatedOptimizer& optimizer,
-               LossFunction loss, TrainingStepOptions options);
+  // Exactly one of optimizer and sharded is set.
+  TrainingStep(ReplicatedModule& model, DistributedDataParallel* distributed, ReplicatedOptimizer* optimizer,
+               ShardedOptimizer* sharded, LossFunction loss, TrainingStepOptions options);
+  static void check_sums(const DistributedDataParallel& model);
 
   // ---- training_step.cpp: the batch and the eager strategies ----
   Batch checked(const TrainingBatch& batch) const;
@@ -329,7 +342,8 @@ class TrainingStep {
 
   ReplicatedModule& model_;
   DistributedDataParallel* distributed_;  // the model's DistributedDataParallel; null in one process
-  ReplicatedOptimizer& optimizer_;
+  ReplicatedOptimizer* optimizer_;        // null: sharded_ steps
+  ShardedOptimizer* sharded_;             // null: optimizer_ steps
   LossFunction loss_;
   TrainingStepOptions options_;
   // The group of a DistributedDataParallel; before graphs_ (Note [Graphs before communicators]).

@@ -52,6 +52,7 @@
 #include "tandem/optim/sgd.h"
 #include "tandem/parallel/distributed.h"
 #include "tandem/parallel/replicated_optimizer.h"
+#include "tandem/parallel/sharded_optimizer.h"
 #include "tandem/parallel/training_step.h"
 #include "tandem/trainers/callback.h"
 #include "tandem/trainers/classification.h"
@@ -116,6 +117,13 @@ struct TrainerOptions {
   // step starts from zeroed gradients (FitResult::eager_reason says so). Recorded as the setup fact
   // "accumulate_steps" when not 1.
   int64_t accumulate_steps = 1;
+  // ZeRO (DistributedOptions::zero_stage of the group's DistributedDataParallel, docs/distributed.md): 0 replicates
+  // the optimizer state on every device; 1 shards it over every device of every process (parallel::ShardedSGD, or a
+  // parallel::ShardedOptimizer over the custom optimizer's factory, whose update must be elementwise: SGD, Adam,
+  // AdamW), with the same results to float rounding. Stage 1 needs a group (a group of one included), and its runs
+  // cannot save or load checkpoints yet. Errors: a stage other than 0 or 1 (2, sharded gradients, is not supported
+  // yet). Not a setup fact.
+  int zero_stage = 0;
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
   Loss loss = Loss::mse();                             // what fit() minimizes
@@ -231,7 +239,12 @@ class Trainer {
   SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
-  const parallel::ReplicatedOptimizer& optimizer() const { return *optimizer_; }
+  // The replicated optimizer. Errors: zero_stage 1 (sharded_optimizer()).
+  const parallel::ReplicatedOptimizer& optimizer() const;
+  const parallel::ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  // null at zero_stage 0
+  // The bytes of optimizer state each device holds (the most over this process's devices): at zero_stage 0 the whole
+  // replicated state, at 1 its device's shards' (parallel::optimizer_state_bytes). 0 before the first step.
+  size_t optimizer_state_bytes_per_device() const;
   // The step every batch of fit() goes through (Note [Captured training steps] in trainer.cpp): its strategy,
   // graphs, captures and the last step's fallback reason.
   const parallel::TrainingStep& training_step() const { return *training_step_; }
@@ -328,10 +341,11 @@ class Trainer {
   // One of the two holds the replicas, held by pointer: optimizer_ refers to them.
   std::unique_ptr<parallel::DistributedDataParallel> distributed_;  // with a group
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
-  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;
-  std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;  // options.lr_schedule over each replica's optimizer
-  std::unique_ptr<parallel::TrainingStep> training_step_;       // every step (Note [Captured training steps])
-  std::string capture_blocker_;                                 // why no step can be captured; "" when they may be
+  std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;        // at zero_stage 0
+  std::unique_ptr<parallel::ShardedOptimizer> sharded_;             // at zero_stage 1
+  std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;      // options.lr_schedule over each replica's optimizer
+  std::unique_ptr<parallel::TrainingStep> training_step_;           // every step (Note [Captured training steps])
+  std::string capture_blocker_;                                     // why no step can be captured; "" when they may be
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<Standardizer> standardizer_;
   int64_t epoch_ = 0;
