@@ -53,8 +53,9 @@ struct ShardedRun {
 };
 
 // `clip` runs between backward and step (a no-op without clipping).
-template <typename Optimizer, typename Clip>
-void train_module_form(parallel::DistributedDataParallel& ddp, Optimizer& optimizer, size_t steps, const Clip& clip) {
+template <typename Optimizer, typename Clip = void (*)()>
+void train_module_form(parallel::DistributedDataParallel& ddp, Optimizer& optimizer, size_t steps,
+                       const Clip& clip = [] {}) {
   for (size_t step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     const DistributedBatch batch = process_batch(step, ddp.group()->rank());
