@@ -3,14 +3,16 @@
 # LAUNCHER... PROGRAM ARGS starts 2 processes of PROGRAM (run_mpi.sh mpiexec -np 2). Trains with --zero 0 and
 # --zero 1 (ZeRO stage 1: the optimizer state sharded over the 4 devices, 2 processes x cpu:0,cpu:1) for SGD with
 # momentum and AdamW, and checks that the summaries' losses agree within 1e-6 relative and that each device of the
-# sharded run holds less optimizer state (optimizer_state_bytes_per_device); --zero 2 and --zero 1 with --checkpoint
-# are refused with a usage error.
+# sharded run holds less optimizer state (optimizer_state_bytes_per_device); that a --zero 1 checkpoint of the 2
+# processes after 5 epochs resumes in one process on 3 devices (--zero 1) and on 1 device (--zero 0) and ends where
+# the uninterrupted run does (1e-6 relative); --zero 2 is refused with a usage error.
 set -euo pipefail
 train="$1" data="$2" work="$3/tandem_train_zero_np2_$$"
 shift 3
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
-common=(--data "$data" --epochs 10 --batch-size 50 --quiet --devices cpu:0,cpu:1)
+setup=(--data "$data" --batch-size 50 --quiet)
+common=("${setup[@]}" --epochs 10 --devices cpu:0,cpu:1)
 
 fail() { echo "tandem_train_zero_np2: $*" >&2; exit 1; }
 # One number of a summary file: its line '  "key": value,'.
@@ -42,6 +44,18 @@ expect_usage_error() {
   grep -q -- "$pattern" "$work/out" || fail "expected '$pattern' in: $(cat "$work/out")"
 }
 expect_usage_error "--zero 2 (sharded gradients) is not supported yet" --zero 2
-expect_usage_error "checkpoints of sharded state are not supported yet" --zero 1 --checkpoint "$work/c.safetensors"
-rm -f "$work"/*.json "$work/out"
+
+"$@" "$train" "${setup[@]}" --epochs 5 --devices cpu:0,cpu:1 --optimizer adamw --zero 1 \
+  --checkpoint "$work/half.safetensors" > "$work/out" 2>&1 || fail "the first half: $(cat "$work/out")"
+for resume in "1 cpu:0,cpu:1,cpu:2" "0 cpu:0"; do
+  read -r zero devices <<< "$resume"
+  "$train" "${setup[@]}" --epochs 10 --devices "$devices" --optimizer adamw --zero "$zero" \
+    --resume "$work/half.safetensors" --summary-json "$work/resumed.json" > "$work/out" 2>&1 ||
+    fail "the resume with --zero $zero on $devices: $(cat "$work/out")"
+  a=$(value "$work/resumed.json" test_mse) b=$(value "$work/adamw1.json" test_mse)
+  [ -n "$a" ] && close "$a" "$b" ||
+    fail "resumed with --zero $zero on $devices: test mse $a, but $b uninterrupted on 2 processes"
+  echo "tandem_train_zero_np2: resumed with --zero $zero on $devices: test mse $a (uninterrupted: $b)"
+done
+rm -f "$work"/*.json "$work"/*.safetensors "$work/out"
 [ -z "$(ls "$work")" ] || fail "files left: $(ls "$work")"

@@ -1,6 +1,7 @@
 // TrainerOptions::zero_stage: the Trainer with sharded optimizer state (ZeRO stage 1, over a group of one process on
 // three virtual CPU devices) trains as with replicated state, SGD with momentum and AdamW under a schedule, with a
-// third of the state per device; and what stage 1 refuses. The multi-process runs: tests/distributed/
+// third of the state per device; checkpoints that resume at another device count and stage; and what stage 1
+// refuses. The multi-process runs: tests/distributed/
 // tandem_train_zero_np2.sh.
 #include <filesystem>
 
@@ -12,6 +13,7 @@ namespace {
 using testing::diabetes;
 
 const std::vector<Device> kThreeCpus = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+constexpr int64_t kZeroEpochs = 8;
 
 class ZeroEpochLosses : public Callback {
  public:
@@ -28,18 +30,19 @@ struct ZeroRun {
   std::vector<Tensor> parameters;
 };
 
-TrainerOptions zero_options(int zero_stage, bool adamw) {
+TrainerOptions zero_options(int zero_stage, bool adamw, size_t devices = 3, int64_t epochs = kZeroEpochs) {
   TrainerOptions options;
-  options.group = comm::ProcessGroup::single(kThreeCpus);
+  options.group = comm::ProcessGroup::single({kThreeCpus.begin(), kThreeCpus.begin() + devices});
   options.zero_stage = zero_stage;
-  options.epochs = 8;
+  options.epochs = epochs;
+  options.resume_may_change = {"epochs"};
   options.sgd = {.lr = 0.01, .momentum = 0.9};
   if (adamw) {
     options.optimizer =
         CustomOptimizer{"adamw", [](std::vector<Tensor> parameters) {
                           return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = 3e-3});
                         }};
-    options.lr_schedule = parse_lr_schedule("warmup:2+cosine", 8);
+    options.lr_schedule = parse_lr_schedule("warmup:2+cosine", kZeroEpochs);
   }
   return options;
 }
@@ -60,7 +63,7 @@ TEST(TrainerZero, StageOneTrainsAsStageZero) {
     SCOPED_TRACE(adamw ? "AdamW" : "SGD");
     const ZeroRun stage0 = fit_zero(0, adamw);
     const ZeroRun stage1 = fit_zero(1, adamw);
-    ASSERT_EQ(stage1.losses.size(), 8U);
+    ASSERT_EQ(stage1.losses.size(), static_cast<size_t>(kZeroEpochs));
     for (size_t e = 0; e < stage0.losses.size(); ++e) {
       EXPECT_NEAR(stage1.losses[e], stage0.losses[e], 1e-6 * stage0.losses[e]) << "epoch " << e;
     }
@@ -91,11 +94,50 @@ TEST(TrainerZero, StageOneRefusesWhatItDoesNotSupport) {
   Trainer trainer(make_mlp(10, 20), zero_options(1, false));
   EXPECT_ERROR((void)trainer.optimizer(), "Trainer::optimizer: zero_stage 1 shards the optimizer state");
   ASSERT_NE(trainer.sharded_optimizer(), nullptr);
-  trainer.fit(diabetes().train);
-  const std::string path = (std::filesystem::temp_directory_path() / "tandem_trainer_zero.safetensors").string();
-  EXPECT_ERROR(trainer.save_checkpoint(path), "checkpoints of sharded state are not supported yet");
-  EXPECT_ERROR(trainer.load_checkpoint(path), "checkpoints of sharded state are not supported yet");
-  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+struct Part {
+  int zero_stage;
+  size_t devices;
+};
+
+// The first half of the epochs at `before`, a checkpoint, the second half at `after` from it: the parameters of the
+// uninterrupted run at `before` (Note [Checkpoints at any world size] in trainer_checkpoint.cpp).
+std::vector<Tensor> fit_resharded(Part before, Part after, bool adamw) {
+  const std::string path = testing::scratch_path("trainer_zero_resharded.safetensors");
+  manual_seed(0);
+  {
+    Trainer first(make_mlp(10, 20), zero_options(before.zero_stage, adamw, before.devices, kZeroEpochs / 2));
+    first.fit(diabetes().train, diabetes().test);
+    first.save_checkpoint(path);
+  }
+  manual_seed(1);  // the resume restores the model, the optimizer and the generator
+  Trainer resumed(make_mlp(10, 20), zero_options(after.zero_stage, adamw, after.devices));
+  resumed.load_checkpoint(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(resumed.epoch(), kZeroEpochs / 2);
+  resumed.fit(diabetes().train, diabetes().test);
+  std::vector<Tensor> parameters;
+  for (const Tensor& parameter : resumed.model()->parameters()) parameters.push_back(parameter.clone());
+  return parameters;
+}
+
+TEST(TrainerZero, CheckpointsResumeAtAnotherDeviceCountAndStage) {
+  for (const bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD");
+    const ZeroRun uninterrupted = fit_zero(1, adamw);
+    for (const auto& [before, after] : std::vector<std::pair<Part, Part>>{
+             {{1, 3}, {1, 2}}, {{1, 3}, {0, 1}}, {{0, 1}, {1, 3}}, {{1, 2}, {1, 3}}}) {
+      SCOPED_TRACE("stage " + std::to_string(before.zero_stage) + " on " + std::to_string(before.devices) +
+                   " devices, then stage " + std::to_string(after.zero_stage) + " on " +
+                   std::to_string(after.devices));
+      const std::vector<Tensor> resumed = fit_resharded(before, after, adamw);
+      ASSERT_EQ(resumed.size(), uninterrupted.parameters.size());
+      for (size_t i = 0; i < resumed.size(); ++i) {
+        testing::expect_close(resumed[i], uninterrupted.parameters[i], 1e-6, 1e-7);
+      }
+    }
+  }
 }
 
 }  // namespace

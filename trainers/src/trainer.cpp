@@ -501,8 +501,9 @@ void Trainer::warm_up_step(const DataLoader& loader) const {
 
 template <class Event>
 void Trainer::notify(const Event& event) const {
-  if (!primary()) return;
-  for (const auto& callback : callbacks_) event(*callback);
+  for (const auto& callback : callbacks_) {
+    if (primary() || callback->on_every_rank()) event(*callback);
+  }
 }
 
 void Trainer::check_parameters_finite(const std::vector<float>& sums) const {

@@ -9,6 +9,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/random.h"
+#include "tandem/parallel/sharded_state.h"
 #include "tandem/trainers/checkpoint.h"
 #include "tandem/trainers/trainer.h"
 
@@ -76,14 +77,15 @@ SetupFacts Trainer::setup() const {
   return facts;
 }
 
+// Note [Checkpoints at any world size]: a checkpoint holds the optimizer state in the plain optimizer's form, one
+// entry per parameter, whatever the stage and device count that wrote it. At zero_stage 1 saving gathers it from the
+// shards (a collective: every process saves) and resuming gives each device its chunks under its own layout, so a
+// run resumes at another world size, sharded or not (tandem/parallel/sharded_state.h).
 void Trainer::save_checkpoint(const std::string& path) const {
-  TANDEM_CHECK(sharded_ == nullptr, "Trainer::save_checkpoint: zero_stage ", options_.zero_stage, " shards the ",
-               "optimizer state, and checkpoints of sharded state are not supported yet; train with zero_stage 0 to ",
-               "save checkpoints");
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
   checkpoint.model_state = checkpoint_restore::model_state(*model_);
-  checkpoint.optimizer = optimizer_->state_dict();
+  checkpoint.optimizer = sharded_ != nullptr ? parallel::gather_optimizer_state(*sharded_) : optimizer_->state_dict();
   checkpoint.epoch = epoch_;
   checkpoint.step = step_;
   checkpoint.generator = generator_state();
@@ -101,8 +103,6 @@ void Trainer::load_checkpoint(const std::string& path) {
   // state before it writes anything, and every replica's optimizer takes the same state over parameters of the same
   // shapes, so once the first accepts it, the rest does too.
   constexpr const char* kCaller = "Trainer::load_checkpoint";
-  TANDEM_CHECK(sharded_ == nullptr, kCaller, ": zero_stage ", options_.zero_stage, " shards the optimizer state, ",
-               "and checkpoints of sharded state are not supported yet; resume with zero_stage 0");
   using namespace checkpoint_restore;
   Checkpoint checkpoint = trainers::load_checkpoint(path);
   TANDEM_CHECK(!checkpoint.language_model, kCaller, ": '", path,
@@ -123,6 +123,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   const auto parameters = model_->named_parameters();
   const auto buffers = model_->named_buffers();
   const bool version3 = checkpoint.version == 3;
+  TANDEM_CHECK(!version3 || sharded_ == nullptr, kCaller, ": '", path, "' is a version 3 checkpoint (momentum ",
+               "buffers only), which zero_stage ", options_.zero_stage, " cannot shard; resume it at zero_stage 0");
   if (version3 && !buffers.empty()) {
     TANDEM_FAIL(kCaller, ": '", path, "' is a version 3 checkpoint, which keeps no buffers, but the ", "model has ",
                 buffers.size(), " (", buffers.front().first, ", ...); its running statistics cannot be ",
@@ -137,12 +139,15 @@ void Trainer::load_checkpoint(const std::string& path) {
                                                        checkpoint.momentum_buffers, "momentum buffer", path, true);
   if (!version3) {
     if (!with_checksum) check_finite(kCaller, checkpoint.optimizer, parameters, path);
-    check_state_follows_the_steps(kCaller, checkpoint.optimizer, optimizer_->state_dict().kind, checkpoint.step,
-                                  parameters, path);
+    const std::string kind =
+        sharded_ != nullptr ? sharded_->optimizer(0).state_dict().kind : optimizer_->state_dict().kind;
+    check_state_follows_the_steps(kCaller, checkpoint.optimizer, kind, checkpoint.step, parameters, path);
   }
   check_undamaged(kCaller, checkpoint, path);
   load_optimizer_state(kCaller, path, [&] {
-    if (version3) {
+    if (sharded_ != nullptr) {
+      parallel::scatter_optimizer_state(*sharded_, checkpoint.optimizer);
+    } else if (version3) {
       optimizer_->set_state(momentum_buffers);
     } else {
       optimizer_->load_state_dict(checkpoint.optimizer);

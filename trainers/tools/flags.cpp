@@ -608,9 +608,6 @@ ParsedFlags parse_flags(int argc, char** argv) {
     if (is_language_model && app.get_option("--precision")->count() == 0 && on_gpus) {
       flags.precision = Precision::BFloat16;
     }
-    check(flags.zero_stage == 0 || (!flags.checkpoint && !flags.resume),
-          "--zero 1 shards the optimizer state, and checkpoints of sharded state are not supported yet; --checkpoint "
-          "and --resume need --zero 0");
     check_distinct_files(flags);
     check_output("--checkpoint", flags.checkpoint);
     check_output("--metrics", flags.metrics);

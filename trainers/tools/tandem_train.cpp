@@ -304,7 +304,8 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
     trainer.add_callback(std::make_shared<MetricsLogger>(*flags.metrics, flags.resume.has_value()));
   }
   if (primary && flags.plot) trainer.add_callback(std::make_shared<PlotWriter>(*flags.plot));
-  if (primary && flags.checkpoint) {
+  // On every process: at --zero 1 a save gathers the optimizer's shards, a collective; rank 0 alone writes the file.
+  if (flags.checkpoint) {
     trainer.add_callback(std::make_shared<CheckpointSaver>(*flags.checkpoint, flags.checkpoint_every));
   }
 

@@ -81,6 +81,9 @@ class Callback {
   // Whether on_step_end needs StepReport::loss after every step, at the cost of a host wait per step (Note [Losses
   // read once per epoch]). Asked once per fit, on rank 0.
   virtual bool needs_step_loss() const { return false; }
+  // Whether the callback runs on every process of a group instead of on rank 0 alone: one that calls a collective,
+  // as CheckpointSaver does (Trainer::save_checkpoint). Its events carry the same reports on every process.
+  virtual bool on_every_rank() const { return false; }
   virtual void on_fit_begin(const Trainer& /*trainer*/) {}
   virtual void on_step_end(const Trainer& /*trainer*/, const StepReport& /*report*/) {}
   // Runs after the epoch's parameters were checked to be finite.

@@ -34,8 +34,8 @@
 // Under a process group (TrainerOptions::group, docs/distributed.md) every process of the group runs the same code:
 // each trains on its shard of every global batch (DistributedSampler) with parallel::DistributedDataParallel, and the
 // result equals one process's run on every device of the group (the same steps, within float rounding). Every
-// process computes the same global losses and metrics; rank 0 alone runs the callbacks (progress, metrics files,
-// checkpoints) and writes checkpoints.
+// process computes the same global losses and metrics; rank 0 alone runs the callbacks (progress, metrics files),
+// except those that run on every rank (Callback::on_every_rank: CheckpointSaver), and writes checkpoints.
 
 #include <chrono>
 #include <cstdint>
@@ -120,9 +120,10 @@ struct TrainerOptions {
   // ZeRO (DistributedOptions::zero_stage of the group's DistributedDataParallel, docs/distributed.md): 0 replicates
   // the optimizer state on every device; 1 shards it over every device of every process (parallel::ShardedSGD, or a
   // parallel::ShardedOptimizer over the custom optimizer's factory, whose update must be elementwise: SGD, Adam,
-  // AdamW), with the same results to float rounding. Stage 1 needs a group (a group of one included), and its runs
-  // cannot save or load checkpoints yet. Errors: a stage other than 0 or 1 (2, sharded gradients, is not supported
-  // yet). Not a setup fact.
+  // AdamW), with the same results to float rounding. Stage 1 needs a group (a group of one included). Not a setup
+  // fact: checkpoints hold the state per parameter, so a run resumes at any stage and world size (Note [Checkpoints
+  // at any world size] in trainer_checkpoint.cpp). Errors: a stage other than 0 or 1 (2, sharded gradients, is not
+  // supported yet).
   int zero_stage = 0;
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
@@ -184,7 +185,8 @@ class Trainer {
   Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
 
   // Callbacks run on rank 0 of the group only (always without a group), so progress, metrics files and
-  // checkpoints come from one process; what they see (losses, metrics, counters) is the same on every process.
+  // checkpoints come from one process; what they see (losses, metrics, counters) is the same on every process. One
+  // whose on_every_rank() is true runs on every process (CheckpointSaver: a save may be collective).
   void add_callback(std::shared_ptr<Callback> callback);
 
   // Trains from the current epoch (0, or the checkpoint's) up to options.epochs and evaluates. `test` may be
@@ -220,7 +222,8 @@ class Trainer {
   ClassificationMetrics evaluate_classes(const TableDataset& data) const;
 
   // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
-  // nothing.
+  // nothing. Collective under a group at zero_stage 1, whose state it gathers from the shards (Note [Checkpoints at
+  // any world size] in trainer_checkpoint.cpp): every process calls it, as CheckpointSaver does.
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
   // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
@@ -330,7 +333,8 @@ class Trainer {
   ClassificationMetrics class_metrics(const std::vector<float>& scores, const std::vector<double>& class_indices) const;
   Tensor global_sum(const Tensor& local) const;  // local's values summed over the group's processes (on the device)
   template <class Event>
-  void notify(const Event& event) const;  // runs event(callback) for every callback, on rank 0 only
+  // Runs event(callback) for every callback on rank 0, and for those that ask for it (on_every_rank) on every rank.
+  void notify(const Event& event) const;
   void check_same_training_data(const std::string& train_data);  // the training set's fingerprint
   // Throws unless every parameter's sum (read_epoch_end) is finite, naming the first parameter that is not.
   void check_parameters_finite(const std::vector<float>& sums) const;
