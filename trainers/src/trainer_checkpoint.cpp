@@ -84,15 +84,21 @@ SetupFacts Trainer::setup() const {
 void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;
+  // The gather is the collective every process takes part in; what only the file needs, rank 0 alone copies.
+  if (sharded_ != nullptr) checkpoint.optimizer = parallel::gather_optimizer_state(*sharded_);
+  if (!primary()) {
+    last_checkpoint_ = WrittenCheckpoint{path, epoch_};  // rank 0's file, which holds this process's state too
+    return;
+  }
+  if (sharded_ == nullptr) checkpoint.optimizer = optimizer_->state_dict();
   checkpoint.model_state = checkpoint_restore::model_state(*model_);
-  checkpoint.optimizer = sharded_ != nullptr ? parallel::gather_optimizer_state(*sharded_) : optimizer_->state_dict();
   checkpoint.epoch = epoch_;
   checkpoint.step = step_;
   checkpoint.generator = generator_state();
   checkpoint.shuffle_state = shuffle_state_;
   checkpoint.standardizer = *standardizer_;
   checkpoint.setup = setup();
-  if (primary()) trainers::save_checkpoint(checkpoint, path);
+  trainers::save_checkpoint(checkpoint, path);
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }
 
