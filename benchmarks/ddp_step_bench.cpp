@@ -3,7 +3,10 @@
 // SGD with momentum 0.9), eager and captured (parallel::TrainingStep over the same kind of DistributedDataParallel,
 // summing its gradients: each process replays its step as one CUDA graph), and prints rank 0's median steps as JSON
 // lines (median_ms: eager; captured_median_ms: captured, and captured_replayed false where its steps ran eagerly, as on
-// CPU devices, with the reason on stderr). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's
+// CPU devices, with the reason on stderr). With --zero-stages 0,1 every workload is also timed at ZeRO stage 1
+// (DistributedOptions::zero_stage 1: the buckets reduce-scattered, parallel::ShardedSGD updating each device's shard,
+// the parameters all-gathered; eager and captured alike), one line per stage, each with the optimizer state held per
+// device (optimizer_state_bytes_per_device). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's
 // DistributedDataParallel; benchmarks/ddp_suite.sh runs both and prints the comparison.
 //
 //   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
@@ -29,10 +32,11 @@
 // alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
 //
 //   ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
-//                  [--steps N] [--jsonl PATH]
+//                  [--zero-stages 0[,1]] [--steps N] [--jsonl PATH]
 
 #include <tandem/comm/process_group.h>
 #include <tandem/parallel/distributed.h>
+#include <tandem/parallel/sharded_optimizer.h>
 #include <tandem/parallel/training_step.h>
 #include <tandem/tandem.h>
 
@@ -94,6 +98,7 @@ struct Options {
   std::vector<std::string> workloads;  // empty: those the environment's TF32 setting allows
   int devices_per_process = 1;
   DeviceType device_type = DeviceType::CUDA;
+  std::vector<int> zero_stages = {0};
   int steps = 0;  // 0: each workload's own count
   std::string jsonl;
 };
@@ -115,16 +120,24 @@ Options parse(int argc, char** argv) {
     options.workloads = split_list(value);
     for (const std::string& key : options.workloads) find_workload(key);
   };
+  const auto zero_stages_flag = [&](std::string_view value) {
+    options.zero_stages.clear();
+    for (const std::string& stage : split_list(value)) {
+      TANDEM_CHECK(stage == "0" || stage == "1", "--zero-stages names ", excerpt(stage), " but expected 0 or 1");
+      options.zero_stages.push_back(stage == "1" ? 1 : 0);
+    }
+  };
   const auto device_type_flag = [&](std::string_view value) {
     TANDEM_CHECK(value == "cuda" || value == "cpu", "--device-type is ", excerpt(value), " but expected cuda or cpu");
     options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   };
   bench::parse_flags(argc, argv, "ddp_step_bench",
                      "usage: ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] "
-                     "[--device-type cuda|cpu] [--steps N] [--jsonl PATH]",
+                     "[--device-type cuda|cpu] [--zero-stages 0[,1]] [--steps N] [--jsonl PATH]",
                      {{"--workloads", workloads_flag},
                       bench::int_flag("--devices-per-process", options.devices_per_process, 1, Device::kMaxCpuDevices),
                       {"--device-type", device_type_flag},
+                      {"--zero-stages", zero_stages_flag},
                       bench::int_flag("--steps", options.steps, 1, 1'000'000),
                       bench::text_flag("--jsonl", options.jsonl)});
   return options;
@@ -177,8 +190,37 @@ double median_step_ms(comm::ProcessGroup& group, int warmup, int steps, const st
   return bench::median(times);
 }
 
-// One JSON line: rank 0's median step of `workload`, eager and captured.
-std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int steps) {
+// SGD with momentum 0.9 over a model at its ZeRO stage: replicated at 0, sharded at 1.
+class StageOptimizer {
+ public:
+  explicit StageOptimizer(parallel::DistributedDataParallel& ddp) {
+    const optim::SGDOptions options{.lr = 1e-4, .momentum = 0.9};
+    if (ddp.options().zero_stage == 0) {
+      replicated_ = std::make_unique<parallel::ReplicatedSGD>(ddp.replicated(), options);
+    } else {
+      sharded_ = std::make_unique<parallel::ShardedSGD>(ddp, options);
+    }
+  }
+  void zero_grad() { replicated_ ? replicated_->zero_grad() : sharded_->zero_grad(); }
+  void step() { replicated_ ? replicated_->step() : sharded_->step(); }
+  parallel::TrainingStep training_step(parallel::DistributedDataParallel& ddp) {
+    if (replicated_) return parallel::TrainingStep(ddp, *replicated_, nn::mse_loss);
+    return parallel::TrainingStep(ddp, *sharded_, nn::mse_loss);
+  }
+  // The momentum held by the first local device.
+  size_t state_bytes_per_device() const {
+    return replicated_ ? parallel::optimizer_state_bytes(replicated_->optimizer(0))
+                       : sharded_->optimizer_state_bytes(0);
+  }
+
+ private:
+  std::unique_ptr<parallel::ReplicatedSGD> replicated_;
+  std::unique_ptr<parallel::ShardedSGD> sharded_;
+};
+
+// One JSON line: rank 0's median step of `workload` at `zero_stage`, eager and captured.
+std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int zero_stage,
+                          int steps) {
   const std::vector<Device>& devices = group->devices();
   const auto shards = static_cast<int64_t>(group->world_devices());
   TANDEM_CHECK(workload.global_batch % shards == 0, "ddp_step_bench: global batch ", workload.global_batch, " of ",
@@ -191,9 +233,10 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
     targets.push_back(Tensor::randn({rows, workload.outputs}, device));
   }
   double eager_ms = 0.0;
+  size_t state_bytes = 0;
   {
-    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group);
-    parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
+    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group, {.zero_stage = zero_stage});
+    StageOptimizer sgd(ddp);
     // Each local replica's loss is weighted by its share of the process's rows, so the sum over the local replicas
     // is the mean over the process's rows; the group's average over processes then gives the global batch's mean.
     const float share = 1.0f / static_cast<float>(devices.size());
@@ -205,6 +248,7 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
       });
       sgd.step();
     });
+    state_bytes = sgd.state_bytes_per_device();
   }
   // The same steps captured: TrainingStep weights each replica's loss by its share of the global batch, and the group
   // sums the gradients over the processes, which gives the same global batch's mean.
@@ -212,15 +256,15 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   bool replayed = false;
   {
     parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group,
-                                          {.reduction = comm::ReduceOp::Sum});
-    parallel::ReplicatedSGD sgd(ddp.replicated(), {.lr = 1e-4, .momentum = 0.9});
-    parallel::TrainingStep captured(ddp, sgd, nn::mse_loss);
+                                          {.reduction = comm::ReduceOp::Sum, .zero_stage = zero_stage});
+    StageOptimizer sgd(ddp);
+    parallel::TrainingStep captured = sgd.training_step(ddp);
     const parallel::TrainingBatch batch{.inputs = inputs, .labels = targets, .global_rows = workload.global_batch};
     const int warmup = std::max(workload.warmup, parallel::TrainingStepOptions{}.warmup_steps + 1);
     captured_ms = median_step_ms(*group, warmup, steps, [&] { (void)captured.step(batch); });
     replayed = captured.captured();
     if (!replayed && group->rank() == 0) {
-      std::cerr << "ddp_step_bench: " << workload.title
+      std::cerr << "ddp_step_bench: " << workload.title << ", ZeRO stage " << zero_stage
                 << ": the captured steps ran eagerly: " << captured.fallback_reason() << "\n";
     }
   }
@@ -229,7 +273,8 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   line << "{\"framework\": \"tandem\", \"processes\": " << group->size()
        << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
        << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
-       << workload.title << "\", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
+       << workload.title << "\", \"zero_stage\": " << zero_stage << ", \"optimizer_state_bytes_per_device\": " << state_bytes
+       << ", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
        << ", \"steps\": " << steps << ", \"median_ms\": " << eager_ms << ", \"captured_median_ms\": " << captured_ms
        << ", \"captured_replayed\": " << (replayed ? "true" : "false") << "}";
   return line.str();
@@ -239,8 +284,12 @@ std::vector<std::string> measure(const Options& options, const std::vector<Workl
                                  const std::shared_ptr<comm::ProcessGroup>& group) {
   std::vector<std::string> lines;
   for (const Workload& workload : chosen) {
-    lines.push_back(time_workload(workload, group, options.steps > 0 ? options.steps : workload.steps));
-    if (group->rank() == 0) std::cerr << "ddp_step_bench: measured " << workload.title << "\n";
+    for (const int zero_stage : options.zero_stages) {
+      lines.push_back(time_workload(workload, group, zero_stage, options.steps > 0 ? options.steps : workload.steps));
+      if (group->rank() == 0) {
+        std::cerr << "ddp_step_bench: measured " << workload.title << ", ZeRO stage " << zero_stage << "\n";
+      }
+    }
   }
   return lines;
 }

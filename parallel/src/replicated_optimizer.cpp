@@ -27,29 +27,8 @@ void ReplicatedOptimizer::step() {
 
 void ReplicatedOptimizer::zero_grad() { model_.zero_grad(); }
 
-bool ReplicatedOptimizer::replayable() const {
-  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) {
-    if (!optimizer->replayable()) return false;
-  }
-  return true;
-}
-
-uint64_t ReplicatedOptimizer::state_generation() const {
-  uint64_t sum = 0;
-  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) sum += optimizer->state_generation();
-  return sum;
-}
-
-void ReplicatedOptimizer::prepare_replay() {
-  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->prepare_replay();
-}
-
 void ReplicatedOptimizer::replayable_step() {
   for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->replayable_step();
-}
-
-void ReplicatedOptimizer::finish_replay() {
-  for (const std::unique_ptr<optim::Optimizer>& optimizer : optimizers_) optimizer->finish_replay();
 }
 
 bool ReplicatedOptimizer::steps_in_backward() const {

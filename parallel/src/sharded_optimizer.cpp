@@ -84,13 +84,22 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& model, const Factory
   }
 }
 
-void ShardedOptimizer::step() {
-  model_.replicated().check_gradients_reduced(std::string(name_) + "::step");
+void ShardedOptimizer::step() { update(StepForm::Eager); }
+
+void ShardedOptimizer::replayable_step() { update(StepForm::Replayable); }
+
+void ShardedOptimizer::update(StepForm form) {
+  model_.replicated().check_gradients_reduced(
+      std::string(name_) + (form == StepForm::Eager ? "::step" : "::replayable_step"));
   {
     NoGradGuard no_grad;
     for (size_t d = 0; d < optimizers_.size(); ++d) {
       for (Piece& piece : pieces_[d]) piece.shard.copy_(piece.parameter);  // the parameters may have been loaded
-      optimizers_[d]->step();
+      if (form == StepForm::Eager) {
+        optimizers_[d]->step();
+      } else {
+        optimizers_[d]->replayable_step();
+      }
     }
   }
   gather();

@@ -90,6 +90,7 @@ TrainingStep::TrainingStep(ReplicatedModule& model, DistributedDataParallel* dis
       distributed_(distributed),
       optimizer_(optimizer),
       sharded_(sharded),
+      replayed_(optimizer != nullptr ? static_cast<ReplayableSteps&>(*optimizer) : *sharded),
       loss_(std::move(loss)),
       options_(options),
       group_(distributed != nullptr ? distributed->group() : nullptr) {
@@ -281,12 +282,9 @@ Tensor TrainingStep::eager(const Batch& batch, std::string reason, bool accumula
 void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector<Tensor>& labels, int64_t global_rows,
                             const Pass& pass) {
   const auto take_step = [this, &pass] {
-    if (sharded_ != nullptr) {  // eager only (blocker())
-      if (options_.max_grad_norm) (void)sharded_->clip_grad_norm(*options_.max_grad_norm);
-      sharded_->step();
-      return;
-    }
-    if (options_.max_grad_norm) {
+    if (options_.max_grad_norm && sharded_ != nullptr) {
+      (void)sharded_->clip_grad_norm(*options_.max_grad_norm);
+    } else if (options_.max_grad_norm) {
       NoGradGuard no_grad;
       for (size_t d = 0; d < model_.size(); ++d) {
         const Tensor& gradients = model_.gradient_buffer(d);
@@ -294,7 +292,9 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
       }
     }
     if (pass.form == StepForm::Replayable) {
-      optimizer_->replayable_step();
+      replayed_.replayable_step();
+    } else if (sharded_ != nullptr) {
+      sharded_->step();
     } else {
       optimizer_->step();
     }

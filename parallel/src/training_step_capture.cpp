@@ -50,18 +50,14 @@ void TrainingStep::reset() {
 
 std::string TrainingStep::blocker() const {
   if (!options_.capture) return "capture is off (TrainingStepOptions::capture is false)";
-  if (sharded_ != nullptr) {
-    return "the optimizer is a parallel::ShardedOptimizer (DistributedOptions::zero_stage 1), whose steps are not "
-           "captured yet";
-  }
   for (const Device& device : model_.devices()) {
     if (!device.is_cuda())
       return ::tandem::detail::concat("capture needs CUDA devices, but the model runs on ", device);
   }
-  if (!optimizer_->replayable()) {
+  if (!replayed_.replayable()) {
     return "the optimizer cannot split its step for a replay (optim::Optimizer::replayable() is false)";
   }
-  if (model_.spans_processes() && !across_processes()) {
+  if (model_.spans_processes() && group_ == nullptr) {
     return "the model's gradients are summed across processes without a group that the processes can agree "
            "through; capture needs the TrainingStep made over the DistributedDataParallel";
   }
@@ -169,7 +165,7 @@ Tensor TrainingStep::run(const Batch& batch) {
 }
 
 std::vector<uint64_t> TrainingStep::fingerprint() const {
-  std::vector<uint64_t> values = {optimizer_->state_generation()};
+  std::vector<uint64_t> values = {replayed_.state_generation()};
   for (const bool training : model_.module()->training_modes()) values.push_back(training ? 1 : 0);
   const auto address = [](const Tensor& t) {
     return t.defined() ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())) : 0;
@@ -210,7 +206,7 @@ std::unique_ptr<TrainingStep::Graph> TrainingStep::capture(const Batch& batch, s
     }
   }
   // Outside the capture: the optimizer's device buffers are created by their first upload.
-  optimizer_->prepare_replay();
+  replayed_.prepare_replay();
   const GeneratorState generator = generator_state();
   try {
     graph->graph.begin_capture(devices);
@@ -259,11 +255,11 @@ Tensor TrainingStep::replay(Graph& graph, const Batch& batch) {
       feeds.push_back({.from = chunks.inputs[i], .to = graph.inputs[i]});
       feeds.push_back({.from = chunks.labels[i], .to = graph.labels[i]});
     }
-    optimizer_->prepare_replay();  // Note [Host state of a captured step]
+    replayed_.prepare_replay();  // Note [Host state of a captured step]
     graph.graph.replay(feeds);     // Note [Feeding a replay] in device_graph.h
     if (across_processes()) group_->watch_replay("captured training step");  // Note [Capturing across processes]
   }
-  optimizer_->finish_replay();
+  replayed_.finish_replay();
   strategy_ = StepStrategy::Captured;
   last_graph_ = &graph.graph;
   warming_up_ = false;

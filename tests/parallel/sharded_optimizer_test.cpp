@@ -2,6 +2,8 @@
 // Adam and AdamW equal stage 0 with the plain optimizer, run after run bitwise, with 1/N of the optimizer state per
 // device; and what stage 1 refuses. The multi-process runs are in tests/distributed/sharded_optimizer_test.cpp.
 
+#include <algorithm>
+
 #include "parallel/sharded_test_helpers.h"
 #include "tandem/parallel/training_step.h"
 
@@ -50,7 +52,7 @@ TEST(ShardedOptimizer, ClippingOverShardsEqualsStageZero) {
 }
 
 // Note [Training steps over shards]: TrainingStep with a ShardedAdamW, clipping, equals it with a ReplicatedAdamW at
-// stage 0 over 50 steps; its steps run eagerly, saying why they are not captured.
+// stage 0 over 50 steps; on CPU devices its steps run eagerly, saying why they are not captured.
 TEST(ShardedOptimizer, TrainingStepOverShardsEqualsStageZero) {
   for (const size_t devices : {size_t{1}, size_t{2}, size_t{3}}) {
     SCOPED_TRACE(std::to_string(devices) + " devices");
@@ -59,10 +61,38 @@ TEST(ShardedOptimizer, TrainingStepOverShardsEqualsStageZero) {
     const ShardedRun stage1 = train_steps_sharded(group, 1);
     expect_step_runs_equal(stage0, stage1);
     expect_replicas_equal_master(stage1);
-    EXPECT_NE(stage1.fallback_reason.find("parallel::ShardedOptimizer (DistributedOptions::zero_stage 1)"),
-              std::string::npos)
-        << stage1.fallback_reason;
+    EXPECT_EQ(std::count(stage1.strategies.begin(), stage1.strategies.end(), parallel::StepStrategy::Eager),
+              static_cast<std::ptrdiff_t>(kShardedSteps));
+    EXPECT_NE(stage1.fallback_reason.find("capture needs CUDA devices"), std::string::npos) << stage1.fallback_reason;
   }
+}
+
+// Note [Training steps over shards]: on GPUs the sharded step is captured after the warm-up (the reduce-scatters,
+// the norm's all-reduce and the all-gathers inside the graph) and gives bitwise the eager sharded step's losses and
+// parameters, and stage 0's within 1e-6 relative.
+void expect_captured_shards_equal_eager(const std::vector<Device>& devices) {
+  const auto group = comm::ProcessGroup::single(devices);
+  const ShardedRun eager = train_steps_sharded(group, 1, kShardedSteps, 0.5, /*capture=*/false);
+  const ShardedRun captured = train_steps_sharded(group, 1);
+  const ShardedRun stage0 = train_steps_sharded(group, 0);
+  for (size_t s = 0; s < kShardedSteps; ++s) {
+    EXPECT_EQ(captured.strategies[s], s < 2 ? parallel::StepStrategy::Eager : parallel::StepStrategy::Captured)
+        << "step " << s << ": " << captured.fallback_reason;
+    EXPECT_EQ(captured.losses[s], eager.losses[s]) << "step " << s;
+  }
+  expect_parameters_close(*captured.net, *eager.net, 0.0, 0.0);
+  expect_replicas_equal_master(captured);
+  expect_step_runs_equal(stage0, captured);
+}
+
+TEST(ShardedOptimizerCUDA, CapturedStepsOnOneGpuEqualTheEagerOnesBitwise) {
+  TANDEM_REQUIRE_GPUS(1);
+  expect_captured_shards_equal_eager({Device::cuda(0)});
+}
+
+TEST(ShardedOptimizerMultiCUDA, CapturedStepsOnTwoGpusEqualTheEagerOnesBitwise) {
+  TANDEM_REQUIRE_GPUS(2);
+  expect_captured_shards_equal_eager({Device::cuda(0), Device::cuda(1)});
 }
 
 // Adam's two moments: each of N devices holds those of its chunks only, 1/N of stage 0's plus the padding.

@@ -24,48 +24,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+from torch_resnet import ResNet  # noqa: E402
 from write_safetensors import write_safetensors  # noqa: E402
 
 BATCH = 4
 CLASSES = 10
 SEED = 20261205
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, in_channels, channels, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels)
-        self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels)
-        self.downsample = None
-        if stride != 1 or in_channels != channels:
-            self.downsample = nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride, bias=False),
-                                            nn.BatchNorm2d(channels))
-
-    def forward(self, x):
-        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
-        return F.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-
-class ResNet(nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        widths = [width, 2 * width, 4 * width, 8 * width]
-        previous = width
-        for i, w in enumerate(widths):
-            stride = 1 if i == 0 else 2
-            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(previous, w, stride), BasicBlock(w, w, 1)))
-            previous = w
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(previous, CLASSES)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def perturb_batch_norms(model):
@@ -89,7 +53,7 @@ def main():
     torch.manual_seed(SEED)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.allow_tf32 = False
-    model = ResNet(args.width)
+    model = ResNet(args.width, CLASSES)
     perturb_batch_norms(model)
     state = [(name, tensor.detach().clone()) for name, tensor in model.state_dict().items()]
     images = torch.randn(BATCH, 3, 32, 32)

@@ -1,6 +1,6 @@
 #pragma once
 // trainers: CSV, tensor and text data sets, standardization, loaders, the Trainer, its callbacks and checkpoints, the
-// GPT and its LanguageModelTrainer.
+// GPT and its LanguageModelTrainer, the ResNet-18.
 
 #include "tandem/trainers/callback.h"
 #include "tandem/trainers/callbacks.h"
@@ -17,6 +17,7 @@
 #include "tandem/trainers/metrics.h"
 #include "tandem/trainers/models.h"
 #include "tandem/trainers/process_devices.h"
+#include "tandem/trainers/resnet.h"
 #include "tandem/trainers/standardize.h"
 #include "tandem/trainers/svg_chart.h"
 #include "tandem/trainers/table_dataset.h"

@@ -20,6 +20,7 @@
 #include "tandem/optim/adam.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
+#include "tandem/parallel/replayable_steps.h"
 #include "tandem/parallel/replicated.h"
 
 namespace tandem::parallel {
@@ -28,7 +29,7 @@ namespace tandem::parallel {
 // optimizer steps] in tandem/optim/optimizer.h).
 enum class StepForm { Eager, Replayable };
 
-class ReplicatedOptimizer {
+class ReplicatedOptimizer : public ReplayableSteps {
  public:
   // Builds an optimizer over the given parameters (one replica's, in parameters() order). Its step must depend only
   // on the parameters, their gradients and its own state, so that equal replicas stay equal.
@@ -47,11 +48,8 @@ class ReplicatedOptimizer {
 
   // A step split for a CUDA graph (Note [Replayed optimizer steps] in tandem/optim/optimizer.h), on every replica's
   // optimizer: replayable() when all of them are; the three parts, each on every replica, with their errors.
-  bool replayable() const;
-  uint64_t state_generation() const;  // the sum of the replicas' optim::Optimizer::state_generation()
-  void prepare_replay();
-  void replayable_step();
-  void finish_replay();
+  // replayable(), state_generation(), prepare_replay(), finish_replay(): ReplayableSteps's.
+  void replayable_step() override;
   size_t size() const { return optimizers_.size(); }
   ReplicatedModule& model() const { return model_; }
 
@@ -81,6 +79,7 @@ class ReplicatedOptimizer {
 
  protected:
   ReplicatedOptimizer(ReplicatedModule& model, const Factory& make, const char* name);  // errors start with `name`
+  const std::vector<std::unique_ptr<optim::Optimizer>>& local_optimizers() const override { return optimizers_; }
 
  private:
   optim::Optimizer& at(size_t replica) const;

@@ -36,6 +36,7 @@
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/sgd.h"
 #include "tandem/parallel/distributed.h"
+#include "tandem/parallel/replayable_steps.h"
 #include "tandem/parallel/replicated_optimizer.h"
 
 namespace tandem::parallel {
@@ -43,7 +44,7 @@ namespace tandem::parallel {
 // The bytes of the tensors of `optimizer`'s state_dict() (momentum buffers, Adam's moments), on all its devices.
 size_t optimizer_state_bytes(const optim::Optimizer& optimizer);
 
-class ShardedOptimizer {
+class ShardedOptimizer : public ReplayableSteps {
  public:
   // Builds an optimizer over one local device's shards (1-D tensors, one per gradient bucket); its update must be
   // elementwise (Note [Sharded optimizer state]).
@@ -63,6 +64,11 @@ class ShardedOptimizer {
   // refused] in replicated.h).
   void step();
   void zero_grad();  // model.zero_grad(): the gradients stay views of the flat buffers
+  // step() split for a captured parallel::TrainingStep (Note [Replayed optimizer steps] in tandem/optim/optimizer.h):
+  // replayable_step() is step() with every local device's optimizer's replayable_step(), the copies of the
+  // parameters into the shards and the all-gathers captured with it; replayable(), state_generation(),
+  // prepare_replay(), finish_replay(): ReplayableSteps's over the local devices' optimizers. Errors: as step().
+  void replayable_step() override;
   // Note [Clipping over shards]: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) between backward and
   // step, over the shards: scales every owned chunk by min(max_norm / (norm + 1e-6), 1), where norm is the 2-norm of
   // all the reduced gradients together. Returns the norm: a scalar on the first local device, not read here (nothing
@@ -83,6 +89,7 @@ class ShardedOptimizer {
 
  protected:
   ShardedOptimizer(DistributedDataParallel& model, const Factory& make, const char* name);  // errors start with name
+  const std::vector<std::unique_ptr<optim::Optimizer>>& local_optimizers() const override { return optimizers_; }
 
  private:
   // Elements of one parameter inside a device's shard: the shard's and the (flattened) parameter's views of them.
@@ -98,6 +105,7 @@ class ShardedOptimizer {
   };
 
   optim::Optimizer& at(size_t replica) const;
+  void update(StepForm form);  // step() (Eager) or replayable_step() (Replayable)
   void gather();
 
   const char* name_;

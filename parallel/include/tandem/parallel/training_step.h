@@ -192,11 +192,12 @@ class TrainingStep {
   TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   // Note [Training steps over shards]: ZeRO stage 1, a model with DistributedOptions::zero_stage 1 and its sharded
-  // optimizer. Every step runs eagerly: the backward reduce-scatters the buckets, max_grad_norm clips through
+  // optimizer. The backward reduce-scatters the buckets, max_grad_norm clips through
   // ShardedOptimizer::clip_grad_norm (the norm all-reduced over the shards), and the optimizer steps after the whole
-  // reduction (never in backward) and all-gathers the parameters; captured steps fall back to eager steps
-  // (fallback_reason() names the sharded optimizer). Errors: those above but zero_stage; an optimizer built over
-  // another model.
+  // reduction (never in backward) and all-gathers the parameters. All of it is captured as the replicated step is
+  // (Note [Capturing a step]): the reduce-scatters, the norm's all-reduce and the all-gathers are recorded into the
+  // graph with the kernels, and ShardedOptimizer::prepare_replay / finish_replay run around each replay. Errors:
+  // those above but zero_stage; an optimizer built over another model.
   TrainingStep(DistributedDataParallel& model, ShardedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
   ~TrainingStep();  // destroys the graphs (synchronizing their devices) before anything they captured
@@ -344,6 +345,7 @@ class TrainingStep {
   DistributedDataParallel* distributed_;  // the model's DistributedDataParallel; null in one process
   ReplicatedOptimizer* optimizer_;        // null: sharded_ steps
   ShardedOptimizer* sharded_;             // null: optimizer_ steps
+  ReplayableSteps& replayed_;             // whichever of the two steps: its split step for the captures
   LossFunction loss_;
   TrainingStepOptions options_;
   // The group of a DistributedDataParallel; before graphs_ (Note [Graphs before communicators]).
