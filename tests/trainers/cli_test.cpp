@@ -905,6 +905,28 @@ TEST(TandemTrainCnn, FlipIsRecordedAndChangesTheTraining) {
   for (const std::string& path : {flipped_json, plain_json}) std::remove(path.c_str());
 }
 
+// --normalize-mean/--normalize-std normalize every image per channel, in training and in the evaluations
+// (CnnTrainer.EvalTransformNormalizesTheEvaluationsAsTrainingIs checks the values): recorded in the setup, and a
+// different training than the same run without them.
+TEST(TandemTrainCnn, NormalizationIsRecordedAndChangesTheTraining) {
+  const std::string normalized_json = testing::scratch_path("normalized.json");
+  const std::string plain_json = testing::scratch_path("unnormalized.json");
+  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
+                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
+  ToolRun normalized = run_tool(run_of + normalized_json + " --normalize-mean 4.5 --normalize-std 6");
+  ASSERT_EQ(normalized.status, 0) << normalized.output;
+  EXPECT_NE(normalized.output.find("normalizing every image per channel: mean 4.5, std 6"), std::string::npos)
+      << normalized.output;
+  ToolRun plain = run_tool(run_of + plain_json);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const nlohmann::json with = read_json(normalized_json), without = read_json(plain_json);
+  EXPECT_EQ(with.at("setup").at("normalize_mean"), "4.5");
+  EXPECT_EQ(with.at("setup").at("normalize_std"), "6");
+  EXPECT_FALSE(without.at("setup").contains("normalize_mean"));
+  EXPECT_NE(with.at("train_loss").get<double>(), without.at("train_loss").get<double>());
+  for (const std::string& path : {normalized_json, plain_json}) std::remove(path.c_str());
+}
+
 TEST(TandemTrainCnn, FlagErrors) {
   const std::string digits = " --data " TANDEM_SOURCE_DIR "/data/digits.csv --task classification";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -924,6 +946,21 @@ TEST(TandemTrainCnn, FlagErrors) {
       {"--image-shape 1,8,8" + digits, "--image-shape applies to --model cnn only"},
       {"--crop-padding 1" + digits, "--crop-padding applies to --model cnn only"},
       {"--flip" + digits, "--flip applies to --model cnn only"},
+      {"--model cnn --image-shape 1,8,8 --normalize-mean 4" + digits,
+       "--normalize-mean and --normalize-std go together: give both or neither"},
+      {"--model cnn --image-shape 1,8,8 --normalize-std 4" + digits,
+       "--normalize-mean and --normalize-std go together: give both or neither"},
+      {"--model cnn --image-shape 1,8,8 --normalize-mean 4,5 --normalize-std 1" + digits,
+       "--normalize-mean takes one value per channel of --image-shape (1, comma-separated), got \"4,5\""},
+      {"--model cnn --image-shape 1,8,8 --normalize-mean 4, --normalize-std 1" + digits,
+       "--normalize-mean takes one value per channel of --image-shape (1, comma-separated), got \"4,\""},
+      {"--model cnn --image-shape 1,8,8 --normalize-mean nan --normalize-std 1" + digits,
+       "--normalize-mean must be a finite decimal number, got \"nan\""},
+      {"--model cnn --image-shape 1,8,8 --normalize-mean 4 --normalize-std 0" + digits,
+       "--normalize-std must hold positive values, got \"0\""},
+      {"--normalize-mean 4 --normalize-std 5" + digits, "--normalize-mean applies to --model cnn only"},
+      {"--task language-model --normalize-mean 4 --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",
+       "--normalize-mean does not apply to --task language-model"},
       {"--task language-model --flip --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",
        "--flip does not apply to --task language-model"},
       {"--task language-model --model cnn --data " TANDEM_SOURCE_DIR "/data/shakespeare.txt",

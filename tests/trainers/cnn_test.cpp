@@ -202,6 +202,13 @@ TrainerOptions cnn_options(std::vector<Device> devices, const TableDataset& trai
   return options;
 }
 
+// The digits' rows as a TensorDataset of [N, 1, 8, 8] images and [N] labels.
+TensorDataset images_of(const TableDataset& rows) {
+  const std::vector<float> pixels(rows.features.begin(), rows.features.end());
+  const std::vector<float> labels(rows.targets.begin(), rows.targets.end());
+  return TensorDataset({Tensor::from_vector(pixels, {rows.rows(), 1, 8, 8}), Tensor::from_vector(labels, {rows.rows()})});
+}
+
 Split digits_split() { return train_test_split(make_dataset(read_csv(TANDEM_SOURCE_DIR "/data/digits.csv")), 0.2); }
 
 // The benchmark: the digits CNN on the standard split (data/README.md) on two devices, ahead of the MLP (0.936) and
@@ -262,12 +269,6 @@ TEST(CnnTrainer, AResumedFitDrawsTheCropsOfItsEpochs) {
 TEST(CnnTrainer, ATensorDatasetOfImagesTrainsAsTheTablesRows) {
   const Split split = digits_split();
   const TableDataset train = split.train.slice(0, 256);
-  const auto images_of = [](const TableDataset& rows) {
-    const std::vector<float> pixels(rows.features.begin(), rows.features.end());
-    const std::vector<float> labels(rows.targets.begin(), rows.targets.end());
-    return TensorDataset(
-        {Tensor::from_vector(pixels, {rows.rows(), 1, 8, 8}), Tensor::from_vector(labels, {rows.rows()})});
-  };
   std::vector<ClassificationMetrics> results;
   for (const bool flat : {true, false}) {
     manual_seed(0);
@@ -278,6 +279,44 @@ TEST(CnnTrainer, ATensorDatasetOfImagesTrainsAsTheTablesRows) {
   }
   EXPECT_EQ(results[0].confusion, results[1].confusion);
   EXPECT_DOUBLE_EQ(results[0].cross_entropy, results[1].cross_entropy);
+}
+
+// TrainerOptions::eval_transform: a fit that normalizes the raw pixels per channel in training (transform) and in
+// its evaluations (eval_transform) is exactly the fit on pixels normalized beforehand, for rows of a table and images
+// of a TensorDataset alike; without eval_transform the evaluations see raw pixels, and the test loss differs.
+TEST(CnnTrainer, EvalTransformNormalizesTheEvaluationsAsTrainingIs) {
+  const Split split = digits_split();
+  const TableDataset train = split.train.slice(0, 256);
+  const auto normalizer = std::make_shared<ImageTransforms>(
+      ImageTransformOptions{.image_shape = {1, 8, 8}, .mean = {4.0}, .std = {5.0}});
+  const auto normalized = [&](const TableDataset& rows) {  // through the same transform: the same floats
+    const std::vector<float> pixels(rows.features.begin(), rows.features.end());
+    std::vector<int64_t> indices(static_cast<size_t>(rows.rows()));
+    std::iota(indices.begin(), indices.end(), 0);
+    const std::vector<float> out =
+        normalizer->apply(Tensor::from_vector(pixels, {rows.rows(), 64}), indices, 0).to_vector();
+    TableDataset copy = rows;
+    copy.features.assign(out.begin(), out.end());
+    return copy;
+  };
+  const auto fit = [&](const Dataset& train_set, const Dataset& test_set, bool transform, bool eval_transform) {
+    manual_seed(0);
+    TrainerOptions options = cnn_options({Device::cpu(0)}, train, 2, 0);
+    options.transform = transform ? normalizer : nullptr;
+    options.eval_transform = eval_transform ? normalizer : nullptr;
+    const bool flat = dynamic_cast<const TableDataset*>(&train_set) != nullptr;
+    Trainer trainer(make_cnn({.image_shape = {1, 8, 8}, .classes = 10, .flat_input = flat}), options);
+    return *trainer.fit(train_set, test_set).test_classes;
+  };
+  const ClassificationMetrics expected = fit(normalized(train), normalized(split.test), false, false);
+  const ClassificationMetrics rows = fit(train, split.test, true, true);
+  EXPECT_EQ(rows.confusion, expected.confusion);
+  EXPECT_DOUBLE_EQ(rows.cross_entropy, expected.cross_entropy);
+  const ClassificationMetrics images = fit(images_of(train), images_of(split.test), true, true);
+  EXPECT_EQ(images.confusion, expected.confusion);
+  EXPECT_DOUBLE_EQ(images.cross_entropy, expected.cross_entropy);
+  const ClassificationMetrics raw_evaluations = fit(train, split.test, true, false);
+  EXPECT_NE(raw_evaluations.cross_entropy, expected.cross_entropy);
 }
 
 }  // namespace

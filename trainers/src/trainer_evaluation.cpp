@@ -27,9 +27,17 @@ std::vector<Tensor> Trainer::resident_features(const TableDataset& data) const {
   DataLoader loader(standardized, kPredictBatch, /*shuffle=*/false, 0);  // refers to `standardized`
   loader.begin_epoch();
   for (int64_t b = 0; b < loader.num_batches(); ++b) {
-    features.push_back(loader.batch(b).features.to(options_.devices.front()));
+    features.push_back(for_evaluation(loader.batch(b).features, b * kPredictBatch));
   }
   return features;
+}
+
+// TrainerOptions::eval_transform of rows first, first + 1, ... of a set, on devices[0].
+Tensor Trainer::for_evaluation(const Tensor& features, int64_t first) const {
+  if (options_.eval_transform == nullptr) return features.to(options_.devices.front());
+  std::vector<int64_t> indices(static_cast<size_t>(features.size(0)));
+  std::iota(indices.begin(), indices.end(), first);
+  return options_.eval_transform->apply(features, indices, 0).to(options_.devices.front());
 }
 
 Trainer::EvaluationSet Trainer::evaluation_set(const detail::PreparedDataset& data) const {
@@ -39,7 +47,7 @@ Trainer::EvaluationSet Trainer::evaluation_set(const detail::PreparedDataset& da
     std::vector<int64_t> indices(static_cast<size_t>(std::min(kPredictBatch, size - first)));
     std::iota(indices.begin(), indices.end(), first);
     const Example raw = data.data().get_batch(indices);
-    set.features.push_back(data.data_of(raw.data).to(options_.devices.front()));
+    set.features.push_back(for_evaluation(data.data_of(raw.data), first));
     for (const double target : data.targets_of(raw.target, first)) {
       set.targets.push_back(classifier() ? static_cast<double>(options_.classes.index_of(target)) : target);
     }

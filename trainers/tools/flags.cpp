@@ -173,6 +173,21 @@ Shape parse_image_shape(const std::string& text) {
   return sizes;
 }
 
+// One finite number per channel, comma-separated; --normalize-std's all positive.
+std::vector<double> parse_channel_values(const char* flag, const std::string& text, int64_t channels, bool positive) {
+  std::vector<double> values;
+  std::stringstream list(text);
+  for (std::string value; std::getline(list, value, ',') && static_cast<int64_t>(values.size()) <= channels;) {
+    values.push_back(parse_real(flag, value));
+    check(!positive || values.back() > 0.0, std::string(flag) + " must hold positive values, got \"" + excerpt(value) +
+                                                "\"");
+  }
+  check(static_cast<int64_t>(values.size()) == channels && !text.empty() && text.back() != ',',
+        std::string(flag) + " takes one value per channel of --image-shape (" + std::to_string(channels) +
+            ", comma-separated), got \"" + excerpt(text) + "\"");
+  return values;
+}
+
 std::set<std::string> parse_allowed_changes(const std::string& text) {
   std::set<std::string> names;
   std::stringstream list(text);
@@ -356,6 +371,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
   std::string model = "mlp";
   std::string image_shape;
   std::string crop_padding;
+  std::string normalize_mean, normalize_std;
   std::string precision = "fp32";
   std::string capture = "on";
   bool no_capture = false;
@@ -453,6 +469,12 @@ ParsedFlags parse_flags(int argc, char** argv) {
   CLI::Option* flip_option = app.add_flag(
       "--flip", flags.horizontal_flip,
       "cnn: train on images flipped left to right with probability 1/2 (torchvision's RandomHorizontalFlip)");
+  CLI::Option* normalize_mean_option = app.add_option(
+      "--normalize-mean", normalize_mean,
+      "cnn: per-channel means of torchvision's Normalize(mean, std), applied after the crops and flips and to every "
+      "evaluation (with --normalize-std; default: none)");
+  CLI::Option* normalize_std_option = app.add_option(
+      "--normalize-std", normalize_std, "cnn: per-channel standard deviations (positive) of the normalization");
   app.add_option("--dropout", dropout,
                  "Dropout rate after each hidden layer's activation, in [0, 1) (0: no Dropout layers)")
       ->capture_default_str();
@@ -512,7 +534,8 @@ ParsedFlags parse_flags(int argc, char** argv) {
       // The flags of the tables' tasks have no meaning for a language model: refused rather than ignored.
       for (const CLI::Option* option :
            {epochs_option, features_option, optimizer_option, momentum_option, schedule_option, hidden_option,
-            layers_option, activation_option, model_option, image_shape_option, crop_padding_option, flip_option}) {
+            layers_option, activation_option, model_option, image_shape_option, crop_padding_option, flip_option,
+            normalize_mean_option, normalize_std_option}) {
         check(!given(option), option->get_name() + " does not apply to --task language-model");
       }
       for (const char* name : {"--target", "--missing", "--delimiter", "--standardize", "--test-fraction",
@@ -546,9 +569,17 @@ ParsedFlags parse_flags(int argc, char** argv) {
         flags.crop_padding = given(crop_padding_option)
                                  ? parse_integer<int64_t>("--crop-padding", crop_padding, 0, largest)
                                  : kCnnCropPadding;
+        check(given(normalize_mean_option) == given(normalize_std_option),
+              "--normalize-mean and --normalize-std go together: give both or neither");
+        if (given(normalize_mean_option)) {
+          const int64_t channels = flags.image_shape[0];
+          flags.normalize_mean = parse_channel_values("--normalize-mean", normalize_mean, channels, false);
+          flags.normalize_std = parse_channel_values("--normalize-std", normalize_std, channels, true);
+        }
         if (app.get_option("--standardize")->count() == 0) standardize = "off";
       } else {
-        for (const CLI::Option* option : {image_shape_option, crop_padding_option, flip_option}) {
+        for (const CLI::Option* option :
+             {image_shape_option, crop_padding_option, flip_option, normalize_mean_option, normalize_std_option}) {
           check(!given(option), option->get_name() + " applies to --model cnn only");
         }
       }

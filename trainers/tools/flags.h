@@ -59,11 +59,14 @@ struct Flags {
   double weight_decay = 0.0;
   std::string lr_schedule;  // trainers::parse_lr_schedule's grammar, checked against epochs
   // --model: make_mlp's net (layers, activation, dropout) or make_cnn's (image_shape, dropout), trained on random
-  // crops of the images padded by crop_padding and flipped (an ImageTransforms).
+  // crops of the images padded by crop_padding, flipped and normalized (an ImageTransforms).
   enum class Model { MLP, CNN } model = Model::MLP;
   Shape image_shape;             // cnn: {C, H, W}
   int64_t crop_padding = 0;      // cnn
   bool horizontal_flip = false;  // cnn: images flipped left to right with probability 1/2 in training
+  // cnn: torchvision's Normalize(mean, std) per channel, after the crops and flips in training and on every evaluation
+  // (--normalize-mean, --normalize-std: both or neither, one value per channel). Empty: none.
+  std::vector<double> normalize_mean, normalize_std;
   std::vector<int64_t> layers;   // hidden widths
   trainers::Activation activation = trainers::Activation::None;
   double dropout = 0.0;                      // after each hidden layer's activation; 0: no Dropout layers

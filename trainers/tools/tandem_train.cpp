@@ -53,6 +53,13 @@ CsvTable load_table(const Flags& flags) {
   return table;
 }
 
+// "0.5,0.25": each value exact (exact_text), comma-separated, as --normalize-mean takes them.
+std::string value_list(const std::vector<double>& values) {
+  std::string text;
+  for (const double value : values) text += (text.empty() ? "" : ",") + exact_text(value);
+  return text;
+}
+
 // "Linear(10, 20) -> relu -> Linear(20, 1)" or "Linear(64, 128) -> relu -> dropout 0.2 -> Linear(128, 10)", as
 // make_mlp builds it.
 std::string describe_model(int64_t inputs, int64_t outputs, const Flags& flags) {
@@ -137,6 +144,10 @@ void print_banner(const Flags& flags, const CsvTable& table, const TableDataset&
     std::cout << "training on random crops of the images padded by " << flags.crop_padding << "\n";
   }
   if (flags.horizontal_flip) std::cout << "training on images flipped left to right with probability 1/2\n";
+  if (!flags.normalize_mean.empty()) {
+    std::cout << "normalizing every image per channel: mean " << value_list(flags.normalize_mean) << ", std "
+              << value_list(flags.normalize_std) << "\n";
+  }
   if (!trainer.options().classes.empty()) {
     std::cout << "classes: " << trainer.options().classes.size() << " (labels "
               << excerpt(trainer.options().classes.str()) << ")\n";
@@ -235,6 +246,10 @@ SetupFacts setup_facts(const Flags& flags, const TableDataset& data) {
     facts.emplace("image_shape", tandem::to_string(flags.image_shape));
     facts.emplace("crop_padding", std::to_string(flags.crop_padding));
     if (flags.horizontal_flip) facts.emplace("horizontal_flip", "true");
+    if (!flags.normalize_mean.empty()) {
+      facts.emplace("normalize_mean", value_list(flags.normalize_mean));
+      facts.emplace("normalize_std", value_list(flags.normalize_std));
+    }
   }
   return facts;
 }
@@ -282,12 +297,19 @@ int train(const Flags& flags, const std::shared_ptr<comm::ProcessGroup>& group) 
     const CnnOptions cnn = cnn_options(flags, data.num_features(), outputs);
     model = make_cnn(cnn);
     model_text = describe_cnn(cnn);
-    if (flags.crop_padding > 0 || flags.horizontal_flip) {
+    const bool normalize = !flags.normalize_mean.empty();
+    if (flags.crop_padding > 0 || flags.horizontal_flip || normalize) {
       options.transform =
           std::make_shared<ImageTransforms>(ImageTransformOptions{.image_shape = flags.image_shape,
                                                                   .crop_padding = flags.crop_padding,
                                                                   .horizontal_flip = flags.horizontal_flip,
+                                                                  .mean = flags.normalize_mean,
+                                                                  .std = flags.normalize_std,
                                                                   .seed = flags.seed});
+    }
+    if (normalize) {  // the evaluations see the images normalized alike, uncropped and unflipped
+      options.eval_transform = std::make_shared<ImageTransforms>(ImageTransformOptions{
+          .image_shape = flags.image_shape, .mean = flags.normalize_mean, .std = flags.normalize_std});
     }
   } else {
     model = make_mlp(data.num_features(), flags.layers, outputs, flags.activation, flags.dropout);

@@ -161,6 +161,11 @@ struct TrainerOptions {
   // ImageTransforms' random crops (a resumed fit draws those of its own epochs); never to the evaluations. Null: none.
   // Not a setup fact: record it in `setup`.
   std::shared_ptr<const BatchTransform> transform;
+  // Applied to the features of every evaluation (the training and test sets' metrics, evaluate() and predict()), after
+  // the standardization, as torchvision's test-time transform: e.g. an ImageTransforms with only the normalization
+  // of `transform` (its mean and std, no crops or flips), so that the model sees the images it trained on normalized
+  // alike. Called with epoch 0 and each row's index in its set. Null: none. Not a setup fact: record it in `setup`.
+  std::shared_ptr<const BatchTransform> eval_transform;
   bool standardize_target = true;  // train on a standardized target (metrics stay in original units)
   // Standardize each feature with the training set's mean and deviation (off: the features as they are, e.g. pixels
   // already in [0, 1]). None: on for a table (fit over TableDatasets), off for any other Dataset. Recorded as the
@@ -320,8 +325,11 @@ class Trainer {
   bool classifier() const { return options_.task == Task::Classification; }
   int64_t output_width() const;  // the model's outputs per row: 1, or a classifier's classes
   SetupFacts facts_of_this_fit(const std::string& test_data) const;  // the test set's fingerprint
-  // `data`'s standardized features on devices[0], in batches of kPredictBatch rows (none without rows).
+  // `data`'s standardized (and eval_transform'ed) features on devices[0], in batches of kPredictBatch rows (none
+  // without rows).
   std::vector<Tensor> resident_features(const TableDataset& data) const;
+  // Rows first, first + 1, ... of an evaluated set through TrainerOptions::eval_transform (if any), on devices[0].
+  Tensor for_evaluation(const Tensor& features, int64_t first) const;
   // A prepared data set's data on devices[0] in batches of kPredictBatch examples, and its targets for the metrics.
   EvaluationSet evaluation_set(const detail::PreparedDataset& data) const;
   // The model's outputs for the batches, row-major on devices[0], each checked to be `width` per row (an Error
