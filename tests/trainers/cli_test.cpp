@@ -885,46 +885,53 @@ TEST(TandemTrainCnn, DigitsReachTestAccuracy097OnTwoDevices) {
   for (const std::string& path : {summary, plot, checkpoint}) std::remove(path.c_str());
 }
 
+// One epoch of the digits CNN on cpu:0 with `flags` and one without them: the first run's output, both summaries.
+struct CnnFlagRuns {
+  ToolRun with;
+  nlohmann::json with_summary, without_summary;
+};
+
+CnnFlagRuns run_cnn_with_and_without(const std::string& flags) {
+  const std::string with_json = testing::scratch_path("with_flags.json");
+  const std::string without_json = testing::scratch_path("without_flags.json");
+  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
+                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
+  CnnFlagRuns runs{run_tool(run_of + with_json + " " + flags), {}, {}};
+  const ToolRun without = run_tool(run_of + without_json);
+  EXPECT_EQ(runs.with.status, 0) << runs.with.output;
+  EXPECT_EQ(without.status, 0) << without.output;
+  if (runs.with.status == 0 && without.status == 0) {
+    runs.with_summary = read_json(with_json);
+    runs.without_summary = read_json(without_json);
+  }
+  for (const std::string& path : {with_json, without_json}) std::remove(path.c_str());
+  return runs;
+}
+
 // --flip trains on images flipped with probability 1/2 (ImageTransforms' own tests check the flips): recorded in the
 // setup, and a different first epoch than the same run without it.
 TEST(TandemTrainCnn, FlipIsRecordedAndChangesTheTraining) {
-  const std::string flipped_json = testing::scratch_path("flipped.json");
-  const std::string plain_json = testing::scratch_path("plain.json");
-  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
-                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
-  ToolRun flipped = run_tool(run_of + flipped_json + " --flip");
-  ASSERT_EQ(flipped.status, 0) << flipped.output;
-  EXPECT_NE(flipped.output.find("training on images flipped left to right with probability 1/2"), std::string::npos)
-      << flipped.output;
-  ToolRun plain = run_tool(run_of + plain_json);
-  ASSERT_EQ(plain.status, 0) << plain.output;
-  const nlohmann::json with_flip = read_json(flipped_json), without = read_json(plain_json);
-  EXPECT_EQ(with_flip.at("setup").at("horizontal_flip"), "true");
-  EXPECT_FALSE(without.at("setup").contains("horizontal_flip"));
-  EXPECT_NE(with_flip.at("train_loss").get<double>(), without.at("train_loss").get<double>());
-  for (const std::string& path : {flipped_json, plain_json}) std::remove(path.c_str());
+  const CnnFlagRuns runs = run_cnn_with_and_without("--flip");
+  ASSERT_FALSE(runs.with_summary.is_null());
+  EXPECT_NE(runs.with.output.find("training on images flipped left to right with probability 1/2"), std::string::npos)
+      << runs.with.output;
+  EXPECT_EQ(runs.with_summary.at("setup").at("horizontal_flip"), "true");
+  EXPECT_FALSE(runs.without_summary.at("setup").contains("horizontal_flip"));
+  EXPECT_NE(runs.with_summary.at("train_loss").get<double>(), runs.without_summary.at("train_loss").get<double>());
 }
 
 // --normalize-mean/--normalize-std normalize every image per channel, in training and in the evaluations
 // (CnnTrainer.EvalTransformNormalizesTheEvaluationsAsTrainingIs checks the values): recorded in the setup, and a
 // different training than the same run without them.
 TEST(TandemTrainCnn, NormalizationIsRecordedAndChangesTheTraining) {
-  const std::string normalized_json = testing::scratch_path("normalized.json");
-  const std::string plain_json = testing::scratch_path("unnormalized.json");
-  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
-                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
-  ToolRun normalized = run_tool(run_of + normalized_json + " --normalize-mean 4.5 --normalize-std 6");
-  ASSERT_EQ(normalized.status, 0) << normalized.output;
-  EXPECT_NE(normalized.output.find("normalizing every image per channel: mean 4.5, std 6"), std::string::npos)
-      << normalized.output;
-  ToolRun plain = run_tool(run_of + plain_json);
-  ASSERT_EQ(plain.status, 0) << plain.output;
-  const nlohmann::json with = read_json(normalized_json), without = read_json(plain_json);
-  EXPECT_EQ(with.at("setup").at("normalize_mean"), "4.5");
-  EXPECT_EQ(with.at("setup").at("normalize_std"), "6");
-  EXPECT_FALSE(without.at("setup").contains("normalize_mean"));
-  EXPECT_NE(with.at("train_loss").get<double>(), without.at("train_loss").get<double>());
-  for (const std::string& path : {normalized_json, plain_json}) std::remove(path.c_str());
+  const CnnFlagRuns runs = run_cnn_with_and_without("--normalize-mean 4.5 --normalize-std 6");
+  ASSERT_FALSE(runs.with_summary.is_null());
+  EXPECT_NE(runs.with.output.find("normalizing every image per channel: mean 4.5, std 6"), std::string::npos)
+      << runs.with.output;
+  EXPECT_EQ(runs.with_summary.at("setup").at("normalize_mean"), "4.5");
+  EXPECT_EQ(runs.with_summary.at("setup").at("normalize_std"), "6");
+  EXPECT_FALSE(runs.without_summary.at("setup").contains("normalize_mean"));
+  EXPECT_NE(runs.with_summary.at("train_loss").get<double>(), runs.without_summary.at("train_loss").get<double>());
 }
 
 TEST(TandemTrainCnn, FlagErrors) {
