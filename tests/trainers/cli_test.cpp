@@ -885,53 +885,46 @@ TEST(TandemTrainCnn, DigitsReachTestAccuracy097OnTwoDevices) {
   for (const std::string& path : {summary, plot, checkpoint}) std::remove(path.c_str());
 }
 
-// One epoch of the digits CNN on cpu:0 with `flags` and one without them: the first run's output, both summaries.
-struct CnnFlagRuns {
-  ToolRun with;
-  nlohmann::json with_summary, without_summary;
+// One epoch of the digits CNN on cpu:0 with `flags`: its output, and its summary (null when it failed).
+struct CnnFlagRun {
+  ToolRun tool;
+  nlohmann::json summary;
 };
 
-CnnFlagRuns run_cnn_with_and_without(const std::string& flags) {
-  const std::string with_json = testing::scratch_path("with_flags.json");
-  const std::string without_json = testing::scratch_path("without_flags.json");
-  const std::string run_of = "--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
-                             "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json ";
-  CnnFlagRuns runs{run_tool(run_of + with_json + " " + flags), {}, {}};
-  const ToolRun without = run_tool(run_of + without_json);
-  EXPECT_EQ(runs.with.status, 0) << runs.with.output;
-  EXPECT_EQ(without.status, 0) << without.output;
-  if (runs.with.status == 0 && without.status == 0) {
-    runs.with_summary = read_json(with_json);
-    runs.without_summary = read_json(without_json);
-  }
-  for (const std::string& path : {with_json, without_json}) std::remove(path.c_str());
-  return runs;
+CnnFlagRun run_cnn_with(const std::string& flags) {
+  const std::string json = testing::scratch_path("cnn_flags.json");
+  CnnFlagRun run{run_tool("--model cnn --image-shape 1,8,8 --data " TANDEM_SOURCE_DIR
+                          "/data/digits.csv --task classification --devices cpu:0 --epochs 1 --summary-json " +
+                          json + " " + flags),
+                 {}};
+  EXPECT_EQ(run.tool.status, 0) << flags << "\n" << run.tool.output;
+  if (run.tool.status == 0) run.summary = read_json(json);
+  std::remove(json.c_str());
+  return run;
 }
 
-// --flip trains on images flipped with probability 1/2 (ImageTransforms' own tests check the flips): recorded in the
-// setup, and a different first epoch than the same run without it.
-TEST(TandemTrainCnn, FlipIsRecordedAndChangesTheTraining) {
-  const CnnFlagRuns runs = run_cnn_with_and_without("--flip");
-  ASSERT_FALSE(runs.with_summary.is_null());
-  EXPECT_NE(runs.with.output.find("training on images flipped left to right with probability 1/2"), std::string::npos)
-      << runs.with.output;
-  EXPECT_EQ(runs.with_summary.at("setup").at("horizontal_flip"), "true");
-  EXPECT_FALSE(runs.without_summary.at("setup").contains("horizontal_flip"));
-  EXPECT_NE(runs.with_summary.at("train_loss").get<double>(), runs.without_summary.at("train_loss").get<double>());
-}
-
-// --normalize-mean/--normalize-std normalize every image per channel, in training and in the evaluations
-// (CnnTrainer.EvalTransformNormalizesTheEvaluationsAsTrainingIs checks the values): recorded in the setup, and a
-// different training than the same run without them.
-TEST(TandemTrainCnn, NormalizationIsRecordedAndChangesTheTraining) {
-  const CnnFlagRuns runs = run_cnn_with_and_without("--normalize-mean 4.5 --normalize-std 6");
-  ASSERT_FALSE(runs.with_summary.is_null());
-  EXPECT_NE(runs.with.output.find("normalizing every image per channel: mean 4.5, std 6"), std::string::npos)
-      << runs.with.output;
-  EXPECT_EQ(runs.with_summary.at("setup").at("normalize_mean"), "4.5");
-  EXPECT_EQ(runs.with_summary.at("setup").at("normalize_std"), "6");
-  EXPECT_FALSE(runs.without_summary.at("setup").contains("normalize_mean"));
-  EXPECT_NE(runs.with_summary.at("train_loss").get<double>(), runs.without_summary.at("train_loss").get<double>());
+// --flip trains on images flipped with probability 1/2 (ImageTransforms' own tests check the flips), and
+// --normalize-mean/--normalize-std normalize every image per channel in training and in the evaluations
+// (CnnTrainer.EvalTransformNormalizesTheEvaluationsAsTrainingIs checks the values): each is recorded in the setup and
+// trains otherwise than the same run without it.
+TEST(TandemTrainCnn, FlipAndNormalizationAreRecordedAndChangeTheTraining) {
+  const CnnFlagRun plain = run_cnn_with("");
+  const CnnFlagRun flipped = run_cnn_with("--flip");
+  const CnnFlagRun normalized = run_cnn_with("--normalize-mean 4.5 --normalize-std 6");
+  ASSERT_FALSE(plain.summary.is_null() || flipped.summary.is_null() || normalized.summary.is_null());
+  EXPECT_NE(flipped.tool.output.find("training on images flipped left to right with probability 1/2"),
+            std::string::npos)
+      << flipped.tool.output;
+  EXPECT_NE(normalized.tool.output.find("normalizing every image per channel: mean 4.5, std 6"), std::string::npos)
+      << normalized.tool.output;
+  EXPECT_EQ(flipped.summary.at("setup").at("horizontal_flip"), "true");
+  EXPECT_EQ(normalized.summary.at("setup").at("normalize_mean"), "4.5");
+  EXPECT_EQ(normalized.summary.at("setup").at("normalize_std"), "6");
+  EXPECT_FALSE(plain.summary.at("setup").contains("horizontal_flip"));
+  EXPECT_FALSE(plain.summary.at("setup").contains("normalize_mean"));
+  const double plain_loss = plain.summary.at("train_loss").get<double>();
+  EXPECT_NE(flipped.summary.at("train_loss").get<double>(), plain_loss);
+  EXPECT_NE(normalized.summary.at("train_loss").get<double>(), plain_loss);
 }
 
 TEST(TandemTrainCnn, FlagErrors) {
