@@ -293,10 +293,8 @@ void TrainingStep::run_pass(const std::vector<Tensor>& inputs, const std::vector
     }
     if (pass.form == StepForm::Replayable) {
       replayed_.replayable_step();
-    } else if (sharded_ != nullptr) {
-      sharded_->step();
     } else {
-      optimizer_->step();
+      replayed_.step();
     }
   };
   if (!accumulated_) model_.zero_grad();          // else add to accumulate()'s gradients

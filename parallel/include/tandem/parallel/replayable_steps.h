@@ -14,6 +14,8 @@ namespace tandem::parallel {
 
 class ReplayableSteps {
  public:
+  // The eager step over every local device (what replayable_step() splits).
+  virtual void step() = 0;
   // Whether every local device's optimizer can split its step for a replay.
   bool replayable() const;
   // The sum of the local devices' optim::Optimizer::state_generation(): it changes whenever one of them replaces or

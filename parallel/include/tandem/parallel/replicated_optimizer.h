@@ -43,7 +43,7 @@ class ReplicatedOptimizer : public ReplayableSteps {
   ReplicatedOptimizer(const ReplicatedOptimizer&) = delete;
   ReplicatedOptimizer& operator=(const ReplicatedOptimizer&) = delete;
 
-  void step();       // steps every replica's optimizer
+  void step() override;  // steps every replica's optimizer
   void zero_grad();  // model.zero_grad(): the gradients stay views of the flat buffers
 
   // A step split for a CUDA graph (Note [Replayed optimizer steps] in tandem/optim/optimizer.h), on every replica's

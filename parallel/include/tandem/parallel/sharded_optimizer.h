@@ -62,7 +62,7 @@ class ShardedOptimizer : public ReplayableSteps {
   // Every local device's shards stepped, then every bucket all-gathered onto every replica (collective: every
   // process steps together). Errors: gradients that a synced backward did not reduce (Note [Unreduced gradients are
   // refused] in replicated.h).
-  void step();
+  void step() override;
   void zero_grad();  // model.zero_grad(): the gradients stay views of the flat buffers
   // step() split for a captured parallel::TrainingStep (Note [Replayed optimizer steps] in tandem/optim/optimizer.h):
   // replayable_step() is step() with every local device's optimizer's replayable_step(), the copies of the

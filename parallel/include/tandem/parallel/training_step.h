@@ -345,7 +345,7 @@ class TrainingStep {
   DistributedDataParallel* distributed_;  // the model's DistributedDataParallel; null in one process
   ReplicatedOptimizer* optimizer_;        // null: sharded_ steps
   ShardedOptimizer* sharded_;             // null: optimizer_ steps
-  ReplayableSteps& replayed_;             // whichever of the two steps: its split step for the captures
+  ReplayableSteps& replayed_;             // whichever of the two steps: its eager and its split step
   LossFunction loss_;
   TrainingStepOptions options_;
   // The group of a DistributedDataParallel; before graphs_ (Note [Graphs before communicators]).
