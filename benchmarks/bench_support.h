@@ -50,6 +50,21 @@ inline Flag text_flag(std::string_view name, std::string& target) {
   return {name, [&target](std::string_view text) { target = text; }};
 }
 
+// A flag whose value must be one of `choices`, stored in `target`.
+inline Flag choice_flag(std::string_view name, std::string& target, std::vector<std::string_view> choices) {
+  return {name, [name, &target, choices = std::move(choices)](std::string_view text) {
+            std::string expected;
+            for (const std::string_view choice : choices) {
+              if (text == choice) {
+                target = text;
+                return;
+              }
+              expected += (expected.empty() ? "" : " or ") + std::string(choice);
+            }
+            TANDEM_FAIL(name, " is ", excerpt(text), " but expected ", expected);
+          }};
+}
+
 // Reads argv as `--flag value` pairs of `flags`. --help or -h prints `usage` on stdout and exits 0. An unknown
 // flag, one without its value, or a value its flag refuses prints "<program>: <what is wrong>" and `usage` on
 // stderr and exits 2.

@@ -1,9 +1,16 @@
-// The default implementations of Backend's entry points that a backend may override (backend.h).
+// The default implementations of Backend's entry points that a backend may override, and reserve_draws (backend.h).
 #include "backend.h"
 
+#include "generator.h"
 #include "raw_ops.h"
 
 namespace tandem::backend {
+
+detail::DrawPlace reserve_draws(Device device, uint64_t count, const char* caller) {
+  if (device.is_cuda()) return cuda_reserve_draws(device.index(), count, caller);
+  const detail::Reservation drawn = detail::reserve(detail::current_stream(), count);
+  return {.key = drawn.key, .first = drawn.first};
+}
 
 void Backend::gemm_batched(const Tensor& a, const Tensor& b, Precision precision, const Tensor& out) {
   const int64_t m = out.size(1), n = out.size(2), k = a.size(2);

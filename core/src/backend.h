@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "draw_place.h"
 #include "kernel_ops.h"
 #include "sliding_windows.h"
 #include "tandem/core/fused.h"
@@ -49,6 +50,9 @@ struct AttentionCall {
   Tensor q, k, v;
   float scale = 1.0f;
   bool causal = false;
+  // When active, probability P[n, i, j] (n the flat batch index) is multiplied by element (n L + i) S + j of the
+  // mask: the mask that nn::dropout draws for the [..., L, S] weights from the same place.
+  detail::DropoutMask dropout;
 };
 
 // One product as Backend::gemm takes it, for gemm_pair.
@@ -200,6 +204,11 @@ void cuda_copy_from_pinned(const Tensor& src, const Tensor& dst);
 // on the device, computed there (Note [Random draws in captured graphs] in tandem/core/random.h): eagerly the values
 // the host would draw, reserved now; inside a DeviceGraph's capture, recorded for its replays. Errors name `caller`.
 void cuda_fill_uniform(const Tensor& out, float low, float high, const char* caller);
+// Reserves `count` values of the calling thread's generator stream for a kernel on `device` to draw in place: the
+// next `count` values (on a CPU device, or a GPU outside any capture), or, while a DeviceGraph captures the GPU's
+// compute stream, a place recorded for its replays (cuda_reserve_draws). Errors name `caller`.
+detail::DrawPlace reserve_draws(Device device, uint64_t count, const char* caller);
+detail::DrawPlace cuda_reserve_draws(int device, uint64_t count, const char* caller);
 // Whether CUDA device `device`'s compute stream is being captured into a CUDA graph.
 bool cuda_stream_capturing(int device);
 

@@ -21,12 +21,12 @@ void check_input(const Tensor& t, const char* what) {
                what[0] == 'q' ? "L" : "S", ", E]");
 }
 
-// Whether the call is one that fused_attention computes: no mask, no dropout, one head dim of 32, 64 or 128 for q, k
-// and v, equal batch dims, float32 inputs (the reference path's dtype), and the switch on.
-bool fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, double dropout_p) {
+// Whether the call is one that fused_attention computes: no mask, one head dim of 32, 64 or 128 for q, k and v, equal
+// batch dims, float32 inputs (the reference path's dtype), and the switch on.
+bool fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask) {
   const int64_t e = q.size(-1);
   const auto batch_of = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
-  return fused_attention_enabled() && !attn_mask.defined() && dropout_p == 0.0 && (e == 32 || e == 64 || e == 128) &&
+  return fused_attention_enabled() && !attn_mask.defined() && (e == 32 || e == 64 || e == 128) &&
          k.size(-1) == e && v.size(-1) == e && batch_of(q) == batch_of(k) && batch_of(q) == batch_of(v) &&
          q.dtype() == DType::Float32 && k.dtype() == DType::Float32 && v.dtype() == DType::Float32;
 }
@@ -81,8 +81,8 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   TANDEM_CHECK(std::isfinite(factor), kOp, ": scale is ", factor, " but expected a finite number");
 
-  if (fused_applies(query, key, value, attn_mask, dropout_p)) {
-    return fused_attention(query, key, value, factor, is_causal, default_precision());
+  if (fused_applies(query, key, value, attn_mask)) {
+    return fused_attention(query, key, value, factor, is_causal, default_precision(), dropout_p);
   }
   Tensor scores = matmul(query, key.transpose(-2, -1)) * static_cast<float>(factor);
   if (is_causal) scores = scores + detail::causal_bias(query.size(-2), key.size(-2), query.device());

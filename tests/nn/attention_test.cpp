@@ -119,6 +119,30 @@ TEST_P(AttentionTest, DropoutActsOnTheAttentionWeights) {
   EXPECT_GT(max_abs_diff(out, nn::scaled_dot_product_attention(q, k, v)), 1e-3);
 }
 
+// The fused op drops the probabilities with the mask that the reference path's nn::dropout draws for its weights:
+// the same outputs and gradients from the same seed, and the generator left at the same place.
+TEST_P(AttentionTest, FusedDropoutDrawsTheReferencePathsMask) {
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const Tensor q = input({2, 2, 19, 32}), k = input({2, 2, 23, 32}), v = input({2, 2, 23, 32});
+    const Tensor w = Tensor::randn({2, 2, 19, 32}, device());
+    const auto attend = [&](bool fused) {
+      set_fused_attention_enabled(fused);
+      manual_seed(21);
+      for (const Tensor& t : {q, k, v}) t.set_grad(Tensor());
+      const Tensor out = nn::scaled_dot_product_attention(q, k, v, {}, 0.3, causal);
+      out.backward(w);
+      const Tensor next = Tensor::rand({4}, device());
+      set_fused_attention_enabled(true);
+      EXPECT_EQ(out.grad_fn()->name() == "FusedAttentionBackward", fused);
+      return std::vector<Tensor>{out.detach(), q.grad(), k.grad(), v.grad(), next};
+    };
+    const std::vector<Tensor> fused = attend(true), reference = attend(false);
+    for (size_t i = 0; i < fused.size(); ++i) testing::expect_close(fused[i], reference[i], 1e-5, 1e-5);
+    EXPECT_GT(max_abs_diff(fused[0], nn::scaled_dot_product_attention(q, k, v, {}, 0.0, causal)), 1e-2);
+  }
+}
+
 TEST_P(AttentionTest, BadInputsAreErrors) {
   const Tensor q = Tensor::randn({2, 3, 4}, device()), k = Tensor::randn({2, 5, 4}, device());
   const Tensor v = Tensor::randn({2, 5, 6}, device());

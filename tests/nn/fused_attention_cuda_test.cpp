@@ -2,8 +2,8 @@
 // nn::scaled_dot_product_attention (composed products and softmax, the scores stored), forward and all three
 // gradients: the float32 kernels within float rounding, the bfloat16 tensor-core kernels within bfloat16 rounding of
 // a float32 reference on the same (rounded) inputs. Head dims 32, 64 and 128, L != S, sizes that are no multiple of
-// the tiles, causal or not, 3-D and 4-D batches, transposed head views; a CUDA graph capture. Every failure prints
-// the largest absolute error, the largest reference value and the case.
+// the tiles, causal or not, 3-D and 4-D batches, transposed head views, dropout; a CUDA graph capture. Every failure
+// prints the largest absolute error, the largest reference value and the case.
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -188,6 +188,48 @@ TEST_F(FusedAttentionCudaTest, CapturedForwardAndBackwardReplayWithNewInputs_CUD
     expect_results({out, q.grad(), k.grad(), v.grad()}, want, 1e-6, 1e-6, "graph replay");
     for (const Tensor& t : {q, k, v}) t.grad().zero_();
   }
+}
+
+// Dropout in the kernels: the mask of the reference path's nn::dropout from the same seed (float32 within float
+// rounding, bfloat16 products within bfloat16 rounding of the float32 reference on rounded inputs), and a captured
+// graph that draws a new mask at each replay.
+TEST_F(FusedAttentionCudaTest, DropoutDrawsTheReferencePathsMask_CUDA) {
+  const auto rounded = [](const Tensor& t) { return t.to(DType::BFloat16).to(DType::Float32); };
+  const Case shapes[] = {{64, 130, 70, true, true}, {32, 17, 100, false, false}, {128, 257, 257, true, true}};
+  for (const Case& c : shapes) {
+    const Tensor q = rounded(Tensor::randn(shape_of(c, c.l), kGpu));
+    const Tensor k = rounded(Tensor::randn(shape_of(c, c.s), kGpu));
+    const Tensor v = rounded(Tensor::randn(shape_of(c, c.s), kGpu));
+    const Tensor w = rounded(Tensor::randn(shape_of(c, c.l), kGpu));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.e));
+    manual_seed(9);
+    const Result want = [&] {
+      const ReferencePath guard;
+      return run(q, k, v, w, [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return nn::scaled_dot_product_attention(a, b, d, {}, 0.25, c.causal, scale);
+      });
+    }();
+    for (const Precision precision : {Precision::Float32, Precision::BFloat16}) {
+      manual_seed(9);
+      const Result got = run(q, k, v, w, [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return fused_attention(a, b, d, scale, c.causal, precision, 0.25);
+      });
+      const bool bf16 = precision == Precision::BFloat16;
+      expect_results(got, want, bf16 ? 2e-2 : 1e-5, bf16 ? 3e-2 : 1e-5,
+                     std::string("dropout, ") + precision_name(precision) + " " + describe(c));
+    }
+  }
+  const Tensor x = Tensor::randn({2, 3, 200, 64}, kGpu);
+  Tensor out;
+  DeviceGraph graph;
+  fused_attention(x, x, x, 0.125, true, Precision::BFloat16, 0.25);  // warm-up outside the capture
+  graph.begin_capture({kGpu});
+  out = fused_attention(x, x, x, 0.125, true, Precision::BFloat16, 0.25);
+  graph.end_capture();
+  graph.replay();
+  const Tensor first = out.clone();
+  graph.replay();
+  EXPECT_GT(max_abs_diff(out.to(DType::Float32), first.to(DType::Float32)), 1e-2);
 }
 
 TEST_F(FusedAttentionCudaTest, RejectsUnsupportedHeadDims_CUDA) {

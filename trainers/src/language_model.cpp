@@ -63,10 +63,11 @@ std::shared_ptr<GPT> placed(std::shared_ptr<GPT> model, const LanguageModelOptio
   return model;
 }
 
-// nanoGPT's two AdamW groups: weight decay on the matrices (weights and embeddings), none on biases and norms. The
-// groups are runs of consecutive parameters, so that the optimizer lists them in the order it was given them (as
+}  // namespace
+
+// The groups are runs of consecutive parameters, so that the optimizer lists them in the order it was given them (as
 // ReplicatedOptimizer requires): a new group starts wherever the kind changes.
-parallel::ReplicatedOptimizer::Factory adamw_groups(const LanguageModelOptions& options) {
+parallel::ReplicatedOptimizer::Factory nanogpt_adamw(const LanguageModelOptions& options) {
   const optim::AdamWOptions decayed{.lr = options.lr, .betas = {options.beta1, options.beta2},
                                     .weight_decay = options.weight_decay};
   optim::AdamWOptions plain = decayed;
@@ -84,12 +85,9 @@ parallel::ReplicatedOptimizer::Factory adamw_groups(const LanguageModelOptions& 
   };
 }
 
-// The mean cross-entropy of logits [b, T, V] against targets [b, T]: a mean over the rows, as a step's loss must be.
 Tensor token_cross_entropy(const Tensor& logits, const Tensor& targets) {
   return nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
-
-}  // namespace
 
 LanguageModelTrainer::LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageModelOptions options)
     : options_(validated(std::move(options))), model_(placed(std::move(model), options_)) {
@@ -102,7 +100,7 @@ LanguageModelTrainer::LanguageModelTrainer(std::shared_ptr<GPT> model, LanguageM
     replicas_ = std::make_unique<parallel::ReplicatedModule>(model_, options_.devices);
   }
   parallel::ReplicatedModule& replicated = distributed_ ? distributed_->replicated() : *replicas_;
-  optimizer_ = std::make_unique<parallel::ReplicatedOptimizer>(replicated, adamw_groups(options_));
+  optimizer_ = std::make_unique<parallel::ReplicatedOptimizer>(replicated, nanogpt_adamw(options_));
   const parallel::TrainingStepOptions step_options{
       .capture = options_.capture,
       .max_grad_norm = options_.max_grad_norm > 0.0 ? std::optional<double>(options_.max_grad_norm) : std::nullopt};

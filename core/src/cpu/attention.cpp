@@ -73,15 +73,23 @@ void scores_of(const AttentionCall& call, const Operand& q, const Operand& k, in
   }
 }
 
+// The dropout factors of row i of matrix n (1 where the call has no dropout).
+void dropout_factors(const AttentionCall& call, int64_t n, int64_t i, int64_t L, int64_t S, std::vector<double>& z) {
+  for (int64_t j = 0; j < S; ++j) {
+    z[j] = call.dropout.active() ? call.dropout.factor(static_cast<uint64_t>((n * L + i) * S + j)) : 1.0;
+  }
+}
+
 }  // namespace
 
 void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) {
   const int64_t N = call.q.size(0) * call.q.size(1), L = call.q.size(2), S = call.k.size(2), E = call.q.size(3);
   const Operand q(call.q), k(call.k), v(call.v);
-  std::vector<double> p(static_cast<size_t>(S));
+  std::vector<double> p(static_cast<size_t>(S)), z(static_cast<size_t>(S));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t i = 0; i < L; ++i) {
       scores_of(call, q, k, n, i, S, E, p);
+      dropout_factors(call, n, i, L, S, z);
       double largest = -std::numeric_limits<double>::infinity();
       for (const double s : p) largest = std::max(largest, s);
       const double shift = std::isinf(largest) ? 0.0 : largest;
@@ -90,24 +98,25 @@ void attention_forward(const AttentionCall& call, const Tensor& out, const Tenso
       lse.mutable_data()[n * L + i] = static_cast<float>(shift + std::log(total));  // -inf: no keys
       for (int64_t e = 0; e < E; ++e) {
         double value = 0;
-        for (int64_t j = 0; j < S; ++j) value += p[j] * v.at(n, j, e);
+        for (int64_t j = 0; j < S; ++j) value += p[j] * z[j] * v.at(n, j, e);
         store(out, (n * L + i) * E + e, value / total);  // 0 / 0 = NaN without keys
       }
     }
   }
 }
 
-// With P the softmax of a row and dP_j = dO . v_j: dV_j += P_j dO, dS_j = P_j (dP_j - D) where D = dO . O (the sum of
-// P_j dP_j), dQ += scale * dS_j k_j and dK_j += scale * dS_j q.
+// With P the softmax of a row, Z its dropout factors and dP_j = dO . v_j: dV_j += P_j Z_j dO, dS_j = P_j (Z_j dP_j - D)
+// where D = dO . O (the sum of P_j Z_j dP_j), dQ += scale * dS_j k_j and dK_j += scale * dS_j q.
 void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) {
   const int64_t N = call.q.size(0) * call.q.size(1), L = call.q.size(2), S = call.k.size(2), E = call.q.size(3);
   const Operand q(call.q), k(call.k), v(call.v), dout(grad_out);
   std::vector<double> dq(static_cast<size_t>(N * L * E)), dk(static_cast<size_t>(N * S * E)),
-      dv(static_cast<size_t>(N * S * E)), p(static_cast<size_t>(S));
+      dv(static_cast<size_t>(N * S * E)), p(static_cast<size_t>(S)), z(static_cast<size_t>(S));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t i = 0; i < L; ++i) {
       scores_of(call, q, k, n, i, S, E, p);
+      dropout_factors(call, n, i, L, S, z);
       const double row_lse = lse.data()[n * L + i];
       double d = 0;
       for (int64_t e = 0; e < E; ++e) d += dout.at(n, i, e) * load(out, (n * L + i) * E + e);
@@ -116,9 +125,9 @@ void attention_backward(const AttentionCall& call, const Tensor& out, const Tens
         if (pj == 0.0) continue;  // left out (or underflowed): no contribution
         double dp = 0;
         for (int64_t e = 0; e < E; ++e) dp += dout.at(n, i, e) * v.at(n, j, e);
-        const double ds = pj * (dp - d) * call.scale;
+        const double ds = pj * (z[j] * dp - d) * call.scale;
         for (int64_t e = 0; e < E; ++e) {
-          dv[(n * S + j) * E + e] += pj * dout.at(n, i, e);
+          dv[(n * S + j) * E + e] += pj * z[j] * dout.at(n, i, e);
           dq[(n * L + i) * E + e] += ds * k.at(n, j, e);
           dk[(n * S + j) * E + e] += ds * q.at(n, i, e);
         }

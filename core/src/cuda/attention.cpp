@@ -24,6 +24,7 @@ kernels::AttentionProblem problem_of(const backend::AttentionCall& call) {
   p.scale = call.scale;
   p.causal = call.causal;
   p.bfloat16 = call.q.dtype() == DType::BFloat16;
+  p.dropout = call.dropout;
   return p;
 }
 

@@ -16,6 +16,10 @@
 // the saved lse, and accumulates dV += P^T dO and dK += dS^T Q in registers, with dP = dO V^T and dS = P * (dP - D);
 // each CTA's share of dQ = dS K goes to a float32 dQ in global memory by atomic adds (dQ is zeroed first), so dK,
 // dV are written once and dQ sums over the key blocks.
+// Dropout (AttentionCall::dropout): the forward multiplies each probability by its mask factor Z (0 or 1 / (1 - p),
+// drawn in place from its index, never stored) after adding it to l and before P V, so out = (P * Z) V with P the
+// softmax; the backward redraws the same factors, adds (P * Z)^T dO to dV and takes dS = P * (Z dP - D), where
+// D = rowsum(dO * out) is still sum_j P Z dP.
 // Two kernel families: float32 operands on the CUDA cores (FFMA, float32 sums: attention_simt.cu, exact to float
 // rounding), and bfloat16 operands on the tensor cores (mma.sync m16n8k16 bf16 -> fp32, operands from shared memory
 // by ldmatrix, tiles copied by cp.async into two buffers so that the next tile loads while this one is used:
@@ -57,7 +61,15 @@ struct AttentionProblem {
   float scale = 1.0f;
   bool causal = false;
   bool bfloat16 = false;     // the operands' dtype
+  detail::DropoutMask dropout;  // on the probabilities of P V, where active (backend::AttentionCall::dropout)
 };
+
+// The index of probability (n, row, key) in the dropout mask ([N, L, S] row-major).
+__host__ __device__ inline uint64_t mask_index(const AttentionProblem& p, int64_t n, int row, int key) {
+  return (static_cast<uint64_t>(n) * static_cast<uint64_t>(p.L) + static_cast<uint64_t>(row)) *
+             static_cast<uint64_t>(p.S) +
+         static_cast<uint64_t>(key);
+}
 
 // dots[n * L + i] = sum_e grad_out[n, i, e] * out[n, i, e] in float32; grad_out in the operands' dtype and layout,
 // out contiguous as the forward wrote it.

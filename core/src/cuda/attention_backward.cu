@@ -1,8 +1,8 @@
 // The bfloat16 attention backward on the tensor cores (Note [Fused attention] in cuda/attention.h, Note [mma
 // fragments] in cuda/attention_mma.cuh): a CTA of 4 warps takes 64 keys, 16 per warp, keeps their dK and dV in
 // registers and walks 64-query tiles of Q, dO, lse and D, copied by cp.async into two buffers. Per tile each warp
-// computes S^T = K Q^T and dP^T = V dO^T for its keys, P^T = exp(scale S^T - lse) and dS^T = P^T (dP^T - D), adds
-// P^T dO to dV and dS^T Q to dK, and stores dS^T in shared memory; then the warps split the tile's queries for
+// computes S^T = K Q^T and dP^T = V dO^T for its keys, P^T = exp(scale S^T - lse) and dS^T = P^T (Z dP^T - D), adds
+// (P Z)^T dO to dV and dS^T Q to dK (Z the dropout factors, 1 without dropout), and stores dS^T in shared memory; then the warps split the tile's queries for
 // dQ = dS K, added to the float32 dQ in global memory.
 #include <cuda_bf16.h>
 
@@ -39,7 +39,9 @@ __device__ __forceinline__ void add_pair(float* dq, float a, float b) {
 #endif
 }
 
-template <int D>
+// Dropout: whether the call drops probabilities; a template parameter, so that the kernel without dropout carries
+// none of its registers.
+template <int D, bool Dropout>
 __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, const float* lse, const float* dots,
                              float* dq, float* dk, float* dv) {
   constexpr int kStride = D + mma::kPad;
@@ -82,6 +84,7 @@ __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, cons
   mma::commit();
 
   const float scale_log2 = p.scale * kLog2e;
+  const detail::DropoutMask drop = Dropout ? p.dropout.resolved() : detail::DropoutMask{};
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this thread's two keys
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
   for (int j = 0; j < tiles; ++j) {
@@ -118,8 +121,9 @@ __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, cons
         const int col = nt * 8 + 2 * t + (e & 1), key = e < 2 ? key0 : key1;
         float pe = exp2f(st[nt][e] * scale_log2 - lset[col] * kLog2e);
         if (masked && (key >= p.S || q0 + col >= p.L || (p.causal && key > q0 + col))) pe = 0.0f;
-        st[nt][e] = pe;
-        dpt[nt][e] = pe * (dpt[nt][e] - dt[col]);
+        const float z = Dropout ? drop.factor(mask_index(p, n, q0 + col, key)) : 1.0f;
+        st[nt][e] = pe * z;
+        dpt[nt][e] = pe * (z * dpt[nt][e] - dt[col]);
       }
     }
     // dV += P^T dO and dK += dS^T Q, k over the tile's queries.
@@ -188,8 +192,14 @@ template <int D>
 void backward_for(const AttentionProblem& p, AttentionOperand grad_out, const float* lse, const float* dots, float* dq,
                   float* dk, float* dv, cudaStream_t stream) {
   const int64_t blocks = (p.S + kKeys - 1) / kKeys * p.batches;
-  launch_with_shared<backward_mma<D>>(dim3(static_cast<unsigned>(blocks)), dim3(32 * kWarps),
-                                      backward_shared_bytes<D>(), stream, p, grad_out, lse, dots, dq, dk, dv);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kWarps);
+  if (p.dropout.active()) {
+    launch_with_shared<backward_mma<D, true>>(grid, block, backward_shared_bytes<D>(), stream, p, grad_out, lse, dots,
+                                              dq, dk, dv);
+  } else {
+    launch_with_shared<backward_mma<D, false>>(grid, block, backward_shared_bytes<D>(), stream, p, grad_out, lse, dots,
+                                               dq, dk, dv);
+  }
 }
 
 }  // namespace

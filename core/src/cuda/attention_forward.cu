@@ -33,7 +33,8 @@ __device__ __forceinline__ void store_pair(Out* out, int64_t i, float a, float b
   }
 }
 
-template <int D, typename Out>
+// Dropout: whether the call drops probabilities (a template parameter, as in the backward).
+template <int D, typename Out, bool Dropout>
 __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
   constexpr int kStride = D + mma::kPad;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -59,6 +60,7 @@ __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
   mma::commit();
 
   const float scale_log2 = p.scale * kLog2e;
+  const detail::DropoutMask drop = Dropout ? p.dropout.resolved() : detail::DropoutMask{};
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two rows
   uint32_t qf[D / 16][4];
   float o[D / 8][4] = {};
@@ -128,6 +130,11 @@ __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
       l0 += s[nt][0] + s[nt][1];
       l1 += s[nt][2] + s[nt][3];
     }
+    if constexpr (Dropout) {
+      for (int nt = 0; nt < kKeys / 8; ++nt)
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] *= drop.factor(mask_index(p, n, e < 2 ? row0 : row1, k0 + nt * 8 + 2 * t + (e & 1)));
+    }
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       uint32_t a[4];
       mma::a_from_c(a, s[2 * kk], s[2 * kk + 1]);
@@ -160,8 +167,14 @@ __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
 template <int D, typename Out>
 void forward_for(const AttentionProblem& p, void* out, float* lse, cudaStream_t stream) {
   const int64_t blocks = (p.L + kRows - 1) / kRows * p.batches;
-  launch_with_shared<forward_mma<D, Out>>(dim3(static_cast<unsigned>(blocks)), dim3(32 * kWarps),
-                                          forward_shared_bytes<D>(), stream, p, static_cast<Out*>(out), lse);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kWarps);
+  if (p.dropout.active()) {
+    launch_with_shared<forward_mma<D, Out, true>>(grid, block, forward_shared_bytes<D>(), stream, p,
+                                                  static_cast<Out*>(out), lse);
+  } else {
+    launch_with_shared<forward_mma<D, Out, false>>(grid, block, forward_shared_bytes<D>(), stream, p,
+                                                   static_cast<Out*>(out), lse);
+  }
 }
 
 template <typename Out>

@@ -59,6 +59,7 @@ __device__ void forward_simt(AttentionProblem p, void* out, bool out_bfloat16, f
   load_tile<D>(qs, q, p.q.row, q0, p.L);
   float acc[D / 4] = {};
   float m = -INFINITY, l = 0.0f;
+  const detail::DropoutMask drop = p.dropout.resolved();
   int key_end = p.S;
   if (p.causal) key_end = min(key_end, min(q0 + kTile, p.L));
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
@@ -83,7 +84,8 @@ __device__ void forward_simt(AttentionProblem p, void* out, bool out_bfloat16, f
     for (int j = 0; j < kTile / 4; ++j) {
       const float pj = expf(s[j] - shift);
       sum += pj;
-      ps[r * (kTile + 1) + c + 4 * j] = pj;
+      const float z = drop.active() ? drop.factor(mask_index(p, n, query, k0 + c + 4 * j)) : 1.0f;
+      ps[r * (kTile + 1) + c + 4 * j] = pj * z;
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -127,6 +129,7 @@ __device__ void backward_simt(AttentionProblem p, AttentionOperand grad_out, con
   load_tile<D>(ks, k, p.k.row, k0, p.S);
   load_tile<D>(vs, v, p.v.row, k0, p.S);
   float dk_acc[D / 4] = {}, dv_acc[D / 4] = {};
+  const detail::DropoutMask drop = p.dropout.resolved();
   for (int q0 = p.causal ? k0 / kTile * kTile : 0; q0 < p.L; q0 += kTile) {
     __syncthreads();  // the previous tiles are used up
     load_tile<D>(qs, q, p.q.row, q0, p.L);
@@ -143,8 +146,9 @@ __device__ void backward_simt(AttentionProblem p, AttentionOperand grad_out, con
       float pj = expf(s - lses[col]);
       if (key >= p.S || (p.causal && key > query)) pj = 0.0f;
       const float dp = dot_rows(vs + r * (D + 1), dos + col * (D + 1), D);
-      pts[r * (kTile + 1) + col] = pj;
-      dsts[r * (kTile + 1) + col] = pj * (dp - ds[col]);
+      const float z = drop.active() ? drop.factor(mask_index(p, n, query, key)) : 1.0f;
+      pts[r * (kTile + 1) + col] = pj * z;
+      dsts[r * (kTile + 1) + col] = pj * (z * dp - ds[col]);
     }
     __syncthreads();
     for (int j = 0; j < kTile; ++j) {

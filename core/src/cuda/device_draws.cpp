@@ -1,5 +1,5 @@
-// Random draws made by GPU kernels in place (backend.h's cuda_fill_uniform and cuda_stream_capturing; Note [Random
-// draws in captured graphs] in tandem/core/random.h).
+// Random draws made by GPU kernels in place (backend.h's cuda_reserve_draws, cuda_fill_uniform and
+// cuda_stream_capturing; Note [Random draws in captured graphs] in tandem/core/random.h).
 
 #include <cuda_runtime.h>
 
@@ -24,20 +24,20 @@ unsigned long long capture_of(cudaStream_t stream, const char* caller) {
 
 }  // namespace
 
+detail::DrawPlace cuda_reserve_draws(int device, uint64_t count, const char* caller) {
+  if (const unsigned long long capture = capture_of(cuda::compute_stream(device), caller); capture != 0) {
+    const cuda::CapturedDraws::Place recorded = cuda::CapturedDraws::record(capture, device, count, caller);
+    return {.words = recorded.words, .first = recorded.offset};
+  }
+  const detail::Reservation drawn = detail::reserve(detail::current_stream(), count);
+  return {.key = drawn.key, .first = drawn.first};
+}
+
 void cuda_fill_uniform(const Tensor& out, float low, float high, const char* caller) {
   const int device = out.device().index();
   cuda::DeviceGuard guard(device);
-  const cudaStream_t stream = cuda::compute_stream(device);
-  const auto count = static_cast<uint64_t>(out.numel());
-  cuda::kernels::StreamPlace place;
-  if (const unsigned long long capture = capture_of(stream, caller); capture != 0) {
-    const cuda::CapturedDraws::Place recorded = cuda::CapturedDraws::record(capture, device, count, caller);
-    place = {.words = recorded.words, .key = 0, .first = recorded.offset};
-  } else {
-    const detail::Reservation drawn = detail::reserve(detail::current_stream(), count);
-    place = {.words = nullptr, .key = drawn.key, .first = drawn.first};
-  }
-  cuda::kernels::fill_uniform(out.mutable_data(), out.numel(), place, low, high, stream);
+  const detail::DrawPlace place = cuda_reserve_draws(device, static_cast<uint64_t>(out.numel()), caller);
+  cuda::kernels::fill_uniform(out.mutable_data(), out.numel(), place, low, high, cuda::compute_stream(device));
 }
 
 bool cuda_stream_capturing(int device) {

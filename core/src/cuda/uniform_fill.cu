@@ -9,17 +9,16 @@
 namespace tandem::cuda::kernels {
 namespace {
 
-__device__ void uniform_kernel(float* out, int64_t n, StreamPlace place, float low, float high) {
-  const uint64_t key = place.words != nullptr ? place.words[0] : place.key;
-  const uint64_t first = place.words != nullptr ? place.words[1] + place.first : place.first;
+__device__ void uniform_kernel(float* out, int64_t n, detail::DrawPlace place, float low, float high) {
+  const detail::DrawPlace values = place.resolved();
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    out[i] = detail::uniform_value(splitmix64(key, first + static_cast<uint64_t>(i)), low, high);
+    out[i] = detail::uniform_value(values.bits(static_cast<uint64_t>(i)), low, high);
   }
 }
 
 }  // namespace
 
-void fill_uniform(float* out, int64_t n, StreamPlace place, float low, float high, cudaStream_t stream) {
+void fill_uniform(float* out, int64_t n, detail::DrawPlace place, float low, float high, cudaStream_t stream) {
   if (n == 0) return;
   launch<uniform_kernel>(blocks_for(n), kThreads, stream, out, n, place, low, high);
 }

@@ -24,6 +24,8 @@ void cuda_copy_from_pinned(const Tensor&, const Tensor&) { fail_without_cuda("ba
 
 void cuda_fill_uniform(const Tensor&, float, float, const char*) { fail_without_cuda("backend::cuda_fill_uniform"); }
 
+detail::DrawPlace cuda_reserve_draws(int, uint64_t, const char*) { fail_without_cuda("backend::cuda_reserve_draws"); }
+
 bool cuda_stream_capturing(int) { fail_without_cuda("backend::cuda_stream_capturing"); }
 
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int) { fail_without_cuda("backend::cuda_record_marker"); }

@@ -65,12 +65,19 @@ Tensor as_input_gradient(const Tensor& grad, DType dtype, const Shape& shape) {
 
 class Attention final : public Function {
  public:
-  Attention(float scale, bool causal, Precision precision) : scale_(scale), causal_(causal), precision_(precision) {}
+  Attention(float scale, bool causal, Precision precision, double dropout_p)
+      : scale_(scale), causal_(causal), precision_(precision), dropout_p_(dropout_p) {}
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     for (int i = 0; i < 3; ++i) {
       shapes_[i] = in[i].shape();
       dtypes_[i] = in[i].dtype();
+    }
+    if (dropout_p_ > 0.0) {
+      // One value per probability, reserved as nn::dropout reserves them for the [..., L, S] weights.
+      const auto rows = static_cast<uint64_t>(in[0].numel() / in[0].size(-1));
+      const uint64_t count = rows * static_cast<uint64_t>(in[1].size(-2));
+      dropout_ = detail::DropoutMask::of(dropout_p_, backend::reserve_draws(in[0].device(), count, kOp));
     }
     const backend::AttentionCall call = call_of(in[0], in[1], in[2]);
     Shape lse_shape = in[0].shape();
@@ -84,7 +91,7 @@ class Attention final : public Function {
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     const std::vector<Tensor>& saved = saved_tensors();
-    const backend::AttentionCall call{saved[0], saved[1], saved[2], scale_, causal_};
+    const backend::AttentionCall call{saved[0], saved[1], saved[2], scale_, causal_, dropout_};
     const Tensor grad_out = operand_view(in_compute_dtype(grads[0], precision_));
     std::vector<Tensor> result(3);
     for (int i = 0; i < 3; ++i)
@@ -101,12 +108,14 @@ class Attention final : public Function {
  private:
   backend::AttentionCall call_of(const Tensor& q, const Tensor& k, const Tensor& v) const {
     return {operand_view(in_compute_dtype(q, precision_)), operand_view(in_compute_dtype(k, precision_)),
-            operand_view(in_compute_dtype(v, precision_)), scale_, causal_};
+            operand_view(in_compute_dtype(v, precision_)), scale_, causal_, dropout_};
   }
 
   float scale_;
   bool causal_;
   Precision precision_;
+  double dropout_p_;
+  detail::DropoutMask dropout_;  // the forward's mask, redrawn by the backward
   Shape shapes_[3];
   DType dtypes_[3] = {};
 };
@@ -122,7 +131,7 @@ void check_operand(const Tensor& t, const char* what, const char* rows) {
 }  // namespace
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool is_causal,
-                       std::optional<Precision> precision) {
+                       std::optional<Precision> precision, double dropout_p) {
   check_operand(q, "q", "L");
   check_operand(k, "k", "S");
   check_operand(v, "v", "S");
@@ -142,8 +151,10 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   TANDEM_CHECK(supported_head_dim(q.size(-1)), kOp, ": head dim ", q.size(-1),
                " is not supported (32, 64 or 128; nn::scaled_dot_product_attention takes any)");
   TANDEM_CHECK(std::isfinite(scale), kOp, ": scale is ", scale, " but expected a finite number");
-  const auto node =
-      std::make_shared<Attention>(static_cast<float>(scale), is_causal, precision.value_or(default_precision()));
+  TANDEM_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, kOp, ": dropout_p is ", dropout_p,
+               " but expected a probability in [0, 1)");
+  const auto node = std::make_shared<Attention>(static_cast<float>(scale), is_causal,
+                                                precision.value_or(default_precision()), dropout_p);
   return autograd::apply_one(node, {q, k, v});
 }
 

@@ -150,12 +150,15 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // operands with float32 sums on CUDA's tensor cores (float32 inputs rounded first, the result and gradients in the
 // inputs' dtype); Float32 and TF32 multiply in float32 (TF32 is not used: the scores' softmax needs float32 inputs).
 // The CPU computes the same definition in double. Differentiable in q, k and v; the forward keeps each row's
-// logsumexp for the backward. nn::scaled_dot_product_attention calls it where it applies.
+// logsumexp for the backward. With dropout_p > 0, the probabilities are dropped and scaled as nn::dropout would drop
+// the [..., L, S] weights (the same values of the calling thread's generator stream, so the same mask), the mask
+// drawn in place by the kernels in the forward and again in the backward, never stored; captured CUDA graphs draw a
+// new one at each replay. nn::scaled_dot_product_attention calls it where it applies.
 // Errors: undefined or fewer than 2-D inputs; dtypes other than float32 and bfloat16, or that differ; different
 // devices; batch dims that differ; S of k and v that differ; head dims that differ or are not 32, 64 or 128; a scale
-// that is not finite.
+// that is not finite; dropout_p outside [0, 1).
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool is_causal = false,
-                       std::optional<Precision> precision = std::nullopt);
+                       std::optional<Precision> precision = std::nullopt, double dropout_p = 0.0);
 
 // ---- indexing -----------------------------------------------------------------------------------------------------
 // Indices are int64 tensors on x's device, as in PyTorch. Each is checked on the host (one copy from the device, which

@@ -14,9 +14,10 @@ namespace tandem::nn {
 // the query's position (the lower triangle of an [L, S] matrix of ones, aligned at the top left, as PyTorch). A row
 // that leaves out every key is NaN, as in PyTorch. With dropout_p > 0 the attention weights go through
 // nn::dropout(weights, dropout_p) (always, as the functional form in PyTorch: pass 0 in eval).
-// Without a mask and dropout, for float32 inputs with one head dim of 32, 64 or 128 and equal batch dims, this is
-// fused_attention (ops.h) in default_precision(), on every device, unless set_fused_attention_enabled(false)
-// (matmul_settings.h). Otherwise it is the reference path: the scores [..., L, S] are materialized. Differentiable in
+// Without a mask, for float32 inputs with one head dim of 32, 64 or 128 and equal batch dims, this is fused_attention
+// (ops.h) in default_precision() with the same dropout (the same mask from the same generator values), on every
+// device, unless set_fused_attention_enabled(false) (matmul_settings.h). Otherwise it is the reference path: the
+// scores [..., L, S] are materialized. Differentiable in
 // query, key, value and a float32 mask.
 // Errors: undefined or fewer than 2-D inputs, on different devices or not float32; E or S that differ between the
 // inputs; a mask together with is_causal; a mask that is neither int64 nor float32 or does not broadcast to the

@@ -70,6 +70,14 @@ struct LanguageModelOptions {
   uint64_t seed = 1337;  // of the batches' draws (the model's initialization is the caller's)
 };
 
+// nanoGPT's two AdamW groups of options' lr, betas and weight_decay: weight decay on the matrices (weights and
+// embeddings), none on biases and norms; the optimizer of every device of the trainer's steps.
+parallel::ReplicatedOptimizer::Factory nanogpt_adamw(const LanguageModelOptions& options);
+
+// The mean cross-entropy of logits [b, T, V] against int64 targets [b, T]: a mean over the rows, as a step's loss
+// (parallel::TrainingStep's loss) must be.
+Tensor token_cross_entropy(const Tensor& logits, const Tensor& targets);
+
 // What on_evaluation reports: the evaluation and where the fit stands.
 struct LanguageModelEvaluationReport {
   LanguageModelEvaluation evaluation;
