@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend.h"
 
@@ -69,6 +70,17 @@ __host__ __device__ inline uint64_t mask_index(const AttentionProblem& p, int64_
   return (static_cast<uint64_t>(n) * static_cast<uint64_t>(p.L) + static_cast<uint64_t>(row)) *
              static_cast<uint64_t>(p.S) +
          static_cast<uint64_t>(key);
+}
+
+// Calls fn(std::true_type{}) for a problem with dropout and fn(std::false_type{}) without: the tensor-core kernels
+// take dropout as a template parameter, so that the kernels without it carry none of its registers.
+template <typename Fn>
+void with_dropout(const AttentionProblem& p, Fn&& fn) {
+  if (p.dropout.active()) {
+    fn(std::true_type{});
+  } else {
+    fn(std::false_type{});
+  }
 }
 
 // dots[n * L + i] = sum_e grad_out[n, i, e] * out[n, i, e] in float32; grad_out in the operands' dtype and layout,

@@ -2,7 +2,8 @@
 // fragments] in cuda/attention_mma.cuh): a CTA of 4 warps takes 64 keys, 16 per warp, keeps their dK and dV in
 // registers and walks 64-query tiles of Q, dO, lse and D, copied by cp.async into two buffers. Per tile each warp
 // computes S^T = K Q^T and dP^T = V dO^T for its keys, P^T = exp(scale S^T - lse) and dS^T = P^T (Z dP^T - D), adds
-// (P Z)^T dO to dV and dS^T Q to dK (Z the dropout factors, 1 without dropout), and stores dS^T in shared memory; then the warps split the tile's queries for
+// (P Z)^T dO to dV and dS^T Q to dK (Z the dropout factors, 1 without dropout), and stores dS^T in shared memory;
+// then the warps split the tile's queries for
 // dQ = dS K, added to the float32 dQ in global memory.
 #include <cuda_bf16.h>
 
@@ -39,8 +40,7 @@ __device__ __forceinline__ void add_pair(float* dq, float a, float b) {
 #endif
 }
 
-// Dropout: whether the call drops probabilities; a template parameter, so that the kernel without dropout carries
-// none of its registers.
+// Dropout: whether the call drops probabilities (with_dropout in cuda/attention.h).
 template <int D, bool Dropout>
 __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, const float* lse, const float* dots,
                              float* dq, float* dk, float* dv) {
@@ -192,14 +192,11 @@ template <int D>
 void backward_for(const AttentionProblem& p, AttentionOperand grad_out, const float* lse, const float* dots, float* dq,
                   float* dk, float* dv, cudaStream_t stream) {
   const int64_t blocks = (p.S + kKeys - 1) / kKeys * p.batches;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kWarps);
-  if (p.dropout.active()) {
-    launch_with_shared<backward_mma<D, true>>(grid, block, backward_shared_bytes<D>(), stream, p, grad_out, lse, dots,
-                                              dq, dk, dv);
-  } else {
-    launch_with_shared<backward_mma<D, false>>(grid, block, backward_shared_bytes<D>(), stream, p, grad_out, lse, dots,
-                                               dq, dk, dv);
-  }
+  with_dropout(p, [&](auto dropout) {
+    launch_with_shared<backward_mma<D, decltype(dropout)::value>>(dim3(static_cast<unsigned>(blocks)),
+                                                                  dim3(32 * kWarps), backward_shared_bytes<D>(),
+                                                                  stream, p, grad_out, lse, dots, dq, dk, dv);
+  });
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ __device__ __forceinline__ void store_pair(Out* out, int64_t i, float a, float b
   }
 }
 
-// Dropout: whether the call drops probabilities (a template parameter, as in the backward).
+// Dropout: whether the call drops probabilities (with_dropout in cuda/attention.h).
 template <int D, typename Out, bool Dropout>
 __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
   constexpr int kStride = D + mma::kPad;
@@ -167,14 +167,11 @@ __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
 template <int D, typename Out>
 void forward_for(const AttentionProblem& p, void* out, float* lse, cudaStream_t stream) {
   const int64_t blocks = (p.L + kRows - 1) / kRows * p.batches;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kWarps);
-  if (p.dropout.active()) {
-    launch_with_shared<forward_mma<D, Out, true>>(grid, block, forward_shared_bytes<D>(), stream, p,
-                                                  static_cast<Out*>(out), lse);
-  } else {
-    launch_with_shared<forward_mma<D, Out, false>>(grid, block, forward_shared_bytes<D>(), stream, p,
-                                                   static_cast<Out*>(out), lse);
-  }
+  with_dropout(p, [&](auto dropout) {
+    launch_with_shared<forward_mma<D, Out, decltype(dropout)::value>>(dim3(static_cast<unsigned>(blocks)),
+                                                                      dim3(32 * kWarps), forward_shared_bytes<D>(),
+                                                                      stream, p, static_cast<Out*>(out), lse);
+  });
 }
 
 template <typename Out>
