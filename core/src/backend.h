@@ -55,6 +55,15 @@ struct AttentionCall {
   detail::DropoutMask dropout;
 };
 
+// One layer normalization (Backend::layer_norm_forward / layer_norm_backward): x contiguous, viewed as [rows, cols],
+// each row normalized over its cols values; weight and bias contiguous [cols], or undefined for none (a weight of 1,
+// a bias of 0). rows may be 0; cols >= 1.
+struct LayerNormCall {
+  Tensor x, weight, bias;
+  int64_t rows = 0, cols = 0;
+  float eps = 1e-5f;
+};
+
 // One product as Backend::gemm takes it, for gemm_pair.
 struct GemmCall {
   Tensor a, b;
@@ -106,6 +115,16 @@ class Backend {
   virtual void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out,
                                   const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k,
                                   const Tensor& grad_v) = 0;
+  // out (contiguous [rows, cols]) = (x - mean) * rstd * weight + bias per row, with mean and rstd (contiguous
+  // [rows]) each row's mean and 1 / sqrt(biased variance + eps), also returned.
+  virtual void layer_norm_forward(const LayerNormCall& call, const Tensor& out, const Tensor& mean,
+                                  const Tensor& rstd) = 0;
+  // The gradients of sum(grad_out * out) for the forward's mean and rstd (grad_out contiguous [rows, cols]): grad_x
+  // ([rows, cols]) and grad_weight, grad_bias ([cols], sums over the rows in a fixed order), each contiguous and
+  // overwritten, or undefined when not wanted.
+  virtual void layer_norm_backward(const LayerNormCall& call, const Tensor& grad_out, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) = 0;
   // out (shape {}) = mean((input - target)^2); input, target contiguous with equal shapes
   virtual void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) = 0;
   // grad_input = grad * 2 / n * (input - target), grad a one-element tensor; all contiguous. Not a pointwise

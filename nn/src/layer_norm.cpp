@@ -1,7 +1,6 @@
 #include "tandem/nn/normalization.h"
 
 #include <cmath>
-#include <numeric>
 #include <sstream>
 
 #include "tandem/core/ops.h"
@@ -32,13 +31,7 @@ Tensor LayerNorm::forward(const Tensor& input) {
   TANDEM_CHECK(input.dim() >= k && Shape(shape.end() - k, shape.end()) == normalized_shape_,
                "nn::LayerNorm: input has shape ", to_string(shape), " but expected [..., ",
                to_string(normalized_shape_).substr(1), " (normalized_shape = ", to_string(normalized_shape_), ")");
-  std::vector<int64_t> dims(static_cast<size_t>(k));
-  std::iota(dims.begin(), dims.end(), -k);
-  const Tensor centered = input - mean(input, dims, /*keepdim=*/true);
-  const Tensor normalized =
-      centered * rsqrt(var(input, dims, /*correction=*/0.0, /*keepdim=*/true) + static_cast<float>(eps_));
-  if (!weight.defined()) return normalized;
-  return bias.defined() ? normalized * weight + bias : normalized * weight;
+  return layer_norm(input, normalized_shape_, weight, bias, eps_);
 }
 
 std::string LayerNorm::extra_repr() const {

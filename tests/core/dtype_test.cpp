@@ -155,6 +155,31 @@ TEST_P(DTypeTensorTest, Int64ToFloatRoundsToNearestEven) {
   EXPECT_EQ(x.to(DType::BFloat16).to(DType::Int64).to_vector_as<int64_t>()[3], -7);
 }
 
+// Contiguous conversions move whole aligned packs of four elements and the rest one at a time: every length and
+// start offset (aligned or not) gives each element's own conversion.
+TEST_P(DTypeTensorTest, ContiguousConversionsOfEveryLengthAndOffset) {
+  std::vector<float> values;
+  for (int i = 0; i < 24; ++i) values.push_back(static_cast<float>(i * i) * 1.0078125f - 40.5f);
+  const Tensor all = Tensor::from_vector(values, {24}, device());
+  const Tensor all_bf = all.to(DType::BFloat16);
+  for (int64_t start = 0; start < 4; ++start) {
+    for (int64_t length = 0; length + start <= 24 && length <= 17; ++length) {
+      // narrow views start `start` elements into their storage: aligned only where start is 0
+      const std::vector<float> back = all.narrow(0, start, length).to(DType::BFloat16).to(DType::Float32).to_vector();
+      const std::vector<float> widened = all_bf.narrow(0, start, length).to(DType::Float32).to_vector();
+      const std::vector<int64_t> truncated = all_bf.narrow(0, start, length).to(DType::Int64).to_vector_as<int64_t>();
+      ASSERT_EQ(back.size(), static_cast<size_t>(length));
+      ASSERT_EQ(widened.size(), static_cast<size_t>(length));
+      for (int64_t i = 0; i < length; ++i) {
+        const float expected = static_cast<float>(BFloat16(values[start + i]));
+        EXPECT_EQ(back[i], expected) << "start " << start << " length " << length << " element " << i;
+        EXPECT_EQ(widened[i], expected) << "start " << start << " length " << length << " element " << i;
+        EXPECT_EQ(truncated[i], static_cast<int64_t>(expected)) << "start " << start << " length " << length;
+      }
+    }
+  }
+}
+
 TEST_P(DTypeTensorTest, StridedSourcesConvert) {
   const Tensor x = Tensor::from_vector({1.5f, 2.5f, 3.5f, -4.5f, 5.5f, 6.5f}, {2, 3}, device());
   EXPECT_EQ(x.t().to(DType::Int64).to_vector_as<int64_t>(), (std::vector<int64_t>{1, -4, 2, 5, 3, 6}));

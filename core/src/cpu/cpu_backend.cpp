@@ -13,6 +13,7 @@
 #include "cpu/convert.h"
 #include "cpu/elementwise.h"
 #include "cpu/image_kernels.h"
+#include "cpu/layer_norm.h"
 #include "cpu/strided_loop.h"
 #include "tandem/core/error.h"
 
@@ -344,6 +345,14 @@ class CpuBackend final : public Backend {
   void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override {
     cpu::attention_backward(call, out, grad_out, lse, grad_q, grad_k, grad_v);
+  }
+  void layer_norm_forward(const LayerNormCall& call, const Tensor& out, const Tensor& mean,
+                          const Tensor& rstd) override {
+    cpu::layer_norm_forward(call, out, mean, rstd);
+  }
+  void layer_norm_backward(const LayerNormCall& call, const Tensor& grad_out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) override {
+    cpu::layer_norm_backward(call, grad_out, mean, rstd, grad_x, grad_weight, grad_bias);
   }
   void im2col(const Tensor& input, const Conv2dWindows& windows, const Tensor& cols) override {
     cpu::im2col(input, windows, cols);

@@ -1,5 +1,5 @@
 // The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp, with small_products.cu), own kernels for the
-// rest (elementwise.cu, reductions.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device
+// rest (elementwise.cu, reductions.cu, layer_norm.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device
 // current and enqueues its work on that device's compute stream (Note [Streams] in context.h), except the
 // optimizers' list updates asked to run on the communication stream; only the host transfers wait for the device.
 
@@ -12,6 +12,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/gemm.h"
 #include "cuda/image_kernels.h"
+#include "cuda/layer_norm.h"
 #include "cuda/optimizer_updates.h"
 #include "cuda/reductions.h"
 #include "cuda/strided_layout.h"
@@ -49,6 +50,13 @@ class Scratch {
   int device_;
   void* ptr_;
 };
+
+const float* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
+float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.mutable_data() : nullptr; }
+
+kernels::LayerNormArgs layer_norm_args(const backend::LayerNormCall& call) {
+  return {call.x.data(), data_or_null(call.weight), data_or_null(call.bias), call.rows, call.cols, call.eps};
+}
 
 size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * element_size(t.dtype()); }
 
@@ -129,6 +137,30 @@ class CudaBackend final : public backend::Backend {
     if (out.numel() == 0) return;
     OnDevice on(out);
     kernels::broadcast_scalar(scalar.data(), scale, out.mutable_data(), out.numel(), on.stream);
+  }
+
+  void layer_norm_forward(const backend::LayerNormCall& call, const Tensor& out, const Tensor& mean,
+                          const Tensor& rstd) override {
+    if (call.rows == 0) return;
+    OnDevice on(out);
+    kernels::layer_norm_forward(layer_norm_args(call), out.mutable_data(), mean.mutable_data(), rstd.mutable_data(),
+                                on.stream);
+  }
+
+  void layer_norm_backward(const backend::LayerNormCall& call, const Tensor& grad_out, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override {
+    if (call.rows == 0) {  // sums over no rows
+      if (grad_weight.defined()) fill(grad_weight, 0.0f);
+      if (grad_bias.defined()) fill(grad_bias, 0.0f);
+      return;
+    }
+    OnDevice on(grad_out);
+    const bool parameters = grad_weight.defined() || grad_bias.defined();
+    Scratch scratch(on.device, parameters ? kernels::layer_norm_scratch_floats(call.rows, call.cols) : 0);
+    kernels::layer_norm_backward(layer_norm_args(call), grad_out.data(), mean.data(), rstd.data(),
+                                 mutable_data_or_null(grad_x), mutable_data_or_null(grad_weight),
+                                 mutable_data_or_null(grad_bias), scratch.data(), on.stream);
   }
 
   void mse_forward(const Tensor& input, const Tensor& target, const Tensor& out) override {

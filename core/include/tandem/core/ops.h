@@ -139,6 +139,17 @@ Tensor argmin(const Tensor& x);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// ---- layer normalization --------------------------------------------------------------------------------------------
+// torch.nn.functional.layer_norm: each [normalized_shape] block of the trailing dims of `input` becomes
+// (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance; weight and bias of normalized_shape, either
+// undefined for none. One fused kernel for the forward and two for the backward on CUDA (Note [Fused layer norm] in
+// core/src/cuda/layer_norm.h); the CPU computes the statistics in double. Float32 tensors (autocast keeps
+// normalization in float32, as PyTorch's does); differentiable in input, weight and bias.
+// Errors: an undefined input; a dtype other than float32; an empty or non-positive normalized_shape, or one that is
+// not input's trailing shape; weight or bias of another shape or device; eps negative or not finite.
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
 // ---- fused attention ------------------------------------------------------------------------------------------------
 // softmax(scale * q k^T) v for q [..., L, E], k and v [..., S, E] with equal batch dims (not broadcast), in one
 // forward and one backward pass that never store the [..., L, S] scores (FlashAttention-2's tiling, online softmax
