@@ -1,8 +1,16 @@
-// The default implementations of Backend's entry points that a backend may override, and reserve_draws (backend.h).
+// The default implementations of Backend's entry points that a backend may override, reserve_draws (backend.h) and
+// is_capturing (device_graph.h).
 #include "backend.h"
 
 #include "generator.h"
 #include "raw_ops.h"
+#include "tandem/core/device_graph.h"
+
+namespace tandem {
+
+bool is_capturing(Device device) { return device.is_cuda() && backend::cuda_stream_capturing(device.index()); }
+
+}  // namespace tandem
 
 namespace tandem::backend {
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "draw_place.h"
@@ -230,6 +231,21 @@ detail::DrawPlace reserve_draws(Device device, uint64_t count, const char* calle
 detail::DrawPlace cuda_reserve_draws(int device, uint64_t count, const char* caller);
 // Whether CUDA device `device`'s compute stream is being captured into a CUDA graph.
 bool cuda_stream_capturing(int device);
+
+// Note [Index checks on the device]: while a DeviceGraph captures a GPU's stream, index checks cannot read the
+// indices back (ops/raw_kernels.h's Note [Index checks]). They enqueue a kernel instead that checks every value of
+// `index` (int64, any strides, on that GPU) against [0, limit), values equal to ignore_index allowed, and records
+// the first bad one it finds in the device's fault record (page-locked host memory mapped into the device); the
+// kernels that read indices skip a value out of range (gather gives NaN, scatter_add adds nothing), so nothing reads
+// or writes outside its tensors meanwhile. The fault is raised as an Error by cuda_raise_index_fault: at the next copy
+// of a tensor of that device to the host (which waits for the device, so for the checking kernel), before the next
+// replay and before the next capture of a DeviceGraph on that device. The message names `caller` (a string literal),
+// the value, its position in index's row-major order and the limit, as the host check's does.
+void cuda_check_indices_on_device(const char* caller, const Tensor& index, int64_t limit, int64_t dim,
+                                  std::optional<int64_t> ignore_index);
+// Throws the fault that a check on `device` recorded, if any, and clears it; the first call on a device allocates
+// its record (so call it before a capture, which cannot allocate page-locked memory).
+void cuda_raise_index_fault(int device);
 
 // An event from `device`'s pool, recorded on its compute stream; it returns to the pool when the last reference is
 // dropped (Note [Stream markers]).

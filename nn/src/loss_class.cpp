@@ -2,23 +2,29 @@
 #include <string>
 
 #include "loss_common.h"
+#include "tandem/core/device_graph.h"
 #include "tandem/core/error.h"
 #include "tandem/core/ops.h"
 
 namespace tandem::nn::detail {
 namespace {
 
-// Note [Class targets]: int64 targets are read on the host and checked there (each error names the target element),
-// then sent to the input's device together with what the loss needs per target element: the class that gather reads
-// (0 for ignored elements), whether the element counts, and its class weight. Ignored elements gather class 0 and are
-// then replaced by 0 with `where`, so that neither a -inf log-probability of class 0 nor its gradient reaches the
-// result (0 * -inf would be NaN).
+// Note [Class targets]: int64 targets become, on the input's device, what the loss needs per target element: the
+// class that gather reads (0 for ignored elements), whether the element counts, and its class weight, and the sum of
+// those weights (the divisor of Reduction::Mean) stays there too, so that nothing but the check reads the targets on
+// the host. The check reads them on the host (each error names the target element) or, while a DeviceGraph captures
+// the device, checks them there (check_indices_on_device; the error comes at the next copy to the host or replay).
+// The classes go through float32 (the comparison with ignore_index, the zeroing of ignored elements), exact for up
+// to 2^24 classes. Ignored elements gather class 0 and are then replaced by 0 with `where`, so that neither a -inf
+// log-probability of class 0 nor its gradient reaches the result (0 * -inf would be NaN).
 struct ClassTargets {
-  Tensor index;               // int64 [N, 1, d1, ...] on the input's device: each element's class, 0 if ignored
-  Tensor kept;                // float32 [N, d1, ...]: 1 for elements that count, 0 for ignored ones
-  Tensor element_weight;      // float32 [N, d1, ...]: weight[class] (1 without weights), 0 for ignored elements
-  double total_weight = 0.0;  // the sum of element_weight: the divisor of Reduction::Mean
+  Tensor index;           // int64 [N, 1, d1, ...] on the input's device: each element's class, 0 if ignored
+  Tensor kept;            // float32 [N, d1, ...]: 1 for elements that count, 0 for ignored ones
+  Tensor element_weight;  // float32 [N, d1, ...]: weight[class] (1 without weights), 0 for ignored elements
+  Tensor total_weight;    // float32 []: the sum of element_weight, the divisor of Reduction::Mean
 };
+
+constexpr int64_t kMaxClasses = int64_t{1} << 24;
 
 void check_class_input(const char* caller, const Tensor& input, const Tensor& target) {
   check_defined(caller, input, target);
@@ -62,27 +68,28 @@ ClassTargets class_targets(const char* caller, const Tensor& input, const Tensor
   TANDEM_CHECK(target.shape() == shape, caller, ": target has shape ", to_string(target.shape()), " but expected ",
                to_string(shape), " (input's shape ", to_string(input.shape()), " without its class dimension 1)");
   check_class_weight(caller, input, weight);
-  const std::vector<float> weights = weight.defined() ? weight.to_vector() : std::vector<float>{};
-  const std::vector<int64_t> labels = target.to_vector_as<int64_t>();
-  std::vector<int64_t> index(labels.size(), 0);
-  std::vector<float> kept(labels.size(), 0.0f), element_weight(labels.size(), 0.0f);
-  ClassTargets result;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    const int64_t label = labels[i];
-    if (label == ignore_index) continue;
-    TANDEM_CHECK(label >= 0 && label < classes, caller, ": target[", coordinates(static_cast<int64_t>(i), shape),
-                 "] is ", label, " but expected a class index in [0, ", classes, ") or ignore_index ", ignore_index);
-    index[i] = label;
-    kept[i] = 1.0f;
-    element_weight[i] = weights.empty() ? 1.0f : weights[static_cast<size_t>(label)];
-    result.total_weight += element_weight[i];
+  TANDEM_CHECK(classes <= kMaxClasses, caller, ": input has ", classes, " classes but class-index targets take at most ",
+               kMaxClasses, " (2^24)");
+  if (is_capturing(input.device())) {
+    check_indices_on_device(target, classes, ignore_index, caller);
+  } else {
+    const std::vector<int64_t> labels = target.to_vector_as<int64_t>();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const int64_t label = labels[i];
+      TANDEM_CHECK(label == ignore_index || (label >= 0 && label < classes), caller, ": target[",
+                   coordinates(static_cast<int64_t>(i), shape), "] is ", label,
+                   " but expected a class index in [0, ", classes, ") or ignore_index ", ignore_index);
+    }
   }
+  const Tensor classes_as_float = target.to(DType::Float32);
+  ClassTargets result;
+  result.kept = ne(classes_as_float, static_cast<float>(ignore_index));
   Shape index_shape = shape;
   index_shape.insert(index_shape.begin() + 1, 1);
-  const Device device = input.device();
-  result.index = Tensor::from_vector(index, index_shape, device);
-  result.kept = Tensor::from_vector(kept, shape, device);
-  result.element_weight = Tensor::from_vector(element_weight, shape, device);
+  result.index = (classes_as_float * result.kept).to(DType::Int64).reshape(index_shape);
+  result.element_weight =
+      weight.defined() ? index_select(weight, 0, result.index.flatten()).reshape(shape) * result.kept : result.kept;
+  result.total_weight = sum(result.element_weight);
   return result;
 }
 

@@ -75,5 +75,10 @@ Tensor reduce(const char* caller, const Tensor& losses, Reduction reduction, dou
   return sum(losses) / static_cast<float>(divisor);
 }
 
+Tensor reduce(const char* caller, const Tensor& losses, Reduction reduction, const Tensor& divisor) {
+  if (reduction != Reduction::Mean) return reduce(caller, losses, reduction);
+  return sum(losses) / divisor;  // 0 / 0 = NaN when every element is ignored
+}
+
 }  // namespace detail
 }  // namespace tandem::nn

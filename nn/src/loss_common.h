@@ -21,5 +21,7 @@ void check_weight(const char* caller, const Tensor& input, const Tensor& weight,
 Tensor reduce(const char* caller, const Tensor& losses, Reduction reduction);
 // Per-row losses reduced, Mean dividing their sum by `divisor` (NaN when it is 0, as 0 / 0).
 Tensor reduce(const char* caller, const Tensor& losses, Reduction reduction, double divisor);
+// The same with the divisor a one-element float32 tensor on the losses' device (no gradient), read there.
+Tensor reduce(const char* caller, const Tensor& losses, Reduction reduction, const Tensor& divisor);
 
 }  // namespace tandem::nn::detail

@@ -305,6 +305,7 @@ class CudaBackend final : public backend::Backend {
     OnDevice on(src);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(host, src.data_ptr(), nbytes, cudaMemcpyDeviceToHost, on.stream));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(on.stream));
+    backend::cuda_raise_index_fault(on.device);  // Note [Index checks on the device] in backend.h
   }
 
   void from_host(const void* host, const Tensor& dst) override {
@@ -339,7 +340,7 @@ class CudaBackend final : public backend::Backend {
     if (out.numel() == 0) return;
     OnDevice on(out);
     const Shape base = strides_without(x, dim);
-    kernels::gather(x.data(), x.strides()[dim], index.data_as<int64_t>(), out.mutable_data(),
+    kernels::gather(x.data(), x.size(dim), x.strides()[dim], index.data_as<int64_t>(), out.mutable_data(),
                     collapse_dims(index.shape(), {&out.strides(), &index.strides(), &base}), on.stream);
   }
 
@@ -347,8 +348,8 @@ class CudaBackend final : public backend::Backend {
     if (src.numel() == 0) return;
     OnDevice on(target);
     const Shape base = strides_without(target, dim);
-    kernels::scatter_add(src.data(), target.strides()[dim], index.data_as<int64_t>(), target.mutable_data(),
-                         collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
+    kernels::scatter_add(src.data(), target.size(dim), target.strides()[dim], index.data_as<int64_t>(),
+                         target.mutable_data(), collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "allocator.h"
+#include "backend.h"
 #include "cuda/captured_draws.h"
 #include "device_graph_checks.h"
 #include "source_stream_copy.h"
@@ -77,6 +78,8 @@ void DeviceGraph::begin_capture(const std::vector<Device>& devices) {
   constexpr const char* fn = "DeviceGraph::begin_capture";
   detail::check_capture_devices(devices);
   for (const Device& device : devices) check_device_available(device, fn);
+  // a fault of earlier work now, and each device's fault record before the capture needs it
+  for (const Device& device : devices) backend::cuda_raise_index_fault(device.index());
   TANDEM_CHECK(state_ == nullptr, fn, ": this graph has ",
                state_ && state_->capturing ? "a capture open"
                                            : "been "
@@ -174,6 +177,8 @@ void DeviceGraph::replay(std::span<const Feed> feeds) {
   TANDEM_CHECK(ready(), "DeviceGraph::replay: nothing was captured");
   State& state = *state_;
   detail::check_feeds(feeds, state.devices);
+  // what an earlier replay's index checks found (Note [Index checks on the device] in backend.h)
+  for (const Device& device : state.devices) backend::cuda_raise_index_fault(device.index());
   for (const Feed& feed : feeds) {
     const bool fed = std::find(state.fed.begin(), state.fed.end(), feed.to.data_ptr()) != state.fed.end();
     const bool on_graph_gpu =

@@ -224,21 +224,23 @@ __device__ void triangle_mask_kernel(int64_t rows, int64_t cols, int64_t diagona
 
 // ---- gather / scatter-add ---------------------------------------------------------------------------------------
 
-__device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_stride, const int64_t* index,
-                              float* out) {
+__device__ void gather_kernel(int64_t n, Strided s, const float* x, int64_t dim_size, int64_t dim_stride,
+                              const int64_t* index, float* out) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<3>(i, s, offset);
-    out[offset[0]] = x[offset[2] + index[offset[1]] * dim_stride];
+    const int64_t at = index[offset[1]];
+    out[offset[0]] = at >= 0 && at < dim_size ? x[offset[2] + at * dim_stride] : __int_as_float(0x7fc00000);
   }
 }
 
-__device__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_stride, const int64_t* index,
-                                   float* target) {
+__device__ void scatter_add_kernel(int64_t n, Strided s, const float* src, int64_t dim_size, int64_t dim_stride,
+                                   const int64_t* index, float* target) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<3>(i, s, offset);
-    atomicAdd(target + offset[2] + index[offset[1]] * dim_stride, src[offset[0]]);
+    const int64_t at = index[offset[1]];
+    if (at >= 0 && at < dim_size) atomicAdd(target + offset[2] + at * dim_stride, src[offset[0]]);
   }
 }
 
@@ -292,18 +294,19 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
   launch_contiguous(ClipByNormOp{norm, max_norm}, Inputs{{x}}, x, n, stream);
 }
 
-void gather(const float* x, int64_t dim_stride, const int64_t* index, float* out, const Strided& layout,
-            cudaStream_t stream) {
+void gather(const float* x, int64_t dim_size, int64_t dim_stride, const int64_t* index, float* out,
+            const Strided& layout, cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  launch<gather_kernel>(blocks_for(n), kThreads, stream, n, layout, x, dim_stride, index, out);
+  launch<gather_kernel>(blocks_for(n), kThreads, stream, n, layout, x, dim_size, dim_stride, index, out);
 }
 
-void scatter_add(const float* src, int64_t dim_stride, const int64_t* index, float* target, const Strided& layout,
-                 cudaStream_t stream) {
+void scatter_add(const float* src, int64_t dim_size, int64_t dim_stride, const int64_t* index, float* target,
+                 const Strided& layout, cudaStream_t stream) {
   const int64_t n = elements_of(layout);
   if (n == 0) return;
-  launch<scatter_add_kernel>(blocks_for(n), kThreads, stream, n, layout, src, dim_stride, index, target);
+  launch<scatter_add_kernel>(blocks_for(n), kThreads, stream, n, layout, src, dim_size, dim_stride, index,
+                                 target);
 }
 
 }  // namespace tandem::cuda::kernels

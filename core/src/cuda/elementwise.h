@@ -44,10 +44,11 @@ void clip_by_norm(float* x, int64_t n, const float* norm, float max_norm, cudaSt
 
 // Over `layout` = collapse_dims(index shape, {out or src strides, index strides, x or target strides with stride 0 at
 // dim}): gather reads x[base + index * dim_stride] into out; scatter_add adds src into target there (atomically).
-// The int64 indices are in range (checked by the caller).
-void gather(const float* x, int64_t dim_stride, const int64_t* index, float* out, const Strided& layout,
-            cudaStream_t stream);
-void scatter_add(const float* src, int64_t dim_stride, const int64_t* index, float* target, const Strided& layout,
-                 cudaStream_t stream);
+// The int64 indices were checked against [0, dim_size) by the caller, on the host or, under a capture, by a kernel
+// before these (Note [Index checks on the device] in backend.h): an index outside it gathers NaN and scatters nothing.
+void gather(const float* x, int64_t dim_size, int64_t dim_stride, const int64_t* index, float* out,
+            const Strided& layout, cudaStream_t stream);
+void scatter_add(const float* src, int64_t dim_size, int64_t dim_stride, const int64_t* index, float* target,
+                 const Strided& layout, cudaStream_t stream);
 
 }  // namespace tandem::cuda::kernels

@@ -28,6 +28,12 @@ detail::DrawPlace cuda_reserve_draws(int, uint64_t, const char*) { fail_without_
 
 bool cuda_stream_capturing(int) { fail_without_cuda("backend::cuda_stream_capturing"); }
 
+void cuda_check_indices_on_device(const char*, const Tensor&, int64_t, int64_t, std::optional<int64_t>) {
+  fail_without_cuda("backend::cuda_check_indices_on_device");
+}
+
+void cuda_raise_index_fault(int) { fail_without_cuda("backend::cuda_raise_index_fault"); }
+
 std::shared_ptr<const detail::MarkerEvent> cuda_record_marker(int) { fail_without_cuda("backend::cuda_record_marker"); }
 
 bool cuda_marker_done(const detail::MarkerEvent&) { fail_without_cuda("backend::cuda_marker_done"); }

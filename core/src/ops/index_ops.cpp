@@ -123,6 +123,14 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   return autograd::apply(std::make_shared<ScatterAdd>(d, index.detach()), {x, src})[0];
 }
 
+void check_indices_on_device(const Tensor& index, int64_t limit, std::optional<int64_t> allowed, const char* caller) {
+  raw::check_defined(caller, index, "index");
+  raw::check_index_dtype(caller, index);
+  TANDEM_CHECK(index.device().is_cuda(), caller, ": index is on ", index.device(),
+               " but a check on the device needs a GPU (the index ops check CPU tensors on the host)");
+  backend::cuda_check_indices_on_device(caller, index, limit, -1, allowed);
+}
+
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   raw::check_defined("one_hot", indices, "indices");
   TANDEM_CHECK(num_classes >= -1, "one_hot: num_classes is ", num_classes, " but expected -1 or a count >= 0");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tandem/core/device_graph.h"
 #include "tandem/core/error.h"
 
 namespace tandem::raw {
@@ -82,9 +83,13 @@ std::pair<Tensor, Tensor> reduce(backend::ReduceOp op, const Reduction& plan, bo
   return {values, indices};
 }
 
-std::vector<int64_t> index_values(const char* caller, const Tensor& index) {
+void check_index_dtype(const char* caller, const Tensor& index) {
   TANDEM_CHECK(index.dtype() == DType::Int64, caller, ": index is ", index.dtype(),
                " but expected int64 (convert with ", conversion_hint(DType::Int64), ")");
+}
+
+std::vector<int64_t> index_values(const char* caller, const Tensor& index) {
+  check_index_dtype(caller, index);
   return index.to_vector_as<int64_t>();
 }
 
@@ -100,6 +105,11 @@ void check_index_range(const char* caller, const std::vector<int64_t>& values, i
 }
 
 void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim) {
+  if (is_capturing(index.device())) {
+    check_index_dtype(caller, index);
+    backend::cuda_check_indices_on_device(caller, index, limit, dim, std::nullopt);
+    return;
+  }
   check_index_range(caller, index_values(caller, index), limit, dim);
 }
 

@@ -37,16 +37,19 @@ Tensor reshaped(const Tensor& contiguous_tensor, const Shape& shape);
 // Note [Index checks]: index tensors are int64, as in PyTorch; a float32 or bfloat16 index is an Error naming the op.
 // Their values are read on the host and checked there before any kernel reads them, so that no kernel reads or writes
 // outside its tensors. The price is one device-to-host copy per call: on a GPU the host waits for the work queued
-// before it (the copy synchronizes with the device's compute stream), and such a step cannot be captured in a CUDA
-// graph.
+// before it (the copy synchronizes with the device's compute stream). While a DeviceGraph captures the index's GPU,
+// where nothing may wait, check_indices checks on the device instead and the error comes later (Note [Index checks on
+// the device] in backend.h).
 //
-// index's values, copied to the host in row-major order. Errors, naming `caller`: index not int64 ("index_select:
-// index is float32 but expected int64 (convert with .to(DType::Int64))").
+// Throws unless index is int64, naming `caller` ("index_select: index is float32 but expected int64 (convert with
+// .to(DType::Int64))").
+void check_index_dtype(const char* caller, const Tensor& index);
+// index's values, copied to the host in row-major order. Errors: those of check_index_dtype.
 std::vector<int64_t> index_values(const char* caller, const Tensor& index);
 // Throws Error naming `caller` unless every value lies in [0, limit); the message names the value, its position in
 // `values` and dimension `dim` of size limit, or (dim < 0) limit classes.
 void check_index_range(const char* caller, const std::vector<int64_t>& values, int64_t limit, int64_t dim);
-// index_values, then check_index_range.
+// index_values, then check_index_range; on the device under a capture.
 void check_indices(const char* caller, const Tensor& index, int64_t limit, int64_t dim);
 // out (index's shape) = x gathered along dim (Backend::gather); index already checked.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);

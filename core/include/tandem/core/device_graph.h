@@ -56,6 +56,10 @@ namespace tandem {
 
 class Tensor;
 
+// Whether `device` is a GPU whose compute stream a DeviceGraph is capturing (torch.cuda.is_current_stream_capturing):
+// work issued for it now is recorded, not run, so nothing may wait for it. False for CPU devices.
+bool is_capturing(Device device);
+
 class DeviceGraph {
  public:
   DeviceGraph();

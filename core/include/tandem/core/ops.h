@@ -174,7 +174,17 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
 // ---- indexing -----------------------------------------------------------------------------------------------------
 // Indices are int64 tensors on x's device, as in PyTorch. Each is checked on the host (one copy from the device, which
 // waits for the device's queued work): Error when it is not int64 (a float32 index too: convert it with
-// .to(DType::Int64)) or when a value is negative or out of range, naming the value and its position.
+// .to(DType::Int64)) or when a value is negative or out of range, naming the value and its position. While a
+// DeviceGraph captures x's GPU (is_capturing), the values are checked on the device instead, and a bad one is an
+// Error at the next copy to the host, replay or capture on that GPU (check_indices_on_device); meanwhile the kernels
+// skip it (gather reads NaN, scatter_add adds nothing).
+//
+// Enqueues a check on index's GPU of every value of the int64 tensor `index` against [0, limit), values equal to
+// `allowed` (when given) let through, without the host waiting: a bad value is raised as an Error naming `caller`,
+// the value and its position at the next copy of a tensor of that GPU to the host, before the next replay and
+// before the next capture of a DeviceGraph there (Note [Index checks on the device] in core/src/backend.h). For
+// checks inside captured work; the index ops do it themselves. Errors (now): index not int64, or not on a GPU.
+void check_indices_on_device(const Tensor& index, int64_t limit, std::optional<int64_t> allowed, const char* caller);
 // x's slices at `index` (0-D or 1-D) along dim; differentiable in x (repeated indices add up).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (torch.gather): index has x's number of dimensions and at most
