@@ -12,11 +12,11 @@
 namespace tandem::cuda::kernels {
 namespace {
 
-template <typename To, typename From>
+template <typename To, typename From, typename Index>
 __device__ void convert_kernel(int64_t n, Strided s, To* dst, const From* src) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
-    strided_offsets<2>(i, s, offset);
+    strided_offsets<2, Index>(i, s, offset);
     dst[offset[0]] = detail::convert_element<To>(src[offset[1]]);
   }
 }
@@ -71,8 +71,10 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, const
       const auto* from_ptr = static_cast<const From*>(src);
       if (n >= 4 && all_contiguous(layout, 2) && pack4_aligned<To>(dst) && pack4_aligned<From>(src)) {
         launch<convert_pack4_kernel<To, From>>(blocks_for(n / 4), kThreads, stream, n, to_ptr, from_ptr);
+      } else if (fits_32_bits(layout, 2)) {
+        launch<convert_kernel<To, From, uint32_t>>(blocks_for(n), kThreads, stream, n, layout, to_ptr, from_ptr);
       } else {
-        launch<convert_kernel<To, From>>(blocks_for(n), kThreads, stream, n, layout, to_ptr, from_ptr);
+        launch<convert_kernel<To, From, int64_t>>(blocks_for(n), kThreads, stream, n, layout, to_ptr, from_ptr);
       }
     });
   });

@@ -17,7 +17,7 @@ namespace {
 // - contiguous (every operand one dim of stride 1): a float4 per input and output and per thread where every pointer
 //   is 16-byte aligned, the last n % 4 elements one at a time; else one element at a time;
 // - row broadcast (two dims, the output and each input contiguous or one row repeated over the rows: a bias);
-// - anything else through strided_offsets.
+// - anything else through strided_offsets (in 32-bit arithmetic where every index and offset fits).
 // f runs once per element on the element's own inputs in every form, so the form changes the speed, never a value.
 // out may be an input's memory with out's strides (in place): each element is read before it is written, by the
 // thread that writes it.
@@ -72,11 +72,11 @@ __device__ void row_broadcast_kernel(int64_t n, int64_t cols, float* out, Inputs
   }
 }
 
-template <typename F>
+template <typename F, typename Index>
 __device__ void strided_kernel(int64_t n, Strided s, float* out, Inputs in, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     int64_t offset[kMaxOperands];
-    strided_offsets<F::kArity + 1>(i, s, offset);
+    strided_offsets<F::kArity + 1, Index>(i, s, offset);
     out[offset[0]] = apply(f, [&](int k) { return in.p[k][offset[k + 1]]; });
   }
 }
@@ -117,8 +117,10 @@ void launch_elementwise(F f, const Inputs& in, float* out, const Strided& s, cud
     for (int k = 0; k < F::kArity; ++k)
       if (is_row_2d(s, k + 1)) rows |= 1u << k;
     launch<row_broadcast_kernel<F>>(blocks_for(n), kThreads, stream, n, s.sizes[1], out, in, rows, f);
+  } else if (fits_32_bits(s, kOperands)) {
+    launch<strided_kernel<F, uint32_t>>(blocks_for(n), kThreads, stream, n, s, out, in, f);
   } else {
-    launch<strided_kernel<F>>(blocks_for(n), kThreads, stream, n, s, out, in, f);
+    launch<strided_kernel<F, int64_t>>(blocks_for(n), kThreads, stream, n, s, out, in, f);
   }
 }
 

@@ -23,21 +23,38 @@ inline bool all_contiguous(const Strided& s, int operands) {
   return true;
 }
 
-// The element offsets of the operands 0..kOperands-1 at flat row-major index i of s's sizes.
-template <int kOperands>
+// Whether every flat index of s and every element offset of its first `operands` operands fits in 32 bits, so that
+// strided_offsets may compute in uint32_t (a 64-bit division costs several times a 32-bit one, and a strided kernel
+// divides once per dim and element).
+inline bool fits_32_bits(const Strided& s, int operands) {
+  constexpr int64_t kLimit = 0xffffffffLL;
+  if (elements_of(s) > kLimit) return false;
+  for (int k = 0; k < operands; ++k) {
+    int64_t last = 0;
+    for (int d = 0; d < s.ndim; ++d) last += (s.sizes[d] - 1) * s.strides[k][d];
+    if (last > kLimit) return false;
+  }
+  return true;
+}
+
+// The element offsets of the operands 0..kOperands-1 at flat row-major index i of s's sizes, computed in Index
+// (uint32_t only where fits_32_bits(s, kOperands)).
+template <int kOperands, typename Index = int64_t>
 __device__ inline void strided_offsets(int64_t i, const Strided& s, int64_t (&offset)[kMaxOperands]) {
-#pragma unroll
-  for (int k = 0; k < kMaxOperands; ++k) offset[k] = 0;
-  int64_t rest = i;
+  Index at[kMaxOperands] = {};
+  auto rest = static_cast<Index>(i);
 #pragma unroll
   for (int d = kMaxDims - 1; d >= 0; --d) {
     if (d < s.ndim) {
-      const int64_t coordinate = rest % s.sizes[d];
-      rest /= s.sizes[d];
+      const auto size = static_cast<Index>(s.sizes[d]);
+      const Index coordinate = rest % size;
+      rest /= size;
 #pragma unroll
-      for (int k = 0; k < kOperands; ++k) offset[k] += coordinate * s.strides[k][d];
+      for (int k = 0; k < kOperands; ++k) at[k] += coordinate * static_cast<Index>(s.strides[k][d]);
     }
   }
+#pragma unroll
+  for (int k = 0; k < kMaxOperands; ++k) offset[k] = k < kOperands ? static_cast<int64_t>(at[k]) : 0;
 }
 
 }  // namespace tandem::cuda::kernels
