@@ -358,6 +358,9 @@ TEST_P(ClassLoss, BadTargetsAndOptionsAreErrors) {
                "nn::nll_loss: target[2] is -3 but expected a class index in [0, 4) or ignore_index -100");
   EXPECT_ERROR(nn::cross_entropy(logits, labels({1, -100, 0}, device()), {.ignore_index = 0}),
                "target[1] is -100 but expected a class index in [0, 4) or ignore_index 0");
+  // class indices pass through float32 on the device (Note [Class targets] in nn/src/loss_class.cpp)
+  EXPECT_ERROR(nn::cross_entropy(Tensor::zeros({1, (int64_t{1} << 24) + 1}, device()), labels({0}, device())),
+               "nn::cross_entropy: input has 16777217 classes but class-index targets take at most 16777216 (2^24)");
   EXPECT_ERROR(nn::cross_entropy(logits, Tensor::from_vector({1.0f, 2.0f, 0.0f}, {3}, device())),
                "nn::cross_entropy: target is float32 but expected int64 class indices (convert with "
                ".to(DType::Int64))");

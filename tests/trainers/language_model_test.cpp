@@ -41,6 +41,7 @@ struct RunSetup {
   int64_t lr_decay_steps = 0;    // 0: none (steps)
   std::string resume;            // a checkpoint to start from
   std::string checkpoint;        // written after the last step
+  bool capture = true;
 };
 
 TrainedRun train(const RunSetup& setup) {
@@ -52,7 +53,8 @@ TrainedRun train(const RunSetup& setup) {
   LanguageModelTrainer trainer(
       gpt, {.devices = setup.devices, .steps = setup.steps, .batch_size = 8, .lr = 3e-3, .warmup_steps = 5,
             .lr_decay_steps = setup.lr_decay_steps > 0 ? std::optional<int64_t>(setup.lr_decay_steps) : std::nullopt,
-            .eval_every = setup.eval_every > 0 ? setup.eval_every : setup.steps / 2, .eval_batches = 4, .seed = 11});
+            .eval_every = setup.eval_every > 0 ? setup.eval_every : setup.steps / 2, .eval_batches = 4,
+            .capture = setup.capture, .seed = 11});
   if (!setup.resume.empty()) trainer.load_checkpoint(setup.resume);
   TrainedRun run{trainer.fit(train, val), {}};
   if (!setup.checkpoint.empty()) trainer.save_checkpoint(setup.checkpoint);
@@ -89,6 +91,23 @@ TEST(LanguageModelTrainer, LearnsASmallTextFarBelowTheUniformLoss) {
   EXPECT_GT(run.result.tokens_per_second, 0.0);
   EXPECT_EQ(run.result.captured_steps, 0);
   EXPECT_NE(run.result.eager_reason.find("capture needs CUDA devices"), std::string::npos) << run.result.eager_reason;
+}
+
+// On a GPU every step after the warm-up is captured (the token embedding's index checks and the loss's class
+// targets run on the device: Note [Index checks on the device] in core/src/backend.h), dropout included, and the
+// captured run follows the eager one to float rounding.
+TEST(LanguageModelTrainer, CapturedStepsOnAGpuFollowTheEagerRun_CUDA) {
+  TANDEM_REQUIRE_GPUS(1);
+  const TrainedRun captured = train({.devices = {Device::cuda(0)}, .steps = 20, .dropout = 0.1});
+  const TrainedRun eager = train({.devices = {Device::cuda(0)}, .steps = 20, .dropout = 0.1, .capture = false});
+  EXPECT_EQ(captured.result.eager_reason, "");
+  EXPECT_GE(captured.result.captured_steps, 18);
+  EXPECT_EQ(eager.result.captured_steps, 0);
+  EXPECT_NEAR(captured.result.train_loss, eager.result.train_loss, 1e-4 * std::abs(eager.result.train_loss));
+  EXPECT_NEAR(captured.result.val_loss, eager.result.val_loss, 1e-4 * std::abs(eager.result.val_loss));
+  ASSERT_EQ(captured.parameters.size(), eager.parameters.size());
+  for (size_t i = 0; i < eager.parameters.size(); ++i)
+    EXPECT_LT(testing::scaled_deviation(captured.parameters[i], eager.parameters[i]), 1e-4) << "parameter " << i;
 }
 
 // The same global batches cut over two devices give the one-device run's losses and parameters.

@@ -77,7 +77,8 @@ parallel::ReplicatedOptimizer::Factory nanogpt_adamw(const LanguageModelOptions&
     bool decaying = false;
     for (Tensor& p : parameters) {
       const bool matrix = p.dim() >= 2;
-      if (groups.empty() || matrix != decaying) groups.push_back({.options = matrix ? decayed : plain});
+      if (groups.empty() || matrix != decaying)
+        groups.push_back({.parameters = {}, .options = matrix ? decayed : plain});
       decaying = matrix;
       groups.back().parameters.push_back(std::move(p));
     }
