@@ -15,49 +15,62 @@
 namespace tandem::backend {
 namespace {
 
-// The first bad index a check kernel found on one device. Written by the device (claimed by an atomic, so one
-// writer), read by the host only after waiting for the device.
+// The first bad index a check kernel found on one device, in mapped page-locked host memory: written by the one
+// thread that won the device's claim word (device memory: atomics on host memory need PCIe atomics), `found` last,
+// and read by the host only after waiting for the device.
 struct IndexFault {
-  unsigned int claimed;
+  unsigned int found;
   const char* caller;
   int64_t value, position, limit, dim;
+};
+
+// One device's record and its claim word.
+struct FaultRecord {
+  IndexFault* fault = nullptr;
+  unsigned int* claim = nullptr;
 };
 
 constexpr int kMaxDevices = 64;
 
 __device__ void check_index_kernel(int64_t n, cuda::kernels::Strided s, const int64_t* index, int64_t limit,
                                    int64_t dim, bool has_ignore, int64_t ignore, const char* caller,
-                                   IndexFault* fault) {
+                                   FaultRecord record) {
   for (int64_t i = cuda::kernels::global_thread(); i < n; i += cuda::kernels::grid_threads()) {
     int64_t offset[cuda::kernels::kMaxOperands];
     cuda::kernels::strided_offsets<1>(i, s, offset);
     const int64_t v = index[offset[0]];
     if ((v >= 0 && v < limit) || (has_ignore && v == ignore)) continue;
-    if (atomicCAS(&fault->claimed, 0u, 1u) == 0u) {
+    if (atomicCAS(record.claim, 0u, 1u) == 0u) {
+      IndexFault* fault = record.fault;
       fault->caller = caller;
       fault->value = v;
       fault->position = i;
       fault->limit = limit;
       fault->dim = dim;
       __threadfence_system();
+      fault->found = 1u;
     }
   }
 }
 
 // Each device's record, allocated on first use and kept for the process.
-IndexFault* fault_record(int device) {
+FaultRecord fault_record(int device) {
   static std::mutex mutex;
-  static std::array<IndexFault*, kMaxDevices> records{};
+  static std::array<FaultRecord, kMaxDevices> records{};
   TANDEM_CHECK(device >= 0 && device < kMaxDevices, "index checks: CUDA device ", device, " is beyond the ",
                kMaxDevices, " devices tandem tracks");
   std::lock_guard<std::mutex> lock(mutex);
-  if (records[device] == nullptr) {
+  FaultRecord& record = records[device];
+  if (record.fault == nullptr) {
     cuda::DeviceGuard guard(device);
     void* memory = nullptr;
     TANDEM_CUDA_CHECK(cudaHostAlloc(&memory, sizeof(IndexFault), cudaHostAllocMapped | cudaHostAllocPortable));
-    records[device] = new (memory) IndexFault{};
+    void* claim = nullptr;
+    TANDEM_CUDA_CHECK(cudaMalloc(&claim, sizeof(unsigned int)));
+    TANDEM_CUDA_CHECK(cudaMemset(claim, 0, sizeof(unsigned int)));
+    record = {new (memory) IndexFault{}, static_cast<unsigned int*>(claim)};
   }
-  return records[device];
+  return record;
 }
 
 }  // namespace
@@ -67,20 +80,25 @@ void cuda_check_indices_on_device(const char* caller, const Tensor& index, int64
   const int64_t n = index.numel();
   if (n == 0) return;
   const int device = index.device().index();
-  IndexFault* fault = fault_record(device);
+  const FaultRecord record = fault_record(device);
   cuda::DeviceGuard guard(device);
   cuda::kernels::launch<check_index_kernel>(cuda::kernels::blocks_for(n), cuda::kernels::kThreads,
                                             cuda::compute_stream(device), n,
                                             cuda::collapse_dims(index.shape(), {&index.strides()}),
                                             static_cast<const int64_t*>(index.data_ptr()), limit, dim,
-                                            ignore_index.has_value(), ignore_index.value_or(0), caller, fault);
+                                            ignore_index.has_value(), ignore_index.value_or(0), caller, record);
 }
 
 void cuda_raise_index_fault(int device) {
-  volatile IndexFault* fault = fault_record(device);
-  if (fault->claimed == 0u) return;
+  const FaultRecord record = fault_record(device);
+  volatile IndexFault* fault = record.fault;
+  if (fault->found == 0u) return;
   const IndexFault found{1u, fault->caller, fault->value, fault->position, fault->limit, fault->dim};
-  fault->claimed = 0u;
+  fault->found = 0u;
+  {  // the next check may claim again, after the work issued so far
+    cuda::DeviceGuard guard(device);
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(record.claim, 0, sizeof(unsigned int), cuda::compute_stream(device)));
+  }
   if (found.dim >= 0)
     TANDEM_FAIL(found.caller, ": index ", found.value, " at position ", found.position,
                 " is out of range for dimension ", found.dim, " of size ", found.limit,
