@@ -9,24 +9,19 @@ namespace tandem {
 namespace {
 
 using testing::expect_values;
+using testing::to_double;
 
-std::vector<double> to_double(const Tensor& t) {
-  std::vector<double> out;
-  for (float v : t.to(Device::cpu()).contiguous().to_vector()) out.push_back(v);
-  return out;
-}
-
-struct Reference {
+struct LayerNormReference {
   std::vector<double> out, grad_x, grad_weight, grad_bias;
 };
 
 // The definition, and the gradients of sum(out * g): x, g [rows, cols]; w and b [cols] (1 and 0 when empty).
-Reference reference(const std::vector<double>& x, const std::vector<double>& g, int64_t cols, double eps,
+LayerNormReference layer_norm_reference(const std::vector<double>& x, const std::vector<double>& g, int64_t cols, double eps,
                     std::vector<double> w, std::vector<double> b) {
   if (w.empty()) w.assign(cols, 1.0);
   if (b.empty()) b.assign(cols, 0.0);
   const int64_t rows = static_cast<int64_t>(x.size()) / cols;
-  Reference r{std::vector<double>(x.size()), std::vector<double>(x.size()), std::vector<double>(cols, 0.0),
+  LayerNormReference r{std::vector<double>(x.size()), std::vector<double>(x.size()), std::vector<double>(cols, 0.0),
               std::vector<double>(cols, 0.0)};
   for (int64_t i = 0; i < rows; ++i) {
     double mean = 0.0, var = 0.0;
@@ -68,7 +63,7 @@ class LayerNormOpTest : public testing::EveryDevice {
     const Tensor out = layer_norm(x, normalized, w, b, eps);
     sum(out * g).backward();
     const int64_t cols = numel_of(normalized);
-    const Reference r = reference(to_double(x), to_double(g), cols, eps, with_weight ? to_double(w) : std::vector<double>{},
+    const LayerNormReference r = layer_norm_reference(to_double(x), to_double(g), cols, eps, with_weight ? to_double(w) : std::vector<double>{},
                                   with_bias ? to_double(b) : std::vector<double>{});
     expect_values(out, r.out, shape, 1e-5, 1e-5);
     expect_values(x.grad(), r.grad_x, shape, 1e-4, 1e-4);
@@ -106,7 +101,7 @@ TEST_P(LayerNormOpTest, NoRowsGiveEmptyOutputsAndZeroParameterGradients) {
 TEST_P(LayerNormOpTest, ReadsStridedInputs) {
   const Tensor x = Tensor::randn({6, 5}, device());
   const Tensor t = x.t();  // [5, 6], not contiguous
-  const Reference r = reference(to_double(t), std::vector<double>(30, 0.0), 6, 1e-5, {}, {});
+  const LayerNormReference r = layer_norm_reference(to_double(t), std::vector<double>(30, 0.0), 6, 1e-5, {}, {});
   expect_values(layer_norm(t, {6}), r.out, {5, 6}, 1e-5, 1e-5);
 }
 

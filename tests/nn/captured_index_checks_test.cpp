@@ -15,7 +15,7 @@ namespace {
 using testing::kGpu;
 
 // Replays `graph` with `from` copied into its static input `to` first.
-void feed(DeviceGraph& graph, const Tensor& from, const Tensor& to) {
+void replay_fed(DeviceGraph& graph, const Tensor& from, const Tensor& to) {
   const DeviceGraph::Feed feeds[] = {{from, to}};
   graph.replay(feeds);
 }
@@ -36,17 +36,17 @@ TEST(CapturedIndexChecksCUDA, IndexSelectReplaysAndReportsABadIndexAtTheNextCopy
 
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{1, 9, 2}, {3}, kGpu);
   const Tensor good = Tensor::from_vector(std::vector<int64_t>{2, 1, 0}, {3}, kGpu);
-  feed(graph, bad, index);
+  replay_fed(graph, bad, index);
   EXPECT_ERROR(out.to_vector(),
                "index_select: index 9 at position 1 is out of range for dimension 0 of size 4 (found on cuda:0");
   const std::vector<float> skipped = out.to_vector();  // raised once: the device goes on
   EXPECT_EQ(skipped[0], 10.f);
   EXPECT_TRUE(std::isnan(skipped[2]) && std::isnan(skipped[3]));
-  feed(graph, good, index);
+  replay_fed(graph, good, index);
   EXPECT_EQ(out.to_vector(), (std::vector<float>{20, 21, 10, 11, 0, 1}));
 
   // found by a replay the host did not read back: the next replay raises it
-  feed(graph, bad, index);
+  replay_fed(graph, bad, index);
   StreamMarker::record(kGpu).synchronize();
   EXPECT_ERROR(graph.replay(), "index_select: index 9 at position 1");
 }
@@ -63,7 +63,7 @@ TEST(CapturedIndexChecksCUDA, ScatterAddSkipsABadIndex) {
   graph.replay();
   EXPECT_EQ(out.to_vector(), (std::vector<float>{4, 0, 3}));
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{-1, 2, 0}, {3}, kGpu);
-  feed(graph, bad, index);
+  replay_fed(graph, bad, index);
   EXPECT_ERROR(out.to_vector(), "scatter_add: index -1 at position 0 is out of range for dimension 0 of size 3");
   EXPECT_EQ(out.to_vector(), (std::vector<float>{4, 0, 2}));
 }
@@ -93,7 +93,7 @@ TEST(CapturedIndexChecksCUDA, CrossEntropyOfCapturedTargetsEqualsTheEagerLoss) {
     for (size_t i = 0; i < grad.size(); ++i) EXPECT_NEAR(grad[i], eager_grad[i], 1e-6) << i;
   }
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{4, 0, 7, 2, 2, 1}, {6}, kGpu);
-  feed(graph, bad, target);
+  replay_fed(graph, bad, target);
   EXPECT_ERROR(loss.item<float>(), "nn::cross_entropy: index 7 at position 2 is out of range for 5 classes");
 }
 

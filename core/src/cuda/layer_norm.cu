@@ -11,7 +11,6 @@
 namespace tandem::cuda::kernels {
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // kVec consecutive floats of a row, moved by one access.
