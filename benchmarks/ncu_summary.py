@@ -15,13 +15,17 @@ import sys
 from collections import defaultdict
 
 
+def without_namespaces(name: str) -> str:
+    return re.sub(r"(?:\w+|<unnamed>|\(anonymous namespace\))::", "", name)
+
+
 def family(name: str) -> str:
-    # tandem's launches are dependent_kernel<&body<...>, ...>: name them by the body
-    body = re.search(r"dependent_kernel<&?(?:[\w:]+::)?(\w+)(?:<([^,>]*))?", name)
+    # tandem's launches are dependent_kernel<&body<first template argument...>, parameters...>: name them by the body
+    body = re.search(r"dependent_kernel<&([^,]*)", name)
     if body:
-        first = body.group(2)
-        return body.group(1) + (f"<{first.split('::')[-1]}>" if first else "")
-    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+        text = without_namespaces(body.group(1))
+        return text + ">" * (text.count("<") - text.count(">"))
+    return without_namespaces(re.split(r"[<(]", name.replace("void ", "", 1), maxsplit=1)[0].strip())
 
 
 def main() -> int:

@@ -46,9 +46,9 @@ bool broadcasts_to(const Shape& shape, const Shape& target) {
 namespace detail {
 
 Tensor causal_bias(int64_t queries, int64_t keys, Device device) {
-  const Tensor rows = Tensor::arange(queries, DType::Float32, device).reshape({queries, 1});
-  const Tensor columns = Tensor::arange(keys, DType::Float32, device).reshape({1, keys});
-  return where(gt(columns, rows), Tensor::full({}, -std::numeric_limits<float>::infinity(), device),
+  // made on the device (no host values), so that a captured step may build it
+  const Tensor after_the_query = triu(Tensor::ones({queries, keys}, device), 1);  // key j > query i
+  return where(after_the_query, Tensor::full({}, -std::numeric_limits<float>::infinity(), device),
                Tensor::zeros({}, device));
 }
 
