@@ -14,6 +14,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -210,6 +211,18 @@ std::string formatted(const char* pattern, Args... args) {
   std::snprintf(text, sizeof(text), pattern, args...);
   return text;
 }
+
+// The device that a --device cuda|cpu flag names: cuda:0 or cpu:0; none, having said so, for cuda when no GPU is
+// visible (the benchmark then has nothing to measure).
+inline std::optional<Device> flag_device(const std::string& flag, std::string_view program) {
+  if (flag != "cuda") return Device::cpu();
+  if (cuda_device_count() >= 1) return Device::cuda(0);
+  std::cout << program << ": no GPU visible; nothing to measure (--device cpu runs on the CPU)\n";
+  return std::nullopt;
+}
+
+// A time in milliseconds as a table cell: three decimals below 10 ms, one above.
+inline std::string ms_cell(double ms) { return formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
 
 // "4 KB", "64 MB": a buffer size as the tables print it.
 inline std::string size_label(size_t bytes) {

@@ -136,29 +136,25 @@ std::pair<double, std::string> time_step(const tandem::Device& device, const Opt
   return {ms, timing.captured && !step.captured() ? step.fallback_reason() : std::string()};
 }
 
-std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
-
 int run(const Options& options) {
-  const bool cuda = options.device == "cuda";
-  if (cuda && tandem::cuda_device_count() < 1) {
-    std::cout << "cnn_bench: no GPU visible; nothing to measure (--device cpu runs on the CPU)\n";
-    return 0;
-  }
+  const std::optional<tandem::Device> chosen = bench::flag_device(options.device, "cnn_bench");
+  if (!chosen) return 0;
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
-  const tandem::Device device = cuda ? tandem::Device::cuda(0) : tandem::Device::cpu();
+  const tandem::Device device = *chosen;
+  const bool cuda = device.is_cuda();
   std::ostringstream table;
   table << "| optimizer | step | eager | captured |\n|---|---|---|---|\n";
   for (const bool adam : {false, true}) {
     for (const bool loop : {false, true}) {
       table << "| " << (adam ? "Adam" : "SGD, momentum 0.9") << " | "
             << (loop ? "in a loop of " + std::to_string(kLoop) : std::string("synchronized")) << " | "
-            << cell(time_step(device, options, {.adam = adam, .loop = loop}).first) << " | ";
+            << bench::ms_cell(time_step(device, options, {.adam = adam, .loop = loop}).first) << " | ";
       if (!cuda) {
         table << "- |\n";  // capture needs a CUDA device
         continue;
       }
       const auto [ms, fallback] = time_step(device, options, {.adam = adam, .captured = true, .loop = loop});
-      table << cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
+      table << bench::ms_cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
       if (!fallback.empty()) std::cerr << "captured step ran eagerly: " << fallback << "\n";
     }
   }

@@ -183,16 +183,12 @@ int profile(const tandem::Device& device, const Options& options) {
 #endif
 }
 
-std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
-
 int run(const Options& options) {
-  const bool cuda = options.device == "cuda";
-  if (cuda && tandem::cuda_device_count() < 1) {
-    std::cout << "gpt_bench: no GPU visible; nothing to measure (--device cpu runs on the CPU)\n";
-    return 0;
-  }
+  const std::optional<tandem::Device> chosen = bench::flag_device(options.device, "gpt_bench");
+  if (!chosen) return 0;
   if (!options.markdown.empty()) tandem::check_writable(options.markdown, "--markdown");
-  const tandem::Device device = cuda ? tandem::Device::cuda(0) : tandem::Device::cpu();
+  const tandem::Device device = *chosen;
+  const bool cuda = device.is_cuda();
   if (!options.profile.empty()) return profile(device, options);
   const Workload w = workload(options);
   std::ostringstream table;
@@ -200,14 +196,14 @@ int run(const Options& options) {
   double step_ms = 0.0;
   for (const Phase phase : {Phase::Forward, Phase::ForwardBackward, Phase::Step}) {
     const double eager = time_phase(device, options, phase, false).first;
-    table << "| " << name_of(phase) << " | " << cell(eager) << " | ";
+    table << "| " << name_of(phase) << " | " << bench::ms_cell(eager) << " | ";
     step_ms = eager;
     if (phase != Phase::Step || !cuda) {
       table << "- |\n";  // only the step is captured, and only on a CUDA device
       continue;
     }
     const auto [ms, fallback] = time_phase(device, options, phase, true);
-    table << cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
+    table << bench::ms_cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
     if (fallback.empty()) step_ms = ms;
     if (!fallback.empty()) std::cerr << "captured step ran eagerly: " << fallback << "\n";
   }

@@ -183,8 +183,6 @@ double time_step(const Workload& workload, const std::vector<tandem::Device>& de
 }
 
 // Milliseconds as the table prints them.
-std::string cell(double ms) { return bench::formatted(ms < 10 ? "%.3f" : "%.1f", ms); }
-
 // The --widths sweep: one JSON line per width and mode, on `gpus` GPUs.
 int sweep(const Options& options, int gpus) {
   tandem::check_writable(options.jsonl, "--jsonl");
@@ -245,7 +243,7 @@ int run(const Options& options) {
           if (captured && !loop && !options.dot.empty() && workload.key == "seed") {
             timing.dot = options.dot + "-" + std::to_string(count) + "gpu.dot";
           }
-          table << " | " << cell(time_step(workload, layouts[l], timing));
+          table << " | " << bench::ms_cell(time_step(workload, layouts[l], timing));
           if (captured && !loop) {
             kernels << "- " << workload.name << ", " << count << (count == 1 ? " GPU: " : " GPUs: ") << graph_kernels
                     << " kernels in the captured graph\n";
@@ -254,7 +252,8 @@ int run(const Options& options) {
       }
       table << " | "
             << (layouts.size() > 1
-                    ? cell(time_step(workload, layouts[1], {.captured = true, .loop = loop, .resident = true}))
+                    ? bench::ms_cell(
+                          time_step(workload, layouts[1], {.captured = true, .loop = loop, .resident = true}))
                     : std::string("-"))
             << " |\n";
     }

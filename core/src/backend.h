@@ -40,6 +40,10 @@ struct GemmOptions {
   Precision precision = Precision::Float32;
 };
 
+// The data of an optional operand: nullptr when t is undefined (a kernel argument that may be absent).
+inline const float* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
+inline float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.mutable_data() : nullptr; }
+
 // One fused attention call (Backend::attention_forward / attention_backward; Note [Fused attention] in
 // cuda/attention.h): q [B1, B2, L, E], k and v [B1, B2, S, E] (each operand may split its N = B1 * B2 matrices
 // differently, the matrices in the same row-major order), all of one dtype, float32 (products in float32) or

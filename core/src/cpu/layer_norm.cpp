@@ -4,13 +4,8 @@
 #include <vector>
 
 namespace tandem::cpu {
-namespace {
-
-// The data of t, or nullptr when t is undefined.
-const float* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
-float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.mutable_data() : nullptr; }
-
-}  // namespace
+using backend::data_or_null;
+using backend::mutable_data_or_null;
 
 void layer_norm_forward(const LayerNormCall& call, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const int64_t cols = call.cols;

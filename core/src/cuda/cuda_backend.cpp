@@ -1,7 +1,8 @@
 // The CUDA backend: cuBLAS and cuBLASLt for matrix products (gemm.cpp, with small_products.cu), own kernels for the
-// rest (elementwise.cu, reductions.cu, layer_norm.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the tensors' device
-// current and enqueues its work on that device's compute stream (Note [Streams] in context.h), except the
-// optimizers' list updates asked to run on the communication stream; only the host transfers wait for the device.
+// rest (elementwise.cu, reductions.cu, layer_norm.cu, optimizer_updates.cu, image_kernels.cu). Every call makes the
+// tensors' device current and enqueues its work on that device's compute stream (Note [Streams] in context.h),
+// except the optimizers' list updates asked to run on the communication stream; only the host transfers wait for
+// the device.
 
 #include <cuda_runtime.h>
 
@@ -51,8 +52,8 @@ class Scratch {
   void* ptr_;
 };
 
-const float* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
-float* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.mutable_data() : nullptr; }
+using backend::data_or_null;
+using backend::mutable_data_or_null;
 
 kernels::LayerNormArgs layer_norm_args(const backend::LayerNormCall& call) {
   return {call.x.data(), data_or_null(call.weight), data_or_null(call.bias), call.rows, call.cols, call.eps};
@@ -187,7 +188,7 @@ class CudaBackend final : public backend::Backend {
                            " but no momentum buffer was given");
     OnDevice on(param);
     kernels::sgd_update(param.mutable_data(), grad.data(), uses_buffer ? momentum_buffer.mutable_data() : nullptr,
-                        param.numel(), update, lr.defined() ? lr.data() : nullptr, on.stream);
+                        param.numel(), update, data_or_null(lr), on.stream);
   }
 
   void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -200,7 +201,7 @@ class CudaBackend final : public backend::Backend {
     OnDevice on(param);
     kernels::adam_update(param.mutable_data(), grad.data(), exp_avg.mutable_data(), exp_avg_sq.mutable_data(),
                          update.amsgrad ? max_exp_avg_sq.mutable_data() : nullptr, param.numel(), update,
-                         step_factors.defined() ? step_factors.data() : nullptr, on.stream);
+                         data_or_null(step_factors), on.stream);
   }
 
   // Note [Updates on the communication stream] in fused.h: the list forms run on the stream the caller chose.
@@ -212,7 +213,7 @@ class CudaBackend final : public backend::Backend {
       entries.push_back({.param = p.param.mutable_data(),
                          .grad = p.grad.data(),
                          .momentum_buffer = uses_buffer ? p.momentum_buffer.mutable_data() : nullptr,
-                         .lr = p.lr.defined() ? p.lr.data() : nullptr,
+                         .lr = data_or_null(p.lr),
                          .n = p.param.numel(),
                          .update = p.update});
     }
@@ -229,7 +230,7 @@ class CudaBackend final : public backend::Backend {
                          .exp_avg = p.exp_avg.mutable_data(),
                          .exp_avg_sq = p.exp_avg_sq.mutable_data(),
                          .max_exp_avg_sq = p.update.amsgrad ? p.max_exp_avg_sq.mutable_data() : nullptr,
-                         .step_factors = p.step_factors.defined() ? p.step_factors.data() : nullptr,
+                         .step_factors = data_or_null(p.step_factors),
                          .n = p.param.numel(),
                          .update = p.update});
     }
@@ -349,7 +350,8 @@ class CudaBackend final : public backend::Backend {
     OnDevice on(target);
     const Shape base = strides_without(target, dim);
     kernels::scatter_add(src.data(), target.size(dim), target.strides()[dim], index.data_as<int64_t>(),
-                         target.mutable_data(), collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
+                         target.mutable_data(),
+                         collapse_dims(index.shape(), {&src.strides(), &index.strides(), &base}), on.stream);
   }
 
  private:

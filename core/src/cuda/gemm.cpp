@@ -112,8 +112,8 @@ kernels::SmallProduct small_product(const Tensor& a, const Tensor& b, const back
           .bfloat16 = a.dtype() == DType::BFloat16,
           .out = out.mutable_data(),
           .accumulate = options.accumulate,
-          .a_row_sums = options.a_row_sums.defined() ? options.a_row_sums.mutable_data() : nullptr,
-          .bias = options.bias.defined() ? options.bias.data() : nullptr,
+          .a_row_sums = backend::mutable_data_or_null(options.a_row_sums),
+          .bias = backend::data_or_null(options.bias),
           .relu = options.relu};
 }
 
@@ -231,7 +231,7 @@ void product_of_row_major_copy(const Tensor& a, const Tensor& b, const backend::
     product.a_row_sums = Tensor();
   }
   kernels::transpose(a.data(), m, k, a.strides()[1], rows.mutable_data(),
-                     tile_sums.defined() ? tile_sums.mutable_data() : nullptr, stream);
+                     backend::mutable_data_or_null(tile_sums), stream);
   if (tile_sums.defined()) {
     kernels::sum_dim(tile_sums.data(), options.a_row_sums.mutable_data(), 1, tile_sums.size(0), m, stream);
   }
