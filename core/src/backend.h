@@ -110,13 +110,14 @@ class Backend {
   // out (any shape, contiguous) = scale * scalar, where scalar is a one-element tensor on the device
   // (no host round trip: this is the backward of sum/mean)
   virtual void broadcast_scalar(const Tensor& scalar, float scale, const Tensor& out) = 0;
-  // out (contiguous, N * L * E elements in [B1, B2, L, E] order, float32 or bfloat16) = softmax(scale * q k^T with
-  // the causal mask) v, and lse (contiguous float32, N * L) = each row's logsumexp of its scaled scores (-inf, and a
-  // NaN out, for a row without keys). L, S or N may be 0.
+  // out ([B1, B2, L, E] in an operand's layout, float32 or bfloat16) = softmax(scale * q k^T with the causal mask) v,
+  // and lse (contiguous float32, N * L) = each row's logsumexp of its scaled scores (-inf, and a NaN out, for a row
+  // without keys). L, S or N may be 0.
   virtual void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) = 0;
-  // grad_q, grad_k, grad_v (contiguous float32, q's, k's and v's sizes) = the gradients of sum(grad_out * out) for
-  // the forward's out and lse, the softmax recomputed from lse. grad_out: q's dtype, [B1, B2, L, E] with an operand's
-  // layout (as q's); out: the forward's.
+  // grad_q, grad_k, grad_v (float32, q's, k's and v's sizes, each in an operand's layout and dense: its elements
+  // fill numel() places from its start) = the gradients of sum(grad_out * out) for the forward's out and lse, the
+  // softmax recomputed from lse. grad_out: q's dtype, [B1, B2, L, E] with an operand's layout (as q's); out: the
+  // forward's.
   virtual void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out,
                                   const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k,
                                   const Tensor& grad_v) = 0;
@@ -156,6 +157,10 @@ class Backend {
   // out (one element, contiguous) = (sum |x|^ord)^(1/ord), or max |x| when ord is +infinity; 0 when x is empty.
   // x contiguous, ord > 0.
   virtual void vector_norm(const Tensor& x, double ord, const Tensor& out) = 0;
+  // out[i] = x[i] * mask.factor(i) (detail::DropoutMask, its place resolved in the kernel): dropout with the mask
+  // drawn where it is applied, never stored (Note [Dropout drawn in place] in ops/dropout_ops.cpp). x and out
+  // contiguous float32 of one size; out may be x.
+  virtual void apply_dropout(const Tensor& x, const detail::DropoutMask& mask, const Tensor& out) = 0;
   // x *= min(max_norm / (*norm + 1e-6), 1) in float32, with norm a one-element tensor read on the device (NaN
   // propagates). Both contiguous.
   virtual void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) = 0;

@@ -1,6 +1,7 @@
 #include "tandem/core/shape.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "tandem/core/error.h"
 
@@ -52,6 +53,19 @@ int64_t checked_sum(const std::vector<int64_t>& sizes, const char* caller, const
                  " sum to more than 2^63 - 1");
   }
   return total;
+}
+
+Shape dense_strides_like(const Shape& shape, const Shape& strides) {
+  std::vector<size_t> order(shape.size());  // outermost first
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  Shape dense(shape.size());
+  int64_t stride = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    dense[order[i]] = stride;
+    stride *= std::max<int64_t>(shape[order[i]], 1);
+  }
+  return dense;
 }
 
 Shape contiguous_strides(const Shape& shape) {

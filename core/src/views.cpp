@@ -167,19 +167,58 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
       });
 }
 
+namespace {
+
+// Note [Split gradients]: the parts of split() (and chunk()) are the outputs of one node, so its backward writes
+// every part's gradient into its own slice of one new tensor. Parts taken by narrow() one by one would each scatter
+// their gradient into a zero tensor of the input's size, and the engine would then sum those full-size tensors: for
+// the query, key and value of a packed [B, T, 3C] projection, three fills and two additions of the whole gradient
+// that this node never makes.
+class SplitFunction final : public Function {
+ public:
+  SplitFunction(int64_t dim, std::vector<int64_t> sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor& x = in[0];
+    input_shape_ = x.shape();
+    std::vector<Tensor> parts;
+    int64_t start = 0;
+    for (const int64_t size : sizes_) {
+      Shape shape = input_shape_;
+      shape[dim_] = size;
+      parts.push_back(raw::alias(x, shape, x.strides(), x.storage_offset() + start * x.strides()[dim_]));
+      start += size;
+    }
+    return parts;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor full = raw::allocate(input_shape_, grads[0].dtype(), grads[0].device(), false, "Tensor::split");
+    int64_t start = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      Shape shape = input_shape_;
+      shape[dim_] = sizes_[i];
+      raw::copy(grads[i], raw::alias(full, shape, full.strides(), start * full.strides()[dim_]));
+      start += sizes_[i];
+    }
+    return {full};
+  }
+  std::string name() const override { return "SplitBackward"; }
+
+ private:
+  int64_t dim_;
+  std::vector<int64_t> sizes_;
+  Shape input_shape_;
+};
+
+}  // namespace
+
 std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t dim) const {
   check_defined("split");
   const int64_t d = wrap_dim(dim, this->dim(), "Tensor::split");
   const int64_t total = checked_sum(sizes, "Tensor::split", "sizes");
   TANDEM_CHECK(total == shape()[d], "Tensor::split: sizes sum to ", total, " but dimension ", d, " has size ",
                shape()[d]);
-  std::vector<Tensor> parts;
-  int64_t start = 0;
-  for (int64_t size : sizes) {
-    parts.push_back(narrow(d, start, size));
-    start += size;
-  }
-  return parts;
+  if (sizes.empty()) return {};
+  return autograd::apply(std::make_shared<SplitFunction>(d, sizes), {*this});
 }
 
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {

@@ -34,7 +34,7 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   TANDEM_CHECK(input.defined(), "nn::dropout: the input is undefined");
   detail::check_dropout_p("nn::dropout", p);
   if (!training || p == 0.0) return input;
-  return apply_dropout_mask(input, input.shape(), p);
+  return dropout_drawn_in_place(input, p);  // the mask apply_dropout_mask would draw, never stored
 }
 
 Tensor Dropout::forward(const Tensor& input) {

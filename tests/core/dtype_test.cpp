@@ -180,6 +180,31 @@ TEST_P(DTypeTensorTest, ContiguousConversionsOfEveryLengthAndOffset) {
   }
 }
 
+// Views whose last dim runs in packs of four (attention heads, [B, T, 3 C] thirds) convert, copy and add four
+// elements at a time where their starts are aligned, one at a time where not: each element's own value either way.
+TEST_P(DTypeTensorTest, StridedViewsInPacksOfFourGiveEachElementsValue) {
+  std::vector<float> values;
+  for (int i = 0; i < 2 * 5 * 24; ++i) values.push_back(static_cast<float>(i % 97) * 1.0078125f - 40.5f);
+  const Tensor all = Tensor::from_vector(values, {2, 5, 24}, device());
+  for (const int64_t start : {0, 1, 4, 8}) {
+    SCOPED_TRACE("start " + std::to_string(start));
+    // [2, 2, 5, 8]: heads of 8 taken from a third of the last dim, transposed as attention reads them
+    const Tensor heads = all.narrow(2, start, 16).reshape({2, 5, 2, 8}).transpose(1, 2);
+    std::vector<float> want;  // heads[b, h, t, e] = all[b, t, start + 8 h + e]
+    for (int b = 0; b < 2; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int t = 0; t < 5; ++t)
+          for (int e = 0; e < 8; ++e) want.push_back(values[(b * 5 + t) * 24 + start + 8 * h + e]);
+    std::vector<float> rounded;
+    for (const float v : want) rounded.push_back(static_cast<float>(BFloat16(v)));
+    EXPECT_EQ(heads.contiguous().to_vector(), want);
+    EXPECT_EQ(heads.to(DType::BFloat16).to(DType::Float32).to_vector(), rounded);
+    std::vector<float> doubled;
+    for (const float v : want) doubled.push_back(v + v);
+    EXPECT_EQ((heads + heads).to_vector(), doubled);
+  }
+}
+
 TEST_P(DTypeTensorTest, StridedSourcesConvert) {
   const Tensor x = Tensor::from_vector({1.5f, 2.5f, 3.5f, -4.5f, 5.5f, 6.5f}, {2, 3}, device());
   EXPECT_EQ(x.t().to(DType::Int64).to_vector_as<int64_t>(), (std::vector<int64_t>{1, -4, 2, 5, 3, 6}));

@@ -69,6 +69,30 @@ TEST_F(FusedAttentionCpuTest, ReadsTransposedHeadsInPlaceWithTheSameValues) {
                         fused_attention(packed, packed, packed, 0.3, true), 1e-6, 1e-7);
 }
 
+// Note [Outputs in their inputs' layout]: heads split from one [B, T, 3 H E] projection give an out laid out as
+// [B, T, H, E] and gradients that reach the projection with the values of contiguous heads.
+TEST_F(FusedAttentionCpuTest, OutputAndGradientsKeepTheHeadsLayout) {
+  const int64_t B = 2, T = 5, H = 2, E = 32;
+  const Tensor x = Tensor::randn({B, T, 3 * H * E}), w = Tensor::randn({B, H, T, E});
+  const auto attend = [&](bool packed) {
+    const Tensor leaf = x.detach().clone().set_requires_grad();
+    std::vector<Tensor> heads = leaf.split({H * E, H * E, H * E}, 2);
+    for (Tensor& part : heads) {
+      part = part.reshape({B, T, H, E}).transpose(1, 2);
+      if (packed) part = part.contiguous();
+    }
+    const Tensor out = fused_attention(heads[0], heads[1], heads[2], 0.3, true);
+    sum(out * w).backward();
+    return std::make_pair(out.detach(), leaf.grad());
+  };
+  const auto [out, grad] = attend(false);
+  const auto [packed_out, packed_grad] = attend(true);
+  EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+  EXPECT_TRUE(packed_out.is_contiguous());
+  testing::expect_close(out, packed_out, 1e-6, 1e-7);
+  testing::expect_close(grad, packed_grad, 1e-6, 1e-7);
+}
+
 TEST_F(FusedAttentionCpuTest, ARowWithoutKeysIsNaN) {
   const Tensor q = Tensor::randn({1, 2, 32}), kv = Tensor::randn({1, 0, 32});
   const std::vector<double> out = to_double(fused_attention(q, kv, kv, 1.0));

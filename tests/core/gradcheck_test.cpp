@@ -68,6 +68,10 @@ TEST_P(GradcheckTest, Views) {
   gradcheck([](auto& in) { return in[0].view({4, 3}).t(); }, {input({3, 4})});
   gradcheck([](auto& in) { return in[0].t().reshape({-1}); }, {input({3, 4})});
   gradcheck([](auto& in) { return in[0].chunk(2)[1] + in[0].split({1, 2})[0]; }, {input({3, 2})});
+  gradcheck([](auto& in) {  // a strided input, one part unused
+    const std::vector<Tensor> parts = in[0].t().split({1, 2, 1}, 0);
+    return parts[2] * 3.0f + parts[0] * parts[0];
+  }, {input({3, 4})});
   gradcheck([](auto& in) { return in[0].expand({3, 4}); }, {input({4})});
   gradcheck([](auto& in) { return in[0].sum_to({1, 4}); }, {input({3, 4})});
   gradcheck([](auto& in) { return in[0].clone() * in[0].contiguous(); }, {input({3})});

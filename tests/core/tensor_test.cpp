@@ -128,6 +128,27 @@ TEST_P(TensorTest, ChunkFollowsTorchRules) {
   EXPECT_TRUE(parts[1].shares_storage_with(t));
 }
 
+// Note [Split gradients]: the parts are one node's outputs, and its backward writes each part's gradient into its
+// slice (zeros for a part that got none), also for parts of a strided input.
+TEST_P(TensorTest, SplitPartsShareOneGradientNode) {
+  Tensor x = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {2, 6}, device());
+  x.set_requires_grad(true);
+  const std::vector<Tensor> parts = x.split({2, 1, 3}, 1);
+  ASSERT_EQ(parts.size(), 3u);
+  ASSERT_NE(parts[0].grad_fn(), nullptr);
+  EXPECT_EQ(parts[0].grad_fn()->name(), "SplitBackward");
+  EXPECT_EQ(parts[0].grad_fn(), parts[2].grad_fn());
+  expect_values(parts[2], {3, 4, 5, 9, 10, 11}, {2, 3});
+  (sum(parts[0] * 2.0f) + sum(parts[2] * parts[2])).backward();  // parts[1] gets no gradient
+  expect_values(x.grad(), {2, 2, 0, 6, 8, 10, 2, 2, 0, 18, 20, 22}, {2, 6});
+
+  Tensor y = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {3, 2}, device());
+  y.set_requires_grad(true);
+  const std::vector<Tensor> columns = y.t().chunk(2, 0);  // [1, 3] views of a transpose
+  (sum(columns[0] * 3.0f) + sum(columns[1])).backward();
+  expect_values(y.grad(), {3, 1, 3, 1, 3, 1}, {3, 2});
+}
+
 TEST_P(TensorTest, CloneIsIndependent) {
   Tensor t = Tensor::from_vector({1, 2, 3}, {3}, device());
   Tensor c = t.clone();

@@ -51,6 +51,25 @@ TEST_P(DropoutTest, ReproducibleUnderASeedAndDifferentBetweenDraws) {
   EXPECT_EQ(dropout(x).to_vector(), on_stream);
 }
 
+// Note [Dropout drawn in place]: the kernel's mask is Tensor::rand(shape) >= p over the same draws, bit for bit, for
+// a strided input whose size is no multiple of 4, and the backward draws it again.
+TEST_P(DropoutTest, MaskIsTheUniformDrawsComparedWithP) {
+  const double p = 0.3;
+  const Tensor x = Tensor::randn({5, 37}, device()).t().set_requires_grad();  // [37, 5], not contiguous
+  const Tensor w = Tensor::randn({37, 5}, device());
+  manual_seed(9);
+  const Tensor y = nn::dropout(x, p);
+  sum(y * w).backward();
+  manual_seed(9);
+  const Tensor scaled_mask =
+      (Tensor::rand({37, 5}, device()) >= static_cast<float>(p)) * static_cast<float>(1.0 / (1.0 - p));
+  EXPECT_EQ(y.to_vector(), (x.detach() * scaled_mask).to_vector());
+  EXPECT_EQ(x.grad().to_vector(), (w * scaled_mask).to_vector());
+  EXPECT_EQ(y.grad_fn()->name(), "DropoutBackward");
+  EXPECT_ERROR(dropout_drawn_in_place(x.to(DType::BFloat16), p), "dropout");
+  EXPECT_ERROR(dropout_drawn_in_place(x, 1.0), "dropout: p is 1 but expected a probability in [0, 1)");
+}
+
 TEST_P(DropoutTest, IdentityInEvalAndForZeroP) {
   manual_seed(6);
   const Tensor x = Tensor::randn({4, 5}, device());

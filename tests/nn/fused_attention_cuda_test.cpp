@@ -149,6 +149,9 @@ TEST_F(FusedAttentionCudaTest, ReadsTransposedHeadViewsInPlace_CUDA) {
     };
     const Result got = run(x, y, z, w, fused), want = run(x, y, z, w, packed);
     expect_results(got, want, 1e-6, 1e-5, std::string("head views, ") + precision_name(precision));
+    // Note [Outputs in their inputs' layout]: out is [B, T, H, D] in memory, as the heads' views are.
+    EXPECT_TRUE(got.out.transpose(1, 2).is_contiguous());
+    EXPECT_TRUE(want.out.is_contiguous());
   }
 }
 

@@ -54,9 +54,10 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config)
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t batch = x.size(0), length = x.size(1), head_dim = n_embd_ / n_head_;
-  const Tensor qkv = c_attn->forward(x);  // [B, T, 3 C]
-  const auto heads = [&](int64_t part) {  // [B, n_head, T, head_dim], a view of qkv
-    return qkv.narrow(2, part * n_embd_, n_embd_).reshape({batch, length, n_head_, head_dim}).transpose(1, 2);
+  // q, k and v as views of one [B, T, 3 C] product; split gives their gradients one home (Note [Split gradients]).
+  const std::vector<Tensor> qkv = c_attn->forward(x).split({n_embd_, n_embd_, n_embd_}, 2);
+  const auto heads = [&](int64_t part) {  // [B, n_head, T, head_dim], a view of the product
+    return qkv[part].reshape({batch, length, n_head_, head_dim}).transpose(1, 2);
   };
   // The attention's products run in the module's precision, as c_attn's and c_proj's do.
   const tandem::detail::AutocastStateGuard products(precision() ? precision() : autocast_precision());

@@ -20,9 +20,12 @@ class Operand {
         batch1_(t.strides()[0]),
         batch2_(t.strides()[1]),
         row_(t.strides()[2]) {}
-  // Element (row, e) of matrix n (n = b1 * B2 + b2).
+  // Where element (row, e) of matrix n (n = b1 * B2 + b2) lies, in elements from the tensor's start.
+  int64_t index(int64_t n, int64_t row, int64_t e) const {
+    return (n / b2_) * batch1_ + (n % b2_) * batch2_ + row * row_ + e;
+  }
   double at(int64_t n, int64_t row, int64_t e) const {
-    const int64_t index = (n / b2_) * batch1_ + (n % b2_) * batch2_ + row * row_ + e;
+    const int64_t index = this->index(n, row, e);
     if (bfloat16_) {
       BFloat16 value;
       std::memcpy(&value, bytes_ + index * 2, 2);
@@ -39,17 +42,7 @@ class Operand {
   int64_t b2_, batch1_, batch2_, row_;
 };
 
-// Element i of the contiguous float32 or bfloat16 tensor t.
-double load(const Tensor& t, int64_t i) {
-  if (t.dtype() == DType::BFloat16) {
-    BFloat16 value;
-    std::memcpy(&value, static_cast<const unsigned char*>(t.data_ptr()) + i * 2, 2);
-    return static_cast<float>(value);
-  }
-  return t.data()[i];
-}
-
-// Writes v to element i of the contiguous float32 or bfloat16 tensor t.
+// Writes v to the element i places from the start of the float32 or bfloat16 tensor t.
 void store(const Tensor& t, int64_t i, double v) {
   if (t.dtype() == DType::BFloat16) {
     const BFloat16 value(static_cast<float>(v));
@@ -84,7 +77,7 @@ void dropout_factors(const AttentionCall& call, int64_t n, int64_t i, int64_t L,
 
 void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) {
   const int64_t N = call.q.size(0) * call.q.size(1), L = call.q.size(2), S = call.k.size(2), E = call.q.size(3);
-  const Operand q(call.q), k(call.k), v(call.v);
+  const Operand q(call.q), k(call.k), v(call.v), o(out);
   std::vector<double> p(static_cast<size_t>(S)), z(static_cast<size_t>(S));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t i = 0; i < L; ++i) {
@@ -99,7 +92,7 @@ void attention_forward(const AttentionCall& call, const Tensor& out, const Tenso
       for (int64_t e = 0; e < E; ++e) {
         double value = 0;
         for (int64_t j = 0; j < S; ++j) value += p[j] * z[j] * v.at(n, j, e);
-        store(out, (n * L + i) * E + e, value / total);  // 0 / 0 = NaN without keys
+        store(out, o.index(n, i, e), value / total);  // 0 / 0 = NaN without keys
       }
     }
   }
@@ -110,7 +103,7 @@ void attention_forward(const AttentionCall& call, const Tensor& out, const Tenso
 void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out, const Tensor& lse,
                         const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) {
   const int64_t N = call.q.size(0) * call.q.size(1), L = call.q.size(2), S = call.k.size(2), E = call.q.size(3);
-  const Operand q(call.q), k(call.k), v(call.v), dout(grad_out);
+  const Operand q(call.q), k(call.k), v(call.v), o(out), dout(grad_out);
   std::vector<double> dq(static_cast<size_t>(N * L * E)), dk(static_cast<size_t>(N * S * E)),
       dv(static_cast<size_t>(N * S * E)), p(static_cast<size_t>(S)), z(static_cast<size_t>(S));
   for (int64_t n = 0; n < N; ++n) {
@@ -119,7 +112,7 @@ void attention_backward(const AttentionCall& call, const Tensor& out, const Tens
       dropout_factors(call, n, i, L, S, z);
       const double row_lse = lse.data()[n * L + i];
       double d = 0;
-      for (int64_t e = 0; e < E; ++e) d += dout.at(n, i, e) * load(out, (n * L + i) * E + e);
+      for (int64_t e = 0; e < E; ++e) d += dout.at(n, i, e) * o.at(n, i, e);
       for (int64_t j = 0; j < S; ++j) {
         const double pj = std::exp(p[j] - row_lse);
         if (pj == 0.0) continue;  // left out (or underflowed): no contribution
@@ -134,9 +127,16 @@ void attention_backward(const AttentionCall& call, const Tensor& out, const Tens
       }
     }
   }
-  for (size_t i = 0; i < dq.size(); ++i) grad_q.mutable_data()[i] = static_cast<float>(dq[i]);
-  for (size_t i = 0; i < dk.size(); ++i) grad_k.mutable_data()[i] = static_cast<float>(dk[i]);
-  for (size_t i = 0; i < dv.size(); ++i) grad_v.mutable_data()[i] = static_cast<float>(dv[i]);
+  const auto write = [E](const Tensor& grad, const std::vector<double>& values, int64_t matrices, int64_t rows) {
+    const Operand place(grad);
+    for (int64_t n = 0; n < matrices; ++n)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t e = 0; e < E; ++e)
+          store(grad, place.index(n, i, e), values[static_cast<size_t>((n * rows + i) * E + e)]);
+  };
+  write(grad_q, dq, N, L);
+  write(grad_k, dk, N, S);
+  write(grad_v, dv, N, S);
 }
 
 }  // namespace tandem::cpu

@@ -311,6 +311,13 @@ class CpuBackend final : public Backend {
     out.mutable_data()[0] = static_cast<float>(result);
   }
 
+  void apply_dropout(const Tensor& x, const detail::DropoutMask& mask, const Tensor& out) override {
+    const detail::DropoutMask drawn = mask.resolved();
+    const float* in = x.data();
+    float* result = out.mutable_data();
+    for (int64_t i = 0; i < x.numel(); ++i) result[i] = in[i] * drawn.factor(static_cast<uint64_t>(i));
+  }
+
   void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) override {
     // As PyTorch evaluates max_norm / (norm + 1e-6): the reciprocal times max_norm, then clamped to at most 1.
     float factor = (1.0f / (norm.data()[0] + 1e-6f)) * max_norm;

@@ -8,12 +8,20 @@
 namespace tandem::cuda {
 namespace {
 
-kernels::AttentionOperand operand_of(const Tensor& t) {
-  return {t.data_ptr(), t.size(1), t.strides()[0], t.strides()[1], t.strides()[2]};
+kernels::AttentionLayout layout_of(const Tensor& t) {
+  return {t.size(1), t.strides()[0], t.strides()[1], t.strides()[2]};
 }
 
-kernels::AttentionProblem problem_of(const backend::AttentionCall& call) {
+kernels::AttentionOperand operand_of(const Tensor& t) {
+  kernels::AttentionOperand operand;
+  static_cast<kernels::AttentionLayout&>(operand) = layout_of(t);
+  operand.data = t.data_ptr();
+  return operand;
+}
+
+kernels::AttentionProblem problem_of(const backend::AttentionCall& call, const Tensor& out) {
   kernels::AttentionProblem p;
+  p.out = layout_of(out);
   p.q = operand_of(call.q);
   p.k = operand_of(call.k);
   p.v = operand_of(call.v);
@@ -48,7 +56,7 @@ class RowDots {
 }  // namespace
 
 void attention_forward(const backend::AttentionCall& call, const Tensor& out, const Tensor& lse, cudaStream_t stream) {
-  const kernels::AttentionProblem p = problem_of(call);
+  const kernels::AttentionProblem p = problem_of(call, out);
   if (p.batches == 0 || p.L == 0) return;
   const bool out_bfloat16 = out.dtype() == DType::BFloat16;
   if (p.bfloat16) {
@@ -61,7 +69,11 @@ void attention_forward(const backend::AttentionCall& call, const Tensor& out, co
 void attention_backward(const backend::AttentionCall& call, const Tensor& out, const Tensor& grad_out,
                         const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                         cudaStream_t stream) {
-  const kernels::AttentionProblem p = problem_of(call);
+  kernels::AttentionProblem p = problem_of(call, out);
+  p.dq = layout_of(grad_q);
+  p.dk = layout_of(grad_k);
+  p.dv = layout_of(grad_v);
+  // The gradients are dense (backend::Backend::attention_backward): each fills numel() floats from its start.
   if (grad_q.numel() > 0) {
     TANDEM_CUDA_CHECK(cudaMemsetAsync(grad_q.mutable_data(), 0, grad_q.numel() * sizeof(float), stream));
   }

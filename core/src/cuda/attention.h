@@ -46,13 +46,18 @@ void attention_backward(const backend::AttentionCall& call, const Tensor& out, c
 
 namespace tandem::cuda::kernels {
 
-// One operand [B1, B2, rows, E] of an attention call: matrix n = b1 * B2 + b2 starts at data + offset(n) and its
-// row r at + r * row (elements; stride 1 along E).
-struct AttentionOperand {
-  const void* data = nullptr;
+// The layout of a tensor [B1, B2, rows, E] of an attention call: matrix n = b1 * B2 + b2 starts at offset(n) and its
+// row r at at(n, r) (elements from the tensor's start; stride 1 along E).
+struct AttentionLayout {
   int64_t b2 = 1;
   int64_t batch1 = 0, batch2 = 0, row = 0;
   __host__ __device__ int64_t offset(int64_t n) const { return (n / b2) * batch1 + (n % b2) * batch2; }
+  __host__ __device__ int64_t at(int64_t n, int64_t r) const { return offset(n) + r * row; }
+};
+
+// One operand of an attention call: its data in its layout.
+struct AttentionOperand : AttentionLayout {
+  const void* data = nullptr;
 };
 
 struct AttentionProblem {
@@ -63,6 +68,9 @@ struct AttentionProblem {
   bool causal = false;
   bool bfloat16 = false;     // the operands' dtype
   detail::DropoutMask dropout;  // on the probabilities of P V, where active (backend::AttentionCall::dropout)
+  // The outputs' layouts (their data are the launchers' pointers): the forward's out (which the backward reads
+  // back), the backward's dq, dk and dv.
+  AttentionLayout out, dq, dk, dv;
 };
 
 // The index of probability (n, row, key) in the dropout mask ([N, L, S] row-major).
@@ -84,13 +92,14 @@ void with_dropout(const AttentionProblem& p, Fn&& fn) {
 }
 
 // dots[n * L + i] = sum_e grad_out[n, i, e] * out[n, i, e] in float32; grad_out in the operands' dtype and layout,
-// out contiguous as the forward wrote it.
+// out in p.out's layout as the forward wrote it.
 void attention_row_dots(const AttentionProblem& p, AttentionOperand grad_out, const void* out, bool out_bfloat16,
                         float* dots, cudaStream_t stream);
 
-// The forward: out (contiguous [N, L, E], bfloat16 when out_bfloat16, else float32) and lse (float32 [N, L]). The
-// backward: dq, dk, dv contiguous float32 [N, L or S, E]; dq must be zero (it is accumulated into), dk and dv are
-// written; lse and dots (attention_row_dots) as the forward and row dots left them. One launcher pair per family:
+// The forward: out ([N, L, E] in p.out's layout, bfloat16 when out_bfloat16, else float32) and lse (contiguous
+// float32 [N, L]). The backward: dq, dk, dv float32 [N, L or S, E] in p.dq's, p.dk's and p.dv's layouts; dq must be
+// zero (it is accumulated into), dk and dv are written; lse and dots (attention_row_dots) as the forward and row dots
+// left them. One launcher pair per family:
 // float32 operands (attention_simt.cu), bfloat16 operands (attention_forward.cu, attention_backward.cu).
 void attention_forward_simt(const AttentionProblem& p, void* out, bool out_bfloat16, float* lse, cudaStream_t stream);
 void attention_backward_simt(const AttentionProblem& p, AttentionOperand grad_out, const float* lse,

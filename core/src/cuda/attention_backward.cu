@@ -165,10 +165,10 @@ __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, cons
     for (int nt = 0; nt < D / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
       if (query0 < p.L) {
-        add_pair(dq + (n * p.L + query0) * D + col, dq_acc[nt][0] * p.scale, dq_acc[nt][1] * p.scale);
+        add_pair(dq + p.dq.at(n, query0) + col, dq_acc[nt][0] * p.scale, dq_acc[nt][1] * p.scale);
       }
       if (query1 < p.L) {
-        add_pair(dq + (n * p.L + query1) * D + col, dq_acc[nt][2] * p.scale, dq_acc[nt][3] * p.scale);
+        add_pair(dq + p.dq.at(n, query1) + col, dq_acc[nt][2] * p.scale, dq_acc[nt][3] * p.scale);
       }
     }
   }
@@ -176,14 +176,14 @@ __device__ void backward_mma(AttentionProblem p, AttentionOperand grad_out, cons
   for (int nt = 0; nt < D / 8; ++nt) {
     const int col = nt * 8 + 2 * t;
     if (key0 < p.S) {
-      *reinterpret_cast<float2*>(dk + (n * p.S + key0) * D + col) =
+      *reinterpret_cast<float2*>(dk + p.dk.at(n, key0) + col) =
           make_float2(dk_acc[nt][0] * p.scale, dk_acc[nt][1] * p.scale);
-      *reinterpret_cast<float2*>(dv + (n * p.S + key0) * D + col) = make_float2(dv_acc[nt][0], dv_acc[nt][1]);
+      *reinterpret_cast<float2*>(dv + p.dv.at(n, key0) + col) = make_float2(dv_acc[nt][0], dv_acc[nt][1]);
     }
     if (key1 < p.S) {
-      *reinterpret_cast<float2*>(dk + (n * p.S + key1) * D + col) =
+      *reinterpret_cast<float2*>(dk + p.dk.at(n, key1) + col) =
           make_float2(dk_acc[nt][2] * p.scale, dk_acc[nt][3] * p.scale);
-      *reinterpret_cast<float2*>(dv + (n * p.S + key1) * D + col) = make_float2(dv_acc[nt][2], dv_acc[nt][3]);
+      *reinterpret_cast<float2*>(dv + p.dv.at(n, key1) + col) = make_float2(dv_acc[nt][2], dv_acc[nt][3]);
     }
   }
 }

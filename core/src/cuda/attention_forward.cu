@@ -154,8 +154,8 @@ __device__ void forward_mma(AttentionProblem p, Out* out, float* lse) {
   const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;  // inf without keys: out is 0 * inf = NaN
   for (int nt = 0; nt < D / 8; ++nt) {
     const int col = nt * 8 + 2 * t;
-    if (row0 < p.L) store_pair(out, (n * p.L + row0) * D + col, o[nt][0] * inv0, o[nt][1] * inv0);
-    if (row1 < p.L) store_pair(out, (n * p.L + row1) * D + col, o[nt][2] * inv1, o[nt][3] * inv1);
+    if (row0 < p.L) store_pair(out, p.out.at(n, row0) + col, o[nt][0] * inv0, o[nt][1] * inv0);
+    if (row1 < p.L) store_pair(out, p.out.at(n, row1) + col, o[nt][2] * inv1, o[nt][3] * inv1);
   }
   if (t == 0) {
     constexpr float kLn2 = 0.6931471805599453f;

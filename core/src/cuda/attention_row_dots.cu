@@ -25,10 +25,10 @@ __device__ void row_dots(AttentionProblem p, AttentionOperand grad_out, const vo
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= p.batches * p.L) return;
   const int64_t n = row / p.L, i = row % p.L;
-  const int64_t grad_start = grad_out.offset(n) + i * grad_out.row;
+  const int64_t grad_start = grad_out.at(n, i), out_start = p.out.at(n, i);
   float sum = 0.0f;
   for (int e = threadIdx.x % 32; e < p.E; e += 32) {
-    sum = fmaf(value_at<Grad>(grad_out.data, grad_start + e), value_at<Out>(out, row * p.E + e), sum);
+    sum = fmaf(value_at<Grad>(grad_out.data, grad_start + e), value_at<Out>(out, out_start + e), sum);
   }
   sum = warp_sum(sum);
   if (threadIdx.x % 32 == 0) dots[row] = sum;

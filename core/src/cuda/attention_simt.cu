@@ -100,9 +100,9 @@ __device__ void forward_simt(AttentionProblem p, void* out, bool out_bfloat16, f
     __syncwarp();  // read before the next tile's probabilities overwrite them
   }
   if (query >= p.L) return;
-  const int64_t row = n * p.L + query;
-  for (int i = 0; i < D / 4; ++i) store_value(out, row * D + c + 4 * i, acc[i] / l, out_bfloat16);
-  if (c == 0) lse[row] = m + logf(l);  // -inf without keys
+  const int64_t start = p.out.at(n, query);
+  for (int i = 0; i < D / 4; ++i) store_value(out, start + c + 4 * i, acc[i] / l, out_bfloat16);
+  if (c == 0) lse[n * p.L + query] = m + logf(l);  // -inf without keys
 }
 
 // One CTA: keys [k0, k0 + 32) of matrix n. Thread (r, c) holds dK and dV of key r at columns c + 4 i; for dQ it
@@ -159,7 +159,7 @@ __device__ void backward_simt(AttentionProblem p, AttentionOperand grad_out, con
       }
     }
     if (q0 + r < p.L) {  // dQ of query row q0 + r: this tile's keys
-      float* dq_row = dq + (n * p.L + q0 + r) * D;
+      float* dq_row = dq + p.dq.at(n, q0 + r);
       for (int i = 0; i < D / 4; ++i) {
         float sum = 0.0f;
         for (int j = 0; j < kTile; ++j) sum = fmaf(dsts[j * (kTile + 1) + r], ks[j * (D + 1) + c + 4 * i], sum);
@@ -168,10 +168,10 @@ __device__ void backward_simt(AttentionProblem p, AttentionOperand grad_out, con
     }
   }
   if (key >= p.S) return;
-  const int64_t row = (n * p.S + key) * D;
+  const int64_t dk_start = p.dk.at(n, key), dv_start = p.dv.at(n, key);
   for (int i = 0; i < D / 4; ++i) {
-    dk[row + c + 4 * i] = dk_acc[i] * p.scale;
-    dv[row + c + 4 * i] = dv_acc[i];
+    dk[dk_start + c + 4 * i] = dk_acc[i] * p.scale;
+    dv[dv_start + c + 4 * i] = dv_acc[i];
   }
 }
 

@@ -1,6 +1,7 @@
 // Conversions between dtypes and fills by bit pattern on the GPU: one grid-stride kernel over a Strided layout per
-// pair of element types, and for contiguous aligned operands one that moves four elements per thread as one vector
-// access each way (a float32 -> bfloat16 conversion reads 16 bytes and writes 8 per thread).
+// pair of element types, and for aligned operands whose last dim runs in packs of four (contiguous ones, or views such
+// as attention heads) kernels that move four elements per thread as one vector access each way (a float32 ->
+// bfloat16 conversion reads 16 bytes and writes 8 per thread).
 
 #include "cuda/convert.h"
 
@@ -42,6 +43,21 @@ __device__ void convert_pack4_kernel(int64_t n, To* dst, const From* src) {
   if (tail < n) dst[tail] = detail::convert_element<To>(src[tail]);
 }
 
+// packs_of_4(s, 2) and both pointers aligned to their Pack4: one pack each way per thread, at the offsets of flat
+// index 4 j.
+template <typename To, typename From, typename Index>
+__device__ void convert_strided_pack4_kernel(int64_t n, Strided s, To* dst, const From* src) {
+  for (int64_t j = global_thread(); j < n / 4; j += grid_threads()) {
+    int64_t offset[kMaxOperands];
+    strided_offsets<2, Index>(4 * j, s, offset);
+    const Pack4<From> in = *reinterpret_cast<const Pack4<From>*>(src + offset[1]);
+    Pack4<To> out;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out.v[k] = detail::convert_element<To>(in.v[k]);
+    *reinterpret_cast<Pack4<To>*>(dst + offset[0]) = out;
+  }
+}
+
 template <typename T>
 bool pack4_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Pack4<T>) == 0;
@@ -69,8 +85,12 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, const
       using To = decltype(to);
       auto* to_ptr = static_cast<To*>(dst);
       const auto* from_ptr = static_cast<const From*>(src);
-      if (n >= 4 && all_contiguous(layout, 2) && pack4_aligned<To>(dst) && pack4_aligned<From>(src)) {
+      const bool packs = pack4_aligned<To>(dst) && pack4_aligned<From>(src);
+      if (n >= 4 && all_contiguous(layout, 2) && packs) {
         launch<convert_pack4_kernel<To, From>>(blocks_for(n / 4), kThreads, stream, n, to_ptr, from_ptr);
+      } else if (packs && packs_of_4(layout, 2) && fits_32_bits(layout, 2)) {
+        launch<convert_strided_pack4_kernel<To, From, uint32_t>>(blocks_for(n / 4), kThreads, stream, n, layout,
+                                                                 to_ptr, from_ptr);
       } else if (fits_32_bits(layout, 2)) {
         launch<convert_kernel<To, From, uint32_t>>(blocks_for(n), kThreads, stream, n, layout, to_ptr, from_ptr);
       } else {

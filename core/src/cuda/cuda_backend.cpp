@@ -17,6 +17,7 @@
 #include "cuda/optimizer_updates.h"
 #include "cuda/reductions.h"
 #include "cuda/strided_layout.h"
+#include "cuda/uniform_fill.h"
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::cuda {
@@ -288,6 +289,12 @@ class CudaBackend final : public backend::Backend {
     OnDevice on(out);
     Scratch scratch(on.device, kernels::reduce_scratch_floats(x.numel()));
     kernels::vector_norm(x.data(), x.numel(), ord, out.mutable_data(), scratch.data(), on.stream);
+  }
+
+  void apply_dropout(const Tensor& x, const detail::DropoutMask& mask, const Tensor& out) override {
+    if (x.numel() == 0) return;
+    OnDevice on(out);
+    kernels::apply_dropout(x.data(), out.mutable_data(), x.numel(), mask, on.stream);
   }
 
   void clip_by_norm(const Tensor& x, const Tensor& norm, float max_norm) override {

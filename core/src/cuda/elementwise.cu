@@ -17,7 +17,9 @@ namespace {
 // - contiguous (every operand one dim of stride 1): a float4 per input and output and per thread where every pointer
 //   is 16-byte aligned, the last n % 4 elements one at a time; else one element at a time;
 // - row broadcast (two dims, the output and each input contiguous or one row repeated over the rows: a bias);
-// - anything else through strided_offsets (in 32-bit arithmetic where every index and offset fits).
+// - anything else through strided_offsets (in 32-bit arithmetic where every index and offset fits), four elements
+//   per thread as float4s where the last dim runs in packs of four in every operand (packs_of_4: views such as
+//   attention heads) and every pointer is 16-byte aligned.
 // f runs once per element on the element's own inputs in every form, so the form changes the speed, never a value.
 // out may be an input's memory with out's strides (in place): each element is read before it is written, by the
 // thread that writes it.
@@ -81,6 +83,22 @@ __device__ void strided_kernel(int64_t n, Strided s, float* out, Inputs in, F f)
   }
 }
 
+// packs_of_4(s, F::kArity + 1) and every pointer 16-byte aligned: a float4 per operand and thread at the offsets of
+// flat index 4 j.
+template <typename F, typename Index>
+__device__ void strided_vec4_kernel(int64_t n, Strided s, float* out, Inputs in, F f) {
+  for (int64_t j = global_thread(); j < n / 4; j += grid_threads()) {
+    int64_t offset[kMaxOperands];
+    strided_offsets<F::kArity + 1, Index>(4 * j, s, offset);
+    float4 v[kMaxOperands - 1];
+#pragma unroll
+    for (int k = 0; k < F::kArity; ++k) v[k] = *reinterpret_cast<const float4*>(in.p[k] + offset[k + 1]);
+    *reinterpret_cast<float4*>(out + offset[0]) =
+        make_float4(apply(f, [&](int k) { return v[k].x; }), apply(f, [&](int k) { return v[k].y; }),
+                    apply(f, [&](int k) { return v[k].z; }), apply(f, [&](int k) { return v[k].w; }));
+  }
+}
+
 template <typename F>
 void launch_contiguous(F f, const Inputs& in, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
@@ -104,6 +122,13 @@ bool is_row_broadcast(const Strided& s, int operands) {
   return true;
 }
 
+// Whether strided_vec4_kernel can run s for a functor of `arity` inputs.
+bool strided_vec4(int arity, const Inputs& in, const float* out, const Strided& s) {
+  bool vec4 = packs_of_4(s, arity + 1) && aligned16(out);
+  for (int k = 0; k < arity; ++k) vec4 = vec4 && aligned16(in.p[k]);
+  return vec4;
+}
+
 // See Note [One elementwise engine].
 template <typename F>
 void launch_elementwise(F f, const Inputs& in, float* out, const Strided& s, cudaStream_t stream) {
@@ -117,6 +142,8 @@ void launch_elementwise(F f, const Inputs& in, float* out, const Strided& s, cud
     for (int k = 0; k < F::kArity; ++k)
       if (is_row_2d(s, k + 1)) rows |= 1u << k;
     launch<row_broadcast_kernel<F>>(blocks_for(n), kThreads, stream, n, s.sizes[1], out, in, rows, f);
+  } else if (strided_vec4(F::kArity, in, out, s) && fits_32_bits(s, kOperands)) {
+    launch<strided_vec4_kernel<F, uint32_t>>(blocks_for(n / 4), kThreads, stream, n, s, out, in, f);
   } else if (fits_32_bits(s, kOperands)) {
     launch<strided_kernel<F, uint32_t>>(blocks_for(n), kThreads, stream, n, s, out, in, f);
   } else {

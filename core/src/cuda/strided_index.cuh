@@ -23,6 +23,19 @@ inline bool all_contiguous(const Strided& s, int operands) {
   return true;
 }
 
+// Whether the first `operands` operands of s have stride 1 in its last dim, which holds a multiple of 4 elements, and
+// strides that are multiples of 4 in the others: then the 4 elements from any flat index that is a multiple of 4 are
+// 4 consecutive elements of each operand, one vector access where the operand's start is aligned to it.
+inline bool packs_of_4(const Strided& s, int operands) {
+  if (s.ndim < 1 || s.sizes[s.ndim - 1] % 4 != 0) return false;
+  for (int k = 0; k < operands; ++k) {
+    for (int d = 0; d < s.ndim; ++d) {
+      if (d == s.ndim - 1 ? s.strides[k][d] != 1 : s.strides[k][d] % 4 != 0) return false;
+    }
+  }
+  return true;
+}
+
 // Whether every flat index of s and every element offset of its first `operands` operands fits in 32 bits, so that
 // strided_offsets may compute in uint32_t (a 64-bit division costs several times a 32-bit one, and a strided kernel
 // divides once per dim and element).

@@ -2,6 +2,7 @@
 // (Backend::attention_forward / attention_backward), the scores never stored.
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "raw_ops.h"
@@ -20,11 +21,11 @@ constexpr const char* kOp = "fused_attention";
 
 bool supported_head_dim(int64_t e) { return e == 32 || e == 64 || e == 128; }
 
-// t [batch..., rows, E] as the 4-D view [B1, B2, rows, E] that the backend reads (backend::AttentionCall): adjacent
-// batch dims merged where their strides allow, unit dims dropped. A layout that is not such a view (more than two
-// batch dims left, the last dim not contiguous, a stride that is not a multiple of 8 or a start that is not 16-byte
-// aligned) is copied into a contiguous tensor first.
-Tensor operand_view(const Tensor& t) {
+// t [batch..., rows, E] as the 4-D view [B1, B2, rows, E] that the backend reads and writes (backend::AttentionCall):
+// adjacent batch dims merged where their strides allow, unit dims dropped; nothing when t's layout is not such a view
+// (more than two batch dims left, the last dim not contiguous, a stride that is not a multiple of 8 or a start that is
+// not 16-byte aligned).
+std::optional<Tensor> operand_alias(const Tensor& t) {
   std::vector<std::pair<int64_t, int64_t>> batch;  // (size, stride)
   for (int64_t d = 0; d + 2 < t.dim(); ++d) {
     const int64_t size = t.size(d), stride = t.strides()[d];
@@ -41,13 +42,32 @@ Tensor operand_view(const Tensor& t) {
   const bool fits = batch.size() == 2 && t.strides().back() == 1 && batch[0].second % 8 == 0 &&
                     batch[1].second % 8 == 0 && row_stride % 8 == 0 &&
                     reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  if (!fits) {
-    const Tensor packed = raw::allocate(t.shape(), t.dtype(), t.device(), false, kOp);
-    raw::copy(t, packed);
-    return operand_view(packed);
-  }
+  if (!fits) return std::nullopt;
   return raw::alias(t, {batch[0].first, batch[1].first, rows, e}, {batch[0].second, batch[1].second, row_stride, 1},
                     t.storage_offset());
+}
+
+// An operand's 4-D view (operand_alias), of a contiguous copy of t where t's layout is not one.
+Tensor operand_view(const Tensor& t) {
+  if (std::optional<Tensor> view = operand_alias(t)) return *view;
+  const Tensor packed = raw::allocate(t.shape(), t.dtype(), t.device(), false, kOp);
+  raw::copy(t, packed);
+  return *operand_alias(packed);
+}
+
+// Note [Outputs in their inputs' layout]: out, dq, dk and dv are new dense tensors laid out as the operands they
+// belong to (dense_strides_like), where that layout is an operand's view, else contiguous. Heads viewed from a
+// [B, T, H, E] projection (x.reshape({B, T, H, E}).transpose(1, 2)) thus get an out that is [B, T, H, E] in memory,
+// whose transpose back and reshape to [B, T, H E] are views, and gradients that the views' backward passes through
+// without a copy.
+Tensor output_like(const Shape& shape, const Shape& strides, DType dtype, Device device) {
+  const Shape dense = dense_strides_like(shape, strides);
+  if (!dense.empty() && dense.back() == 1) {
+    const Tensor storage = raw::allocate({numel_of(shape)}, dtype, device, false, kOp);
+    const Tensor laid_out = raw::alias(storage, shape, dense, 0);
+    if (operand_alias(laid_out)) return laid_out;
+  }
+  return raw::allocate(shape, dtype, device, false, kOp);
 }
 
 // t in the dtype that a product in `precision` multiplies (Note [Precision modes]): bfloat16 for BFloat16, else
@@ -57,11 +77,6 @@ Tensor in_compute_dtype(const Tensor& t, Precision precision) {
   return t.dtype() == dtype ? t : raw::convert(t, dtype);
 }
 
-// A float32 gradient back in its input's dtype and shape.
-Tensor as_input_gradient(const Tensor& grad, DType dtype, const Shape& shape) {
-  const Tensor shaped = raw::alias(grad, shape, contiguous_strides(shape), 0);
-  return dtype == DType::Float32 ? shaped : raw::convert(shaped, dtype);
-}
 
 class Attention final : public Function {
  public:
@@ -71,6 +86,7 @@ class Attention final : public Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     for (int i = 0; i < 3; ++i) {
       shapes_[i] = in[i].shape();
+      strides_[i] = in[i].strides();
       dtypes_[i] = in[i].dtype();
     }
     if (dropout_p_ > 0.0) {
@@ -82,10 +98,11 @@ class Attention final : public Function {
     const backend::AttentionCall call = call_of(in[0], in[1], in[2]);
     Shape lse_shape = in[0].shape();
     lse_shape.pop_back();
-    const Tensor out = raw::allocate(in[0].shape(), in[0].dtype(), in[0].device(), false, kOp);
+    const Tensor out = output_like(shapes_[0], strides_[0], in[0].dtype(), in[0].device());
+    const Tensor out_view = *operand_alias(out);
     const Tensor lse = raw::allocate(lse_shape, DType::Float32, in[0].device(), false, kOp);
-    backend::for_device(out.device()).attention_forward(call, out, lse);
-    save_for_backward({call.q, call.k, call.v, out, lse});
+    backend::for_device(out.device()).attention_forward(call, out_view, lse);
+    save_for_backward({call.q, call.k, call.v, out_view, lse});
     return {out};
   }
 
@@ -93,13 +110,20 @@ class Attention final : public Function {
     const std::vector<Tensor>& saved = saved_tensors();
     const backend::AttentionCall call{saved[0], saved[1], saved[2], scale_, causal_, dropout_};
     const Tensor grad_out = operand_view(in_compute_dtype(grads[0], precision_));
-    std::vector<Tensor> result(3);
-    for (int i = 0; i < 3; ++i)
-      result[i] = raw::allocate({numel_of(shapes_[i])}, DType::Float32, saved[0].device(), false, kOp);
+    std::vector<Tensor> result(3), views(3);
+    for (int i = 0; i < 3; ++i) {
+      result[i] = output_like(shapes_[i], strides_[i], DType::Float32, saved[0].device());
+      views[i] = *operand_alias(result[i]);
+    }
     backend::for_device(grad_out.device())
-        .attention_backward(call, saved[3], grad_out, saved[4], result[0], result[1], result[2]);
-    for (int i = 0; i < 3; ++i)
-      result[i] = needs_input_grad(i) ? as_input_gradient(result[i], dtypes_[i], shapes_[i]) : Tensor();
+        .attention_backward(call, saved[3], grad_out, saved[4], views[0], views[1], views[2]);
+    for (int i = 0; i < 3; ++i) {
+      if (!needs_input_grad(i)) {
+        result[i] = Tensor();
+      } else if (dtypes_[i] != DType::Float32) {
+        result[i] = raw::convert(result[i], dtypes_[i]);
+      }
+    }
     return result;
   }
 
@@ -116,7 +140,7 @@ class Attention final : public Function {
   Precision precision_;
   double dropout_p_;
   detail::DropoutMask dropout_;  // the forward's mask, redrawn by the backward
-  Shape shapes_[3];
+  Shape shapes_[3], strides_[3];  // the operands'
   DType dtypes_[3] = {};
 };
 

@@ -171,6 +171,14 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool is_causal = false,
                        std::optional<Precision> precision = std::nullopt, double dropout_p = 0.0);
 
+// ---- dropout -------------------------------------------------------------------------------------------------------
+// input * mask / (1 - p) with the mask nn::dropout draws (an element kept when its value of Tensor::rand(input's
+// shape) is >= p, the same values of the calling thread's generator stream), drawn by the kernel that applies it and
+// again by the backward's, never stored (Note [Dropout drawn in place] in core/src/ops/dropout_ops.cpp); a captured
+// CUDA graph draws a new mask at each replay. Differentiable in input. nn::dropout calls it.
+// Errors: an undefined or non-float32 input; p outside [0, 1).
+Tensor dropout_drawn_in_place(const Tensor& input, double p);
+
 // ---- indexing -----------------------------------------------------------------------------------------------------
 // Indices are int64 tensors on x's device, as in PyTorch. Each is checked on the host (one copy from the device, which
 // waits for the device's queued work): Error when it is not int64 (a float32 index too: convert it with

@@ -21,6 +21,10 @@ size_t checked_nbytes(const Shape& shape, size_t element_size, const char* calle
 // size or a sum that does not fit in int64.
 int64_t checked_sum(const std::vector<int64_t>& sizes, const char* caller, const char* what);
 Shape contiguous_strides(const Shape& shape);       // row-major strides in elements
+// The strides of a dense tensor of `shape` (its elements fill numel_of(shape) places from its start) whose dims lie in
+// memory in the order of `strides`: the largest stride outermost, equal strides in dim order. A new tensor in these
+// strides keeps the layout of a tensor of (shape, strides), as torch.empty_like does.
+Shape dense_strides_like(const Shape& shape, const Shape& strides);
 // Wraps a possibly negative dimension into [0, ndim); throws Error naming `caller` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* caller);
 // Note [Views of other shapes]: the strides under which the elements of (shape, strides), read in row-major order,
