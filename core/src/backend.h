@@ -114,8 +114,8 @@ class Backend {
   // and lse (contiguous float32, N * L) = each row's logsumexp of its scaled scores (-inf, and a NaN out, for a row
   // without keys). L, S or N may be 0.
   virtual void attention_forward(const AttentionCall& call, const Tensor& out, const Tensor& lse) = 0;
-  // grad_q, grad_k, grad_v (float32, q's, k's and v's sizes, each in an operand's layout and dense: its elements
-  // fill numel() places from its start) = the gradients of sum(grad_out * out) for the forward's out and lse, the
+  // grad_q, grad_k, grad_v (float32, q's, k's and v's sizes, each in an operand's layout, not overlapping itself or
+  // the others) = the gradients of sum(grad_out * out) for the forward's out and lse, the
   // softmax recomputed from lse. grad_out: q's dtype, [B1, B2, L, E] with an operand's layout (as q's); out: the
   // forward's.
   virtual void attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& grad_out,

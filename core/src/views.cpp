@@ -62,6 +62,17 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* caller) {
   return shape;
 }
 
+// The gradient g of a view or reshape, in the input's shape: a view of g where its strides allow one (a gradient that
+// arrives as the transpose of heads laid out as [B, T, H, E] goes back to [B, T, H E] without a copy), else a
+// contiguous copy.
+Tensor reshaped_gradient(const Tensor& g, const Shape& input_shape) {
+  if (const std::optional<Shape> strides = view_strides(g.shape(), g.strides(), input_shape)) {
+    return raw::alias(g, input_shape, *strides, g.storage_offset());
+  }
+  const Tensor c = raw::contiguous(g);
+  return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
+}
+
 }  // namespace
 
 Tensor Tensor::to(Device device) const {
@@ -123,10 +134,7 @@ Tensor Tensor::view(const Shape& shape) const {
   return apply_view(
       "ViewBackward", *this,
       [target](const Tensor& x) { return raw::alias(x, target, contiguous_strides(target), x.storage_offset()); },
-      [](const Tensor& g, const Shape& input_shape) {
-        const Tensor c = raw::contiguous(g);
-        return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
-      });
+      [](const Tensor& g, const Shape& input_shape) { return reshaped_gradient(g, input_shape); });
 }
 
 // A view when the strides allow one (Note [Views of other shapes] in shape.h), else a copy, as PyTorch's reshape.
@@ -139,10 +147,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return apply_view(
       "ReshapeBackward", *this,
       [target, strides = *strides](const Tensor& x) { return raw::alias(x, target, strides, x.storage_offset()); },
-      [](const Tensor& g, const Shape& input_shape) {
-        const Tensor c = raw::contiguous(g);
-        return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
-      });
+      [](const Tensor& g, const Shape& input_shape) { return reshaped_gradient(g, input_shape); });
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
@@ -191,6 +196,7 @@ class SplitFunction final : public Function {
     return parts;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (std::optional<Tensor> joined = joined_parts(grads)) return {*joined};
     const Tensor full = raw::allocate(input_shape_, grads[0].dtype(), grads[0].device(), false, "Tensor::split");
     int64_t start = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
@@ -204,6 +210,24 @@ class SplitFunction final : public Function {
   std::string name() const override { return "SplitBackward"; }
 
  private:
+  // The parts' gradients as one tensor of the input's shape when they already are its slices: views of one storage
+  // with one set of strides, part i where the input's view of it would start. An op that wrote the gradients of
+  // several parts into one tensor (fused attention: Note [Gradients of packed heads] in ops/attention_ops.cpp) so
+  // costs no copy here.
+  std::optional<Tensor> joined_parts(const std::vector<Tensor>& grads) const {
+    const Tensor& first = grads[0];
+    int64_t start = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const Tensor& part = grads[i];
+      if (!part.shares_storage_with(first) || part.dtype() != first.dtype() || part.strides() != first.strides() ||
+          part.storage_offset() != first.storage_offset() + start * first.strides()[dim_]) {
+        return std::nullopt;
+      }
+      start += sizes_[i];
+    }
+    return raw::alias(first, input_shape_, first.strides(), first.storage_offset());
+  }
+
   int64_t dim_;
   std::vector<int64_t> sizes_;
   Shape input_shape_;

@@ -57,6 +57,17 @@ TEST_F(FusedAttentionCpuTest, GradientsMatchFiniteDifferences) {
     const Tensor v = Tensor::randn({2, 3, 32}).set_requires_grad();
     gradcheck([&](const std::vector<Tensor>& in) { return fused_attention(in[0], in[1], in[2], 0.4, causal); },
               {q, k, v});
+    // One tensor as q, k and v (their gradients must not share memory), and heads split from one projection
+    // (Note [Gradients of packed heads]: their gradients are written into one tensor that split takes as it is).
+    gradcheck([&](const std::vector<Tensor>& in) { return fused_attention(in[0], in[0], in[0], 0.4, causal); }, {q});
+    const Tensor x = (Tensor::randn({2, 3, 3 * 2 * 32}) * 0.5f).set_requires_grad();
+    gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          std::vector<Tensor> heads = in[0].split({64, 64, 64}, 2);
+          for (Tensor& part : heads) part = part.reshape({2, 3, 2, 32}).transpose(1, 2);
+          return fused_attention(heads[0], heads[1], heads[2], 0.4, causal);
+        },
+        {x});
   }
 }
 

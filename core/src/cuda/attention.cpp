@@ -3,6 +3,8 @@
 #include "cuda/attention.h"
 
 #include "allocator.h"
+#include "cuda/convert.h"
+#include "cuda/strided_layout.h"
 #include "tandem/core/cuda/context.h"
 
 namespace tandem::cuda {
@@ -53,6 +55,17 @@ class RowDots {
   float* ptr_;
 };
 
+// t = 0: one memset where t is dense (its elements fill numel() places from its start), else the strided fill (a
+// gradient of packed heads: Note [Gradients of packed heads] in ops/attention_ops.cpp).
+void zero(const Tensor& t, cudaStream_t stream) {
+  if (t.numel() == 0) return;
+  if (dense_strides_like(t.shape(), t.strides()) == t.strides()) {
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(t.mutable_data(), 0, t.numel() * sizeof(float), stream));
+  } else {
+    kernels::fill_bits(t.mutable_data(), DType::Float32, collapse_dims(t.shape(), {&t.strides()}), 0, stream);
+  }
+}
+
 }  // namespace
 
 void attention_forward(const backend::AttentionCall& call, const Tensor& out, const Tensor& lse, cudaStream_t stream) {
@@ -73,14 +86,11 @@ void attention_backward(const backend::AttentionCall& call, const Tensor& out, c
   p.dq = layout_of(grad_q);
   p.dk = layout_of(grad_k);
   p.dv = layout_of(grad_v);
-  // The gradients are dense (backend::Backend::attention_backward): each fills numel() floats from its start.
-  if (grad_q.numel() > 0) {
-    TANDEM_CUDA_CHECK(cudaMemsetAsync(grad_q.mutable_data(), 0, grad_q.numel() * sizeof(float), stream));
-  }
+  zero(grad_q, stream);                    // dq is accumulated into
   if (p.batches == 0 || p.S == 0) return;  // dk and dv are empty
   if (p.L == 0) {                          // no query sees a key
-    TANDEM_CUDA_CHECK(cudaMemsetAsync(grad_k.mutable_data(), 0, grad_k.numel() * sizeof(float), stream));
-    TANDEM_CUDA_CHECK(cudaMemsetAsync(grad_v.mutable_data(), 0, grad_v.numel() * sizeof(float), stream));
+    zero(grad_k, stream);
+    zero(grad_v, stream);
     return;
   }
   const kernels::AttentionOperand dout = operand_of(grad_out);

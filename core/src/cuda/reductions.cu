@@ -263,6 +263,12 @@ void sum_dim(const float* x, float* out, int64_t outer, int64_t reduce, int64_t 
   } else {
     int64_t columns_per_block = 2;
     while (columns_per_block < 32 && columns_per_block < inner) columns_per_block *= 2;
+    // Narrower blocks where 32 columns each would leave most SMs idle (a layer norm's [chunks, cols] partial sums:
+    // one outer row of a few hundred columns), down to 4 neighbouring columns (16 bytes of each row) per block.
+    const auto blocks_of = [&](int64_t columns) {
+      return (inner + columns - 1) / columns * std::min<int64_t>(outer, 65535);
+    };
+    while (columns_per_block > 4 && blocks_of(columns_per_block) < kFewRows) columns_per_block /= 2;
     const dim3 block(static_cast<unsigned>(columns_per_block), static_cast<unsigned>(kThreads / columns_per_block));
     const dim3 grid(static_cast<unsigned>((inner + columns_per_block - 1) / columns_per_block),
                     static_cast<unsigned>(std::min<int64_t>(outer, 65535)));

@@ -1,5 +1,6 @@
 // fused_attention: softmax(scale * q k^T) v as one op whose forward and backward are single backend calls
 // (Backend::attention_forward / attention_backward), the scores never stored.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -78,6 +79,47 @@ Tensor in_compute_dtype(const Tensor& t, Precision precision) {
 }
 
 
+// Note [Gradients of packed heads]: q, k and v split from one projection ([B, T, 3 H E] viewed as three [B, H, T, E]
+// heads) lie in one storage with one layout, each in its own window of E * H elements of every row. Their gradients
+// are then written as views of one new tensor at the same places, so that the views' backward passes hand them to
+// split's, which finds them already joined (Note [Split gradients] in views.cpp) and copies nothing. The windows are
+// checked on the operands' 4-D views [B1, B2, rows, E] (one shape and strides (s1, s2, r, 1)): the B2 dim is dense
+// over E (s2 == E, so a row's elements of one operand are W = B2 E consecutive ones), the operands start at
+// distinct offsets d within [0, r - W] of the lowest that are W or more apart (their windows do not meet) and
+// multiples of 4 (16-byte aligned floats), there are two rows or more, and s1 >= rows r (the B1 matrices do not meet
+// either). Returns the offsets d and the span of the new tensor, or nothing when the operands are not so laid out.
+struct PackedHeads {
+  int64_t offsets[3];
+  int64_t span;
+};
+
+std::optional<PackedHeads> packed_heads(const Tensor (&in)[3]) {
+  std::optional<Tensor> views[3];
+  for (int i = 0; i < 3; ++i) {
+    views[i] = operand_alias(in[i]);
+    if (!views[i] || !in[i].shares_storage_with(in[0]) || in[i].shape() != in[0].shape() ||
+        views[i]->strides() != views[0]->strides() || in[i].numel() == 0) {
+      return std::nullopt;
+    }
+  }
+  const Shape& shape = views[0]->shape();
+  const Shape& strides = views[0]->strides();
+  const int64_t e = shape[3], rows = shape[2], width = shape[1] * e, row = strides[2];
+  if (rows < 2 || (shape[1] > 1 && strides[1] != e) || (shape[0] > 1 && strides[0] < rows * row)) return std::nullopt;
+  const int64_t lowest = std::min({in[0].storage_offset(), in[1].storage_offset(), in[2].storage_offset()});
+  PackedHeads packed{};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t d = in[i].storage_offset() - lowest;
+    if (d % 4 != 0 || d + width > row) return std::nullopt;
+    for (int j = 0; j < i; ++j)
+      if (std::abs(d - packed.offsets[j]) < width) return std::nullopt;
+    packed.offsets[i] = d;
+  }
+  const int64_t last = (shape[0] - 1) * strides[0] + (rows - 1) * row + width;
+  packed.span = *std::max_element(packed.offsets, packed.offsets + 3) + last;
+  return packed;
+}
+
 class Attention final : public Function {
  public:
   Attention(float scale, bool causal, Precision precision, double dropout_p)
@@ -89,6 +131,7 @@ class Attention final : public Function {
       strides_[i] = in[i].strides();
       dtypes_[i] = in[i].dtype();
     }
+    packed_ = packed_heads({in[0], in[1], in[2]});
     if (dropout_p_ > 0.0) {
       // One value per probability, reserved as nn::dropout reserves them for the [..., L, S] weights.
       const auto rows = static_cast<uint64_t>(in[0].numel() / in[0].size(-1));
@@ -110,11 +153,8 @@ class Attention final : public Function {
     const std::vector<Tensor>& saved = saved_tensors();
     const backend::AttentionCall call{saved[0], saved[1], saved[2], scale_, causal_, dropout_};
     const Tensor grad_out = operand_view(in_compute_dtype(grads[0], precision_));
-    std::vector<Tensor> result(3), views(3);
-    for (int i = 0; i < 3; ++i) {
-      result[i] = output_like(shapes_[i], strides_[i], DType::Float32, saved[0].device());
-      views[i] = *operand_alias(result[i]);
-    }
+    std::vector<Tensor> result = gradients_like_operands(saved[0].device()), views(3);
+    for (int i = 0; i < 3; ++i) views[i] = *operand_alias(result[i]);
     backend::for_device(grad_out.device())
         .attention_backward(call, saved[3], grad_out, saved[4], views[0], views[1], views[2]);
     for (int i = 0; i < 3; ++i) {
@@ -130,6 +170,19 @@ class Attention final : public Function {
   std::string name() const override { return "FusedAttentionBackward"; }
 
  private:
+  // New float32 tensors for the gradients of q, k and v, laid out as Note [Gradients of packed heads] or
+  // Note [Outputs in their inputs' layout] says.
+  std::vector<Tensor> gradients_like_operands(Device device) const {
+    std::vector<Tensor> grads(3);
+    if (packed_) {
+      const Tensor joined = raw::allocate({packed_->span}, DType::Float32, device, false, kOp);
+      for (int i = 0; i < 3; ++i) grads[i] = raw::alias(joined, shapes_[i], strides_[i], packed_->offsets[i]);
+      return grads;
+    }
+    for (int i = 0; i < 3; ++i) grads[i] = output_like(shapes_[i], strides_[i], DType::Float32, device);
+    return grads;
+  }
+
   backend::AttentionCall call_of(const Tensor& q, const Tensor& k, const Tensor& v) const {
     return {operand_view(in_compute_dtype(q, precision_)), operand_view(in_compute_dtype(k, precision_)),
             operand_view(in_compute_dtype(v, precision_)), scale_, causal_, dropout_};
@@ -142,6 +195,7 @@ class Attention final : public Function {
   detail::DropoutMask dropout_;  // the forward's mask, redrawn by the backward
   Shape shapes_[3], strides_[3];  // the operands'
   DType dtypes_[3] = {};
+  std::optional<PackedHeads> packed_;
 };
 
 void check_operand(const Tensor& t, const char* what, const char* rows) {
