@@ -15,6 +15,8 @@
 // rate. Tokens per second are the batch's tokens over the captured step's time (the eager one's where the capture
 // fell back, which its cell says, with the reason on stderr); MFU is nanoGPT's estimate of the model FLOPs
 // (trainers::gpt_flops_per_token) over --peak-tflops (default 989.4: the dense bf16 peak of an H100 or H200 SXM).
+// The peak memory is memory_stats' peak_allocated_bytes over the eager step's samples, its model and optimizer
+// included (torch_gpt.py reports torch.cuda.max_memory_allocated the same way).
 //
 //   gpt_bench [--model baby|gpt2] [--dropout P] [--device cuda|cpu] [--steps N] [--peak-tflops F] [--markdown PATH]
 //             [--profile eager|captured]
@@ -152,15 +154,22 @@ struct Setup {
 };
 
 // Median milliseconds of `phase`, and (a captured step only) why the step was not captured ("" when it was).
-std::pair<double, std::string> time_phase(const tandem::Device& device, const Options& options, Phase phase,
-                                          bool captured) {
+struct Timed {
+  double ms;
+  std::string fallback;  // why a captured phase ran eagerly; empty when it did not
+  size_t peak_bytes;     // the device's peak allocation while the phase ran (the model and optimizer included)
+};
+
+Timed time_phase(const tandem::Device& device, const Options& options, Phase phase, bool captured) {
   Setup setup(device, options, captured);
   const bool cpu = !device.is_cuda();
+  tandem::reset_peak_memory_stats(device);
   const double ms = bench::median_ms_per_call({device},
                                               {.warmup = cpu ? 1 : 10, .samples = options.steps,
                                                .iterations = cpu ? 1 : kLoop},
                                               [&] { setup.run(phase); });
-  return {ms, captured && !setup.step.captured() ? setup.step.fallback_reason() : std::string()};
+  return {ms, captured && !setup.step.captured() ? setup.step.fallback_reason() : std::string(),
+          tandem::memory_stats(device).peak_allocated_bytes};
 }
 
 // --profile: ten warm-up steps, then --steps steps inside the profiler's range.
@@ -194,18 +203,21 @@ int run(const Options& options) {
   std::ostringstream table;
   table << "| phase | eager ms | captured ms |\n|---|---|---|\n";
   double step_ms = 0.0;
+  size_t step_peak = 0;
   for (const Phase phase : {Phase::Forward, Phase::ForwardBackward, Phase::Step}) {
-    const double eager = time_phase(device, options, phase, false).first;
+    const Timed eager_run = time_phase(device, options, phase, false);
+    const double eager = eager_run.ms;
     table << "| " << name_of(phase) << " | " << bench::ms_cell(eager) << " | ";
     step_ms = eager;
+    step_peak = eager_run.peak_bytes;
     if (phase != Phase::Step || !cuda) {
       table << "- |\n";  // only the step is captured, and only on a CUDA device
       continue;
     }
-    const auto [ms, fallback] = time_phase(device, options, phase, true);
-    table << bench::ms_cell(ms) << (fallback.empty() ? "" : " (ran eagerly)") << " |\n";
-    if (fallback.empty()) step_ms = ms;
-    if (!fallback.empty()) std::cerr << "captured step ran eagerly: " << fallback << "\n";
+    const Timed captured = time_phase(device, options, phase, true);
+    table << bench::ms_cell(captured.ms) << (captured.fallback.empty() ? "" : " (ran eagerly)") << " |\n";
+    if (captured.fallback.empty()) step_ms = captured.ms;
+    if (!captured.fallback.empty()) std::cerr << "captured step ran eagerly: " << captured.fallback << "\n";
   }
   const std::shared_ptr<tandem::trainers::GPT> gpt = tandem::trainers::make_gpt(w.config);
   const double tokens = static_cast<double>(w.batch * w.config.block_size);
@@ -213,7 +225,8 @@ int run(const Options& options) {
   const double flops = tandem::trainers::gpt_flops_per_token(*gpt, w.config.block_size) * tokens_per_second;
   table << "\n" << bench::formatted("%.0f", tokens_per_second) << " tokens/s, MFU "
         << bench::formatted("%.1f", 100.0 * flops / (options.peak_tflops * 1e12)) << "% of "
-        << options.peak_tflops << " TFLOP/s\n";
+        << options.peak_tflops << " TFLOP/s; peak memory of the eager step "
+        << bench::formatted("%.2f", static_cast<double>(step_peak) / (1u << 30)) << " GiB\n";
   std::cout << "tandem: GPT " << options.model << " (" << w.config.n_layer << " layers, width " << w.config.n_embd
             << ", batch " << w.batch << " x " << w.config.block_size << ", dropout " << w.config.dropout
             << ", bf16, AdamW, clip 1.0), milliseconds per call on " << device << " (median of loops of "

@@ -16,10 +16,12 @@ namespace tandem::alloc {
 void* cpu_allocate(size_t nbytes);
 void cpu_free(void* ptr, size_t nbytes) noexcept;
 MemoryStats cpu_stats();
+void cpu_reset_peak();
 
 void* cuda_allocate(int device, size_t nbytes);
 void cuda_free(int device, void* ptr) noexcept;
 MemoryStats cuda_stats(int device);
+void cuda_reset_peak(int device);
 void cuda_empty_cache(int device);
 int cuda_visible_devices();  // cudaGetDeviceCount, 0 on any error (no driver, no GPU)
 

@@ -44,6 +44,12 @@ MemoryStats memory_stats(Device device) {
   return alloc::cuda_stats(device.index());
 }
 
+void reset_peak_memory_stats(Device device) {
+  if (device.is_cpu()) return alloc::cpu_reset_peak();
+  check_device_available(device, "reset_peak_memory_stats");
+  alloc::cuda_reset_peak(device.index());
+}
+
 MemoryStats pinned_memory_stats() { return alloc::pinned_stats(); }
 
 void empty_cache(Device device) {

@@ -332,5 +332,18 @@ TEST(CpuAllocator, AlignsAndCountsWholeCacheLines) {
   EXPECT_EQ(memory_stats(Device::cpu()).allocated_bytes, before.allocated_bytes);
 }
 
+TEST(CpuAllocator, PeakIsTheMostAllocatedSinceTheLastReset) {
+  reset_peak_memory_stats(Device::cpu());
+  const MemoryStats start = memory_stats(Device::cpu());
+  EXPECT_EQ(start.peak_allocated_bytes, start.allocated_bytes);
+  { const Tensor big = Tensor::empty({1 << 18}); }  // 1 MiB, freed again
+  const Tensor small = Tensor::empty({16});         // one 64-byte line
+  const MemoryStats after = memory_stats(Device::cpu());
+  EXPECT_EQ(after.allocated_bytes, start.allocated_bytes + 64);
+  EXPECT_EQ(after.peak_allocated_bytes, start.allocated_bytes + (size_t{1} << 20));
+  reset_peak_memory_stats(Device::cpu());
+  EXPECT_EQ(memory_stats(Device::cpu()).peak_allocated_bytes, after.allocated_bytes);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -72,6 +72,9 @@ TEST(CachingAllocatorCUDA, StatsFollowAllocationsAndEmptyCache) {
   }
   const MemoryStats cached = memory_stats(gpu);
   EXPECT_EQ(cached.allocated_bytes, start.allocated_bytes);
+  EXPECT_GE(cached.peak_allocated_bytes, start.allocated_bytes + 1024 + 6 * kMiB);
+  reset_peak_memory_stats(gpu);
+  EXPECT_EQ(memory_stats(gpu).peak_allocated_bytes, start.allocated_bytes);
   EXPECT_EQ(cached.reserved_bytes, start.reserved_bytes + 1024 + 6 * kMiB);
   empty_cache(gpu);
   const MemoryStats emptied = memory_stats(gpu);

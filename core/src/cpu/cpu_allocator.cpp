@@ -1,6 +1,7 @@
 // Host memory for CPU storages: 64-byte aligned (one cache line, and wide enough for any SIMD load Eigen emits),
 // with thread-safe counters for memory_stats.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -14,6 +15,7 @@ constexpr size_t kAlignment = 64;
 
 std::atomic<size_t> g_allocated_bytes{0};
 std::atomic<size_t> g_allocations{0};
+std::atomic<size_t> g_peak_bytes{0};
 
 // std::aligned_alloc requires the size to be a multiple of the alignment.
 size_t rounded_size(size_t nbytes) { return (nbytes + kAlignment - 1) / kAlignment * kAlignment; }
@@ -26,8 +28,11 @@ void* cpu_allocate(size_t nbytes) {
   TANDEM_CHECK(size >= nbytes, "cpu allocator: out of memory allocating ", nbytes, " bytes");
   void* ptr = std::aligned_alloc(kAlignment, size);
   TANDEM_CHECK(ptr != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
-  g_allocated_bytes.fetch_add(size, std::memory_order_relaxed);
+  const size_t now = g_allocated_bytes.fetch_add(size, std::memory_order_relaxed) + size;
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  size_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
   return ptr;
 }
 
@@ -42,7 +47,12 @@ MemoryStats cpu_stats() {
   stats.allocated_bytes = g_allocated_bytes.load(std::memory_order_relaxed);
   stats.reserved_bytes = stats.allocated_bytes;  // host memory goes straight back to the OS allocator
   stats.device_allocations = g_allocations.load(std::memory_order_relaxed);
+  stats.peak_allocated_bytes = std::max(g_peak_bytes.load(std::memory_order_relaxed), stats.allocated_bytes);
   return stats;
+}
+
+void cpu_reset_peak() {
+  g_peak_bytes.store(g_allocated_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace tandem::alloc

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -139,6 +140,7 @@ void* cuda_allocate(int device, size_t nbytes) {
   cache.live_blocks.emplace(ptr, LiveBlock{block_size, cache.capturing});
   if (cache.capturing != 0) ++cache.pools.at(cache.capturing).live;
   cache.stats.allocated_bytes += block_size;
+  cache.stats.peak_allocated_bytes = std::max(cache.stats.peak_allocated_bytes, cache.stats.allocated_bytes);
   return ptr;
 }
 
@@ -202,6 +204,12 @@ MemoryStats cuda_stats(int device) {
   DeviceCache& cache = cache_of(device, "alloc::cuda_stats");
   std::lock_guard lock(cache.mutex);
   return cache.stats;
+}
+
+void cuda_reset_peak(int device) {
+  DeviceCache& cache = cache_of(device, "alloc::cuda_reset_peak");
+  std::lock_guard lock(cache.mutex);
+  cache.stats.peak_allocated_bytes = cache.stats.allocated_bytes;
 }
 
 void cuda_empty_cache(int device) {

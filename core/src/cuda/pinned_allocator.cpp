@@ -104,6 +104,7 @@ void* pinned_allocate(size_t nbytes) {
   }
   cache.live.emplace(ptr, PinnedBlock{block_size, {}});
   cache.stats.allocated_bytes += block_size;
+  cache.stats.peak_allocated_bytes = std::max(cache.stats.peak_allocated_bytes, cache.stats.allocated_bytes);
   return ptr;
 }
 

@@ -53,6 +53,7 @@ void* cuda_allocate(int, size_t) { fail_without_cuda("alloc::cuda_allocate"); }
 void cuda_free(int, void*) noexcept {}
 
 MemoryStats cuda_stats(int) { return MemoryStats{}; }
+void cuda_reset_peak(int) {}
 
 void cuda_empty_cache(int) { fail_without_cuda("alloc::cuda_empty_cache"); }
 

@@ -42,8 +42,14 @@ struct MemoryStats {
   size_t allocated_bytes = 0;    // bytes held by live storages
   size_t reserved_bytes = 0;     // bytes obtained from the driver / OS and not yet released
   size_t device_allocations = 0; // number of cudaMalloc (or aligned_alloc) calls so far
+  // The most allocated_bytes reached since the allocator started or reset_peak_memory_stats (PyTorch's
+  // torch.cuda.max_memory_allocated): what a training step needs at its busiest.
+  size_t peak_allocated_bytes = 0;
 };
+// The statistics of the device's allocator (every CPU device shares the host's).
 MemoryStats memory_stats(Device device);
+// Starts the device's peak_allocated_bytes again from what is allocated now (torch.cuda.reset_peak_memory_stats).
+void reset_peak_memory_stats(Device device);
 // The caching allocator of page-locked host memory (all zeros while nothing was pinned; device_allocations counts
 // cudaHostAlloc calls).
 MemoryStats pinned_memory_stats();
