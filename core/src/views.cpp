@@ -73,6 +73,14 @@ Tensor reshaped_gradient(const Tensor& g, const Shape& input_shape) {
   return raw::alias(c, input_shape, contiguous_strides(input_shape), c.storage_offset());
 }
 
+// The view of t that keeps `length` elements of dim `dim` from `start` (narrow's and split's parts, and the slices
+// their gradients are written into).
+Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  Shape shape = t.shape();
+  shape[dim] = length;
+  return raw::alias(t, shape, t.strides(), t.storage_offset() + start * t.strides()[dim]);
+}
+
 }  // namespace
 
 Tensor Tensor::to(Device device) const {
@@ -158,16 +166,10 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
                " and length ", length, " are out of bounds for dimension ", d, " of size ", size);
   return apply_view(
       "NarrowBackward", *this,
-      [d, start, length](const Tensor& x) {
-        Shape shape = x.shape();
-        shape[d] = length;
-        return raw::alias(x, shape, x.strides(), x.storage_offset() + start * x.strides()[d]);
-      },
+      [d, start, length](const Tensor& x) { return slice(x, d, start, length); },
       [d, start, length](const Tensor& g, const Shape& input_shape) {
         Tensor full = Tensor::zeros(input_shape, g.dtype(), g.device());
-        Shape shape = input_shape;
-        shape[d] = length;
-        raw::copy(g, raw::alias(full, shape, full.strides(), start * full.strides()[d]));
+        raw::copy(g, slice(full, d, start, length));
         return full;
       });
 }
@@ -183,14 +185,11 @@ class SplitFunction final : public Function {
  public:
   SplitFunction(int64_t dim, std::vector<int64_t> sizes) : dim_(dim), sizes_(std::move(sizes)) {}
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    const Tensor& x = in[0];
-    input_shape_ = x.shape();
+    input_shape_ = in[0].shape();
     std::vector<Tensor> parts;
     int64_t start = 0;
     for (const int64_t size : sizes_) {
-      Shape shape = input_shape_;
-      shape[dim_] = size;
-      parts.push_back(raw::alias(x, shape, x.strides(), x.storage_offset() + start * x.strides()[dim_]));
+      parts.push_back(slice(in[0], dim_, start, size));
       start += size;
     }
     return parts;
@@ -200,9 +199,7 @@ class SplitFunction final : public Function {
     const Tensor full = raw::allocate(input_shape_, grads[0].dtype(), grads[0].device(), false, "Tensor::split");
     int64_t start = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
-      Shape shape = input_shape_;
-      shape[dim_] = sizes_[i];
-      raw::copy(grads[i], raw::alias(full, shape, full.strides(), start * full.strides()[dim_]));
+      raw::copy(grads[i], slice(full, dim_, start, sizes_[i]));
       start += sizes_[i];
     }
     return {full};

@@ -28,16 +28,20 @@ struct alignas(4 * sizeof(T)) Pack4 {
   T v[4];
 };
 
+template <typename To, typename From>
+__device__ Pack4<To> converted(const Pack4<From>& in) {
+  Pack4<To> out;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) out.v[k] = detail::convert_element<To>(in.v[k]);
+  return out;
+}
+
 // src and dst contiguous and aligned to their Pack4: whole packs, then the last n % 4 elements by the first threads.
 template <typename To, typename From>
 __device__ void convert_pack4_kernel(int64_t n, To* dst, const From* src) {
   const int64_t packs = n / 4;
   for (int64_t i = global_thread(); i < packs; i += grid_threads()) {
-    const Pack4<From> in = reinterpret_cast<const Pack4<From>*>(src)[i];
-    Pack4<To> out;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) out.v[k] = detail::convert_element<To>(in.v[k]);
-    reinterpret_cast<Pack4<To>*>(dst)[i] = out;
+    reinterpret_cast<Pack4<To>*>(dst)[i] = converted<To>(reinterpret_cast<const Pack4<From>*>(src)[i]);
   }
   const int64_t tail = packs * 4 + global_thread();
   if (tail < n) dst[tail] = detail::convert_element<To>(src[tail]);
@@ -50,11 +54,8 @@ __device__ void convert_strided_pack4_kernel(int64_t n, Strided s, To* dst, cons
   for (int64_t j = global_thread(); j < n / 4; j += grid_threads()) {
     int64_t offset[kMaxOperands];
     strided_offsets<2, Index>(4 * j, s, offset);
-    const Pack4<From> in = *reinterpret_cast<const Pack4<From>*>(src + offset[1]);
-    Pack4<To> out;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) out.v[k] = detail::convert_element<To>(in.v[k]);
-    *reinterpret_cast<Pack4<To>*>(dst + offset[0]) = out;
+    const Pack4<From>& in = *reinterpret_cast<const Pack4<From>*>(src + offset[1]);
+    *reinterpret_cast<Pack4<To>*>(dst + offset[0]) = converted<To>(in);
   }
 }
 

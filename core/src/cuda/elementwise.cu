@@ -43,6 +43,13 @@ __device__ float apply(const F& f, const Load& load) {
   }
 }
 
+// f of four elements at once: element c of the result from component c of every input's float4.
+template <typename F>
+__device__ float4 apply4(const F& f, const float4 (&v)[kMaxOperands - 1]) {
+  return make_float4(apply(f, [&](int k) { return v[k].x; }), apply(f, [&](int k) { return v[k].y; }),
+                     apply(f, [&](int k) { return v[k].z; }), apply(f, [&](int k) { return v[k].w; }));
+}
+
 template <typename F>
 __device__ void contiguous_kernel(int64_t n, float* out, Inputs in, F f) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = apply(f, [&](int k) { return in.p[k][i]; });
@@ -56,9 +63,7 @@ __device__ void contiguous_vec4_kernel(int64_t n, float* out, Inputs in, F f) {
     float4 v[kMaxOperands - 1];
 #pragma unroll
     for (int k = 0; k < F::kArity; ++k) v[k] = reinterpret_cast<const float4*>(in.p[k])[i];
-    reinterpret_cast<float4*>(out)[i] =
-        make_float4(apply(f, [&](int k) { return v[k].x; }), apply(f, [&](int k) { return v[k].y; }),
-                    apply(f, [&](int k) { return v[k].z; }), apply(f, [&](int k) { return v[k].w; }));
+    reinterpret_cast<float4*>(out)[i] = apply4(f, v);
   }
   const int64_t tail = n4 * 4 + global_thread();
   if (tail < n) out[tail] = apply(f, [&](int k) { return in.p[k][tail]; });
@@ -93,9 +98,7 @@ __device__ void strided_vec4_kernel(int64_t n, Strided s, float* out, Inputs in,
     float4 v[kMaxOperands - 1];
 #pragma unroll
     for (int k = 0; k < F::kArity; ++k) v[k] = *reinterpret_cast<const float4*>(in.p[k] + offset[k + 1]);
-    *reinterpret_cast<float4*>(out + offset[0]) =
-        make_float4(apply(f, [&](int k) { return v[k].x; }), apply(f, [&](int k) { return v[k].y; }),
-                    apply(f, [&](int k) { return v[k].z; }), apply(f, [&](int k) { return v[k].w; }));
+    *reinterpret_cast<float4*>(out + offset[0]) = apply4(f, v);
   }
 }
 

@@ -78,7 +78,6 @@ Tensor in_compute_dtype(const Tensor& t, Precision precision) {
   return t.dtype() == dtype ? t : raw::convert(t, dtype);
 }
 
-
 // Note [Gradients of packed heads]: q, k and v split from one projection ([B, T, 3 H E] viewed as three [B, H, T, E]
 // heads) lie in one storage with one layout, each in its own window of E * H elements of every row. Their gradients
 // are then written as views of one new tensor at the same places, so that the views' backward passes hand them to
