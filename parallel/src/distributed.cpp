@@ -34,17 +34,18 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
 // group's synchronous reduce-scatter at once: it is ordered after the work issued on the devices, so after the
 // bucket's ready markers (on CPU devices it completes there, as the group's all-reduce does), and its work has
 // nothing left to join. The buckets go in the fixed order of Note [Fixed bucket order] (spans_processes), even in
-// one process: the group's collective is not comm's, which has no reduce-scatter.
-GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessGroup>& group,
-                                            comm::ReduceOp reduction) {
+// one process: the group's collective is not comm's, which has no reduce-scatter. Under zero_stage 2 the slices are
+// the buckets' staging tensors (Note [Staged gradient buckets] in gradient_reducer.h).
+GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessGroup>& group, comm::ReduceOp reduction,
+                                            int zero_stage) {
+  const size_t first_device = static_cast<size_t>(group->rank()) * group->devices().size();
   GradientCollective collective;
-  collective.run = [group, reduction](std::vector<Tensor>& slices) {
+  collective.run = [group, reduction, first_device](std::vector<Tensor>& slices) {
     const std::vector<Tensor> chunks = group->reduce_scatter(slices, reduction);
     NoGradGuard no_grad;
     for (size_t d = 0; d < slices.size(); ++d) {
       const int64_t rows = chunks[d].size(0);
-      const auto global = static_cast<int64_t>(static_cast<size_t>(group->rank()) * slices.size() + d);
-      slices[d].narrow(0, global * rows, rows).copy_(chunks[d]);
+      slices[d].narrow(0, static_cast<int64_t>(first_device + d) * rows, rows).copy_(chunks[d]);
     }
   };
   collective.start = [run = collective.run](std::vector<Tensor>& slices, const std::vector<StreamMarker>&) {
@@ -53,16 +54,16 @@ GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessG
   };
   collective.spans_processes = true;
   collective.scatter_devices = group->world_devices();
+  collective.scatter_first_device = first_device;
+  collective.shards_gradients = zero_stage == 2;
   return collective;
 }
 
 GradientCollective collective_for(const std::shared_ptr<comm::ProcessGroup>& group, const DistributedOptions& options) {
   TANDEM_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, kDistributedDataParallel,
                ": DistributedOptions::zero_stage is ", options.zero_stage, " but expected 0, 1 or 2");
-  TANDEM_CHECK(options.zero_stage < 2, kDistributedDataParallel,
-               ": DistributedOptions::zero_stage 2 (sharded gradients) is not supported yet; use 0 or 1");
   if (options.zero_stage == 0) return collective_of(group, options.reduction);
-  return scattering_collective_of(group, options.reduction);
+  return scattering_collective_of(group, options.reduction, options.zero_stage);
 }
 
 // Tensor by tensor, rank 0's master tensors (tensors_of(master)) onto the same tensors of every replica of every

@@ -47,19 +47,29 @@ GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buff
   TANDEM_CHECK(!buffers_.empty(), kGradientReducer, ": got no buffers");
   TANDEM_CHECK(collective_.start && collective_.run, kGradientReducer, ": the collective's ",
                collective_.start ? "run" : "start", " function is empty");
+  TANDEM_CHECK(!staged() || collective_.scatter_devices > 0, kGradientReducer,
+               ": shards_gradients needs a reduce-scatter (scatter_devices > 0)");
+  const auto world = static_cast<int64_t>(std::max<size_t>(collective_.scatter_devices, 1));
+  const int64_t expected = staged() ? layout_.numel() / world : layout_.numel();
   std::vector<Device> devices;
   for (size_t r = 0; r < buffers_.size(); ++r) {
     const Tensor& buffer = buffers_[r];
     TANDEM_CHECK(buffer.defined(), kGradientReducer, ": buffer ", r, " is undefined");
-    TANDEM_CHECK(buffer.dim() == 1 && buffer.numel() == layout_.numel() && buffer.is_contiguous(), kGradientReducer,
+    TANDEM_CHECK(buffer.dim() == 1 && buffer.numel() == expected && buffer.is_contiguous(), kGradientReducer,
                  ": buffer ", r, " has shape ", to_string(buffer.shape()), " and strides ", to_string(buffer.strides()),
-                 " but expected a contiguous [", layout_.numel(), "]");
+                 " but expected a contiguous [", expected, "]");
     devices.push_back(buffer.device());
   }
   check_distinct(devices, kGradientReducer);
+  int64_t shard_offset = 0;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-    bucket_slices_.emplace_back();
-    for (const Tensor& buffer : buffers_) bucket_slices_.back().push_back(layout_.bucket_view(buffer, b));
+    bucket_slices_.emplace_back(buffers_.size());
+    if (staged()) {
+      shard_offsets_.push_back(shard_offset);
+      shard_offset += layout_.buckets()[b].length / world;
+      continue;
+    }
+    for (size_t r = 0; r < buffers_.size(); ++r) bucket_slices_.back()[r] = layout_.bucket_view(buffers_[r], b);
   }
   hooks_.resize(buffers_.size());
   arrived_.assign(buffers_.size(), std::vector<char>(layout_.parameter_count(), 0));
@@ -88,8 +98,10 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
   }
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!layout_.has_place(i)) continue;
-    const uint64_t handle =
-        parameters[i].register_post_accumulate_grad_hook([this, replica, i](const Tensor&) { mark_ready(replica, i); });
+    const uint64_t handle = parameters[i].register_post_accumulate_grad_hook([this, replica, i](const Tensor& leaf) {
+      if (staged()) stage(replica, i, leaf);
+      mark_ready(replica, i);
+    });
     hooks_[replica].push_back({parameters[i], handle});
   }
 }
@@ -105,8 +117,14 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
 //   - an average over P processes (the sum over every replica divided by P): replica 0 of every process keeps S,
 //     so the result is (P * S + the sum of the new gradients) / P = S + their average.
 // GradientCollective::keeps_sum_on_replica0 says whether this process's replica 0 keeps S (true in one process).
+//   - staged buckets (Note [Staged gradient buckets] in gradient_reducer.h) hold no sums: each reduction adds only
+//     the gradients staged since the last one into the shards, which keep what they held.
 void GradientReducer::prepare_to_accumulate() {
   TANDEM_CHECK(!open_, kGradientReducer, "::prepare_to_accumulate: a step is open; finish() or abandon() it first");
+  if (staged()) {
+    summed_ = false;
+    return;
+  }
   TANDEM_CHECK(!summed_ || collective_.scatter_devices == 0, kGradientReducer,
                ": the gradients were reduce-scattered (DistributedOptions::zero_stage >= 1), so each device holds ",
                "only its chunk of their reduction, which new gradients cannot accumulate onto; zero the gradients ",
@@ -189,8 +207,12 @@ void GradientReducer::bucket_completed(Step& step, size_t bucket) {
 }
 
 void GradientReducer::launch_bucket(Step& step, size_t bucket) {
-  std::vector<Tensor> slices = bucket_slices_[bucket];
-  step.works[bucket] = collective_.start(slices, step.ready[bucket]);
+  if (staged()) {
+    reduce_bucket(bucket);
+  } else {
+    std::vector<Tensor> slices = bucket_slices_[bucket];
+    step.works[bucket] = collective_.start(slices, step.ready[bucket]);
+  }
   step.launched[bucket] = 1;
   if (step.started) step.started(bucket);
 }
@@ -235,8 +257,7 @@ void GradientReducer::finish_overlapped_step() {
       launch_bucket(*step_, b);  // complete, waiting for an earlier bucket (Note [Fixed bucket order])
       continue;
     }
-    std::vector<Tensor> slices = bucket_slices_[b];
-    collective_.run(slices);
+    reduce_bucket(b);
   }
   for (comm::AllReduceWork& work : step_->works) work.wait();
   step_.reset();
@@ -253,12 +274,74 @@ void GradientReducer::reduce() {
     unreduced_.store(false, std::memory_order_release);
     return;
   }
-  for (const std::vector<Tensor>& bucket : bucket_slices_) {
-    std::vector<Tensor> slices = bucket;
-    collective_.run(slices);
-  }
+  for (size_t b = 0; b < bucket_slices_.size(); ++b) reduce_bucket(b);
   summed_ = true;
   unreduced_.store(false, std::memory_order_release);
+}
+
+// One bucket's collective, with `run`. Staged: over the staging tensors (zeros for a replica that staged nothing),
+// whose owned chunks are then added into the shards, and which are released.
+void GradientReducer::reduce_bucket(size_t bucket) {
+  std::vector<Tensor>& staging = bucket_slices_[bucket];
+  if (staged()) {
+    for (size_t r = 0; r < staging.size(); ++r) {
+      if (!staging[r].defined()) staging[r] = Tensor::zeros({layout_.buckets()[bucket].length}, buffers_[r].device());
+    }
+  }
+  std::vector<Tensor> slices = staging;
+  collective_.run(slices);
+  if (!staged()) return;
+  NoGradGuard no_grad;
+  const int64_t chunk = owned_gradients(0, bucket).numel();
+  for (size_t r = 0; r < staging.size(); ++r) {
+    owned_gradients(r, bucket).add_(staging[r].narrow(0, owned_offset(r, bucket), chunk));
+    staging[r] = Tensor();
+  }
+}
+
+// Note [Staged gradient buckets] in gradient_reducer.h: runs in the hook, on the thread running replica `replica`'s
+// backward, which alone touches that replica's staging tensors until the bucket completes. A second gradient in one
+// overlapped step (whose bucket may be reduced already) is left for mark_ready to refuse.
+void GradientReducer::stage(size_t replica, size_t parameter, const Tensor& leaf) {
+  if (step_ != nullptr && arrived_[replica][parameter]) return;
+  NoGradGuard no_grad;
+  const size_t bucket = layout_.bucket_of(parameter);
+  Tensor& staging = bucket_slices_[bucket][replica];
+  if (!staging.defined()) staging = Tensor::zeros({layout_.buckets()[bucket].length}, buffers_[replica].device());
+  const Tensor gradient = leaf.grad();
+  staging.narrow(0, layout_.offset(parameter) - layout_.buckets()[bucket].start, gradient.numel())
+      .add_(gradient.reshape({gradient.numel()}));
+  leaf.set_grad(Tensor());
+}
+
+void GradientReducer::check_owned(size_t replica, size_t bucket, const char* caller) const {
+  TANDEM_CHECK(collective_.scatter_devices > 0, kGradientReducer, "::", caller,
+               ": the collective is not a reduce-scatter, so every device holds every bucket's reduction");
+  TANDEM_CHECK(replica < size() && bucket < bucket_slices_.size(), kGradientReducer, "::", caller, ": replica ",
+               replica, ", bucket ", bucket, " but there are ", size(), " replicas and ", bucket_slices_.size(),
+               " buckets");
+}
+
+int64_t GradientReducer::owned_offset(size_t replica, size_t bucket) const {
+  check_owned(replica, bucket, "owned_offset");
+  const auto chunk = layout_.buckets()[bucket].length / static_cast<int64_t>(collective_.scatter_devices);
+  return static_cast<int64_t>(collective_.scatter_first_device + replica) * chunk;
+}
+
+Tensor GradientReducer::owned_gradients(size_t replica, size_t bucket) const {
+  check_owned(replica, bucket, "owned_gradients");
+  const GradientLayout::Bucket& range = layout_.buckets()[bucket];
+  const int64_t chunk = range.length / static_cast<int64_t>(collective_.scatter_devices);
+  if (staged()) return buffers_[replica].narrow(0, shard_offsets_[bucket], chunk);
+  return buffers_[replica].narrow(0, range.start + owned_offset(replica, bucket), chunk);
+}
+
+void GradientReducer::zero_staged() {
+  TANDEM_CHECK(!open_, kGradientReducer, "::zero_staged: a step is open; finish() or abandon() it first");
+  if (!staged()) return;
+  NoGradGuard no_grad;
+  for (Tensor& shard : buffers_) shard.zero_();
+  for (std::vector<Tensor>& staging : bucket_slices_) std::fill(staging.begin(), staging.end(), Tensor());
 }
 
 }  // namespace tandem::parallel

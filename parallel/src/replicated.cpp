@@ -26,7 +26,11 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   const auto named = module->named_parameters();
   TANDEM_CHECK(!named.empty(), kReplicatedModule, ": ", module->name(), " has no parameters");
   detail::check_parameters_on(named, devices_.front(), kReplicatedModule, "devices[0]");
-  GradientLayout layout(named, options.bucket_size, std::max<size_t>(options.collective.scatter_devices, 1));
+  const size_t world = std::max<size_t>(options.collective.scatter_devices, 1);
+  GradientLayout layout(named, options.bucket_size, world);
+  // Staged buckets (zero_stage 2) keep each device's shard only, and no gradient views (Note [Staged gradient
+  // buckets] in gradient_reducer.h).
+  const bool staged = options.collective.shards_gradients;
 
   replicas_.push_back(std::move(module));
   for (size_t d = 1; d < devices_.size(); ++d) {
@@ -40,9 +44,10 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   for (size_t d = 0; d < replicas_.size(); ++d) {
     parameters_.push_back(replicas_[d]->parameters());
     buffers_.push_back(replicas_[d]->buffers());
-    buffers.push_back(Tensor::zeros({layout.numel()}, devices_[d]));
+    buffers.push_back(
+        Tensor::zeros({staged ? layout.numel() / static_cast<int64_t>(world) : layout.numel()}, devices_[d]));
     std::vector<Tensor> views(layout.parameter_count());
-    for (size_t i = 0; i < views.size(); ++i) {
+    for (size_t i = 0; i < views.size() && !staged; ++i) {
       if (layout.has_place(i)) views[i] = layout.gradient_view(buffers.back(), i);
     }
     gradient_views_.push_back(std::move(views));
@@ -53,7 +58,7 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
   try {
     for (size_t d = 0; d < replicas_.size(); ++d) {
       for (size_t i = 0; i < parameters_[d].size(); ++i) {
-        if (!gradient_views_[d][i].defined()) continue;
+        if (!layout.has_place(i)) continue;
         const Tensor& parameter = parameters_[d][i];
         parameter.set_grad_check([this, i](const std::string& user) { check_reduced(user, i); });
         undo.emplace_back([parameter] { parameter.set_grad_check(nullptr); });
@@ -83,12 +88,13 @@ ReplicatedModule::ReplicatedModule(std::shared_ptr<nn::Module> module, std::vect
 }
 
 ReplicatedModule::~ReplicatedModule() {
+  const GradientLayout& layout = reducer_->layout();
   for (size_t d = 0; d < replicas_.size(); ++d) {
     size_t hook = 0;
     for (size_t i = 0; i < parameters_[d].size(); ++i) {
-      if (!gradient_views_[d][i].defined()) continue;
+      if (!layout.has_place(i)) continue;
       parameters_[d][i].set_grad_check(nullptr);
-      parameters_[d][i].remove_post_accumulate_grad_hook(view_hooks_[d][hook++]);
+      if (gradient_views_[d][i].defined()) parameters_[d][i].remove_post_accumulate_grad_hook(view_hooks_[d][hook++]);
     }
   }
 }
@@ -223,6 +229,7 @@ void ReplicatedModule::drop_unfinished_step() {
   module_step_ = false;
   if (!partial) return;
   install_gradient_views(/*zero=*/true);
+  reducer_->zero_staged();
   reducer_->buffers_changed();
   reducer_->gradients_discarded();
   TANDEM_CHECK(false, "parallel::", name(), "::forward: the backward of the previous forward did not finish (it ",
@@ -348,6 +355,7 @@ void ReplicatedModule::zero_grad() {
   }
   check_no_step_open("zero_grad");
   install_gradient_views(/*zero=*/true);
+  reducer_->zero_staged();
   reducer_->buffers_changed();
   reducer_->gradients_discarded();
 }

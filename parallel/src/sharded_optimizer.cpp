@@ -25,14 +25,13 @@ size_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
 ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& model, const Factory& make, const char* name)
     : name_(name), model_(model) {
   TANDEM_CHECK(model.options().zero_stage > 0, name_, ": the DistributedDataParallel has DistributedOptions::",
-               "zero_stage 0, which all-reduces the gradients; construct it with zero_stage 1, or step with a plain ",
-               "or replicated optimizer");
+               "zero_stage 0, which all-reduces the gradients; construct it with zero_stage 1 or 2, or step with a ",
+               "plain or replicated optimizer");
   TANDEM_CHECK(make != nullptr, name_, ": the factory is empty");
   ReplicatedModule& replicated = model.replicated();
   const GradientLayout& layout = replicated.gradient_layout();
+  const GradientReducer& reducer = replicated.gradient_reducer();
   const std::vector<GradientLayout::Bucket>& buckets = layout.buckets();
-  const comm::ProcessGroup& group = *model.group();
-  const auto world = static_cast<int64_t>(group.world_devices());
 
   placed_.resize(buckets.size());
   const std::vector<Tensor> master = replicated.module()->parameters();
@@ -45,9 +44,7 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& model, const Factory
   NoGradGuard no_grad;
   for (size_t d = 0; d < replicated.size(); ++d) {
     const std::vector<Tensor> parameters = replicated.replicas()[d]->parameters();
-    const Tensor& gradients = replicated.gradient_buffer(d);
-    const Device device = gradients.device();
-    const auto owner = static_cast<int64_t>(static_cast<size_t>(group.rank()) * replicated.size() + d);
+    const Device device = replicated.gradient_buffer(d).device();
     std::vector<Tensor> flat(parameters.size());
     for (size_t i = 0; i < parameters.size(); ++i) {
       if (layout.has_place(i)) flat[i] = parameters[i].view({parameters[i].numel()});
@@ -55,11 +52,12 @@ ShardedOptimizer::ShardedOptimizer(DistributedDataParallel& model, const Factory
     std::vector<Tensor> shards;
     std::vector<Piece> pieces;
     for (size_t b = 0; b < buckets.size(); ++b) {
-      const int64_t chunk = buckets[b].length / world;
-      const int64_t first = owner * chunk;  // the owned chunk, in the bucket
+      Tensor gradients = reducer.owned_gradients(d, b);
+      const int64_t chunk = gradients.numel();
+      const int64_t first = reducer.owned_offset(d, b);  // the owned chunk, in the bucket
       Tensor shard = Tensor::zeros({chunk}, device);
       shard.set_requires_grad(true);
-      shard.set_grad(gradients.narrow(0, buckets[b].start + first, chunk));
+      shard.set_grad(gradients);
       for (const Placed& place : placed_[b]) {
         const int64_t lo = std::max(place.offset, first);
         const int64_t hi = std::min(place.offset + place.numel, first + chunk);
@@ -89,8 +87,8 @@ void ShardedOptimizer::step() { update(StepForm::Eager); }
 void ShardedOptimizer::replayable_step() { update(StepForm::Replayable); }
 
 void ShardedOptimizer::update(StepForm form) {
-  model_.replicated().check_gradients_reduced(
-      std::string(name_) + (form == StepForm::Eager ? "::step" : "::replayable_step"));
+  model_.replicated().check_gradients_reduced(std::string(name_) +
+                                              (form == StepForm::Eager ? "::step" : "::replayable_step"));
   {
     NoGradGuard no_grad;
     for (size_t d = 0; d < optimizers_.size(); ++d) {

@@ -57,6 +57,10 @@ std::string TrainingStep::blocker() const {
   if (!replayed_.replayable()) {
     return "the optimizer cannot split its step for a replay (optim::Optimizer::replayable() is false)";
   }
+  if (model_.gradient_reducer().collective().shards_gradients) {
+    return "the gradients are staged bucket by bucket (DistributedOptions::zero_stage 2) in tensors allocated and "
+           "released during backward, which a captured graph does not replay; stage 2 steps run eagerly";
+  }
   if (model_.spans_processes() && group_ == nullptr) {
     return "the model's gradients are summed across processes without a group that the processes can agree "
            "through; capture needs the TrainingStep made over the DistributedDataParallel";
@@ -256,7 +260,7 @@ Tensor TrainingStep::replay(Graph& graph, const Batch& batch) {
       feeds.push_back({.from = chunks.labels[i], .to = graph.labels[i]});
     }
     replayed_.prepare_replay();  // Note [Host state of a captured step]
-    graph.graph.replay(feeds);     // Note [Feeding a replay] in device_graph.h
+    graph.graph.replay(feeds);   // Note [Feeding a replay] in device_graph.h
     if (across_processes()) group_->watch_replay("captured training step");  // Note [Capturing across processes]
   }
   replayed_.finish_replay();

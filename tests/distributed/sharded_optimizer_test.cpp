@@ -1,8 +1,8 @@
-// ZeRO stage 1 across the processes of a job (every process runs every test), on one and on two virtual CPU devices
-// per process and on GPUs (group_devices.h): sharded SGD with momentum, Adam and AdamW over every device of every
-// process equal stage 0 with the plain optimizer, bitwise from run to run, with 1/N of the optimizer state on each of
-// the N devices, clipping over the shards and TrainingStep over them included. Run alone (no launcher) the group has
-// one process and the same expectations hold.
+// ZeRO stages 1 and 2 across the processes of a job (every process runs every test), on one and on two virtual CPU
+// devices per process and on GPUs (group_devices.h): sharded SGD with momentum, Adam and AdamW over every device of
+// every process equal stage 0 with the plain optimizer, bitwise from run to run, with 1/N of the optimizer state on
+// each of the N devices (and at stage 2 of the gradients), clipping over the shards and TrainingStep over them
+// included. Run alone (no launcher) the group has one process and the same expectations hold.
 
 #include "distributed/group_devices.h"
 #include "parallel/sharded_test_helpers.h"
@@ -12,26 +12,31 @@ namespace {
 
 class ShardedTraining : public OnGroupDevices {};
 
-TEST_P(ShardedTraining, StageOneEqualsStageZero) {
+TEST_P(ShardedTraining, ShardedStagesEqualStageZero) {
   for (const UpdateRule rule : {UpdateRule::SgdMomentum, UpdateRule::Adam, UpdateRule::AdamW}) {
-    SCOPED_TRACE(rule_name(rule));
     const ShardedRun stage0 = train_sharded(group_, 0, rule);
-    const ShardedRun stage1 = train_sharded(group_, 1, rule);
-    expect_parameters_close(*stage1.net, *stage0.net, 1e-6, reference_atol(GetParam()) / 10);
-    expect_replicas_equal_master(stage1);
-    expect_parameters_close(*train_sharded(group_, 1, rule).net, *stage1.net, 0.0, 0.0);
+    for (const int stage : kShardedStages) {
+      SCOPED_TRACE(rule_name(rule) + ", stage " + std::to_string(stage));
+      const ShardedRun sharded = train_sharded(group_, stage, rule);
+      expect_parameters_close(*sharded.net, *stage0.net, 1e-6, reference_atol(GetParam()) / 10);
+      expect_replicas_equal_master(sharded);
+      expect_parameters_close(*train_sharded(group_, stage, rule).net, *sharded.net, 0.0, 0.0);
+    }
   }
 }
 
 TEST_P(ShardedTraining, StateBytesPerDeviceAreOneNth) {
   const ShardedRun stage0 = train_sharded(group_, 0, UpdateRule::Adam, 1);
-  const ShardedRun stage1 = train_sharded(group_, 1, UpdateRule::Adam, 1);
   const size_t world = group_->world_devices();
-  ASSERT_EQ(stage1.state_bytes.size(), group_->devices().size());
-  const size_t padding = static_cast<size_t>(stage1.padded_numel) - 241;  // the net's 241 parameter elements
-  for (size_t d = 0; d < stage1.state_bytes.size(); ++d) {
-    SCOPED_TRACE("device " + std::to_string(d));
-    EXPECT_EQ(stage1.state_bytes[d] * world, stage0.state_bytes[0] + 2 * sizeof(float) * padding);
+  for (const int stage : kShardedStages) {
+    const ShardedRun sharded = train_sharded(group_, stage, UpdateRule::Adam, 1);
+    ASSERT_EQ(sharded.state_bytes.size(), group_->devices().size());
+    const size_t padding = static_cast<size_t>(sharded.padded_numel) - 241;  // the net's 241 parameter elements
+    for (size_t d = 0; d < sharded.state_bytes.size(); ++d) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", device " + std::to_string(d));
+      EXPECT_EQ(sharded.state_bytes[d] * world, stage0.state_bytes[0] + 2 * sizeof(float) * padding);
+      EXPECT_EQ(sharded.gradient_numel[d] * (stage == 2 ? static_cast<int64_t>(world) : 1), sharded.padded_numel);
+    }
   }
 }
 
@@ -41,18 +46,24 @@ TEST_P(ShardedTraining, ClippingOverShardsEqualsStageZero) {
   for (const UpdateRule rule : {UpdateRule::SgdMomentum, UpdateRule::AdamW}) {
     SCOPED_TRACE(rule_name(rule));
     const ShardedRun stage0 = train_sharded(group_, 0, rule, kShardedSteps, kMaxNorm);
-    const ShardedRun stage1 = train_sharded(group_, 1, rule, kShardedSteps, kMaxNorm);
-    expect_clipped_runs_equal(stage0, stage1, kMaxNorm, reference_atol(GetParam()) / 10);
-    expect_replicas_equal_master(stage1);
+    for (const int stage : kShardedStages) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      const ShardedRun sharded = train_sharded(group_, stage, rule, kShardedSteps, kMaxNorm);
+      expect_clipped_runs_equal(stage0, sharded, kMaxNorm, reference_atol(GetParam()) / 10);
+      expect_replicas_equal_master(sharded);
+    }
   }
 }
 
 // Note [Training steps over shards]: TrainingStep with ShardedAdamW and clipping equals ReplicatedAdamW at stage 0.
 TEST_P(ShardedTraining, TrainingStepOverShardsEqualsStageZero) {
   const ShardedRun stage0 = train_steps_sharded(group_, 0);
-  const ShardedRun stage1 = train_steps_sharded(group_, 1);
-  expect_step_runs_equal(stage0, stage1, reference_atol(GetParam()) / 10);
-  expect_replicas_equal_master(stage1);
+  for (const int stage : kShardedStages) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const ShardedRun sharded = train_steps_sharded(group_, stage);
+    expect_step_runs_equal(stage0, sharded, reference_atol(GetParam()) / 10);
+    expect_replicas_equal_master(sharded);
+  }
 }
 
 TANDEM_INSTANTIATE_ON_GROUP_DEVICES(LocalDevices, ShardedTraining);

@@ -1,7 +1,7 @@
 #pragma once
-// ZeRO stage 1 (DistributedOptions::zero_stage = 1 with a parallel::ShardedOptimizer) against stage 0 with a plain
-// optimizer over the master's parameters, both trained PyTorch-style through the module form, shared by the
-// in-process tests (tests/parallel) and the multi-process ones (tests/distributed).
+// ZeRO stages 1 and 2 (DistributedOptions::zero_stage = 1 or 2 with a parallel::ShardedOptimizer) against stage 0
+// with a plain optimizer over the master's parameters, both trained PyTorch-style through the module form, shared by
+// the in-process tests (tests/parallel) and the multi-process ones (tests/distributed).
 
 #include <cmath>
 #include <memory>
@@ -35,6 +35,7 @@ constexpr optim::SGDOptions kShardedSgd{.lr = 0.05, .momentum = 0.9, .weight_dec
 constexpr optim::AdamOptions kShardedAdam{.lr = 1e-2, .weight_decay = 1e-3};
 constexpr optim::AdamWOptions kShardedAdamW{.lr = 1e-2, .weight_decay = 0.1};
 constexpr size_t kShardedSteps = 50;
+constexpr int kShardedStages[] = {1, 2};
 
 // This process's rows of step `step` (12: every device of a process of up to 4 devices gets some).
 inline DistributedBatch process_batch(size_t step, int rank) {
@@ -43,20 +44,21 @@ inline DistributedBatch process_batch(size_t step, int rank) {
 }
 
 struct ShardedRun {
-  std::shared_ptr<TwoLayerNet> net;           // the master after training
-  std::vector<std::vector<Tensor>> replicas;  // [replica][parameter], copies taken after training
-  std::vector<size_t> state_bytes;            // per local device (stage 0: the master's optimizer's)
-  int64_t padded_numel = 0;                   // elements of one flat gradient buffer, padding included
-  std::vector<float> norms;                   // each step's total gradient norm, with clipping
-  std::vector<float> losses;                  // each step's loss (this process's part), TrainingStep runs only
+  std::shared_ptr<TwoLayerNet> net;                // the master after training
+  std::vector<std::vector<Tensor>> replicas;       // [replica][parameter], copies taken after training
+  std::vector<size_t> state_bytes;                 // per local device (stage 0: the master's optimizer's)
+  int64_t padded_numel = 0;                        // elements of one flat gradient buffer, padding included
+  std::vector<int64_t> gradient_numel;             // per local device: the elements of its gradient buffer (or shard)
+  std::vector<float> norms;                        // each step's total gradient norm, with clipping
+  std::vector<float> losses;                       // each step's loss (this process's part), TrainingStep runs only
   std::vector<parallel::StepStrategy> strategies;  // each step's, TrainingStep runs only
   std::string fallback_reason;                     // the last TrainingStep's
 };
 
 // `clip` runs between backward and step (a no-op without clipping).
 template <typename Optimizer, typename Clip = void (*)()>
-void train_module_form(parallel::DistributedDataParallel& ddp, Optimizer& optimizer, size_t steps,
-                       const Clip& clip = [] {}) {
+void train_module_form(
+    parallel::DistributedDataParallel& ddp, Optimizer& optimizer, size_t steps, const Clip& clip = [] {}) {
   for (size_t step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     const DistributedBatch batch = process_batch(step, ddp.group()->rank());
@@ -70,7 +72,7 @@ void train_module_form(parallel::DistributedDataParallel& ddp, Optimizer& optimi
 
 // `steps` steps of `rule` over `group` (bucket_size 128: three buckets of 21, 20 and 200 elements before padding, so
 // parameters straddle the devices' chunks); max_norm > 0: the gradients clipped to it before each step, stage 0 by
-// nn::utils::clip_grad_norm_ over the parameters, stage 1 by ShardedOptimizer::clip_grad_norm.
+// nn::utils::clip_grad_norm_ over the parameters, stages 1 and 2 by ShardedOptimizer::clip_grad_norm.
 inline ShardedRun train_sharded(const std::shared_ptr<comm::ProcessGroup>& group, int zero_stage, UpdateRule rule,
                                 size_t steps = kShardedSteps, double max_norm = 0.0) {
   ShardedRun run;
@@ -100,12 +102,15 @@ inline ShardedRun train_sharded(const std::shared_ptr<comm::ProcessGroup>& group
     for (const Tensor& parameter : replica->parameters()) run.replicas.back().push_back(parameter.detach().clone());
   }
   run.padded_numel = ddp.replicated().gradient_layout().numel();
+  for (size_t d = 0; d < ddp.replicated().size(); ++d) {
+    run.gradient_numel.push_back(ddp.replicated().gradient_buffer(d).numel());
+  }
   return run;
 }
 
 // `steps` AdamW steps of parallel::TrainingStep over `group`'s model summing its gradients, clipped to max_norm:
-// stage 0 with parallel::ReplicatedAdamW, stage 1 with parallel::ShardedAdamW (Note [Training steps over shards]);
-// captured on CUDA devices after the warm-up unless `capture` is false.
+// stage 0 with parallel::ReplicatedAdamW, stages 1 and 2 with parallel::ShardedAdamW (Note [Training steps over
+// shards]); captured on CUDA devices after the warm-up unless `capture` is false.
 inline ShardedRun train_steps_sharded(const std::shared_ptr<comm::ProcessGroup>& group, int zero_stage,
                                       size_t steps = kShardedSteps, double max_norm = 0.5, bool capture = true) {
   ShardedRun run;
@@ -147,7 +152,7 @@ inline void expect_step_runs_equal(const ShardedRun& stage0, const ShardedRun& s
   expect_parameters_close(*stage1.net, *stage0.net, 1e-6, atol);
 }
 
-// Every replica of a stage 1 run holds bitwise the master's parameters (the all-gather wrote them all).
+// Every replica of a sharded run holds bitwise the master's parameters (the all-gather wrote them all).
 inline void expect_replicas_equal_master(const ShardedRun& run) {
   const std::vector<Tensor> master = run.net->parameters();
   for (size_t d = 0; d < run.replicas.size(); ++d) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "prepared_dataset.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
 #include "tandem/core/ops.h"
@@ -50,9 +51,9 @@ TrainerOptions validated(TrainerOptions options) {
                  "lr_schedule needs a name and a function but got ",
                  options.lr_schedule->name.empty() ? "no name" : "no function");
   }
-  TANDEM_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "Trainer: zero_stage is ", options.zero_stage,
-               options.zero_stage == 2 ? " (sharded gradients), which is not supported yet" : "",
-               "; expected 0 (replicated optimizer state) or 1 (sharded optimizer state)");
+  TANDEM_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "Trainer: zero_stage is ", options.zero_stage,
+               "; expected 0 (replicated optimizer state), 1 (sharded optimizer state) or 2 (sharded optimizer state ",
+               "and gradients)");
   TANDEM_CHECK(options.zero_stage == 0 || options.group, "Trainer: zero_stage ", options.zero_stage, " shards the ",
                "optimizer state over a group's devices but there is no group; give options.group (ProcessGroup::",
                "single for one process)");
@@ -92,7 +93,7 @@ std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_for(parallel::Replicate
   return std::make_unique<parallel::ReplicatedSGD>(model, options.sgd);
 }
 
-// The sharded optimizer at zero_stage 1 (Note [Sharded optimizer state]); null at 0.
+// The sharded optimizer at zero_stage 1 and 2 (Note [Sharded optimizer state]); null at 0.
 std::unique_ptr<parallel::ShardedOptimizer> sharded_for(parallel::DistributedDataParallel* distributed,
                                                         const TrainerOptions& options) {
   if (options.zero_stage == 0) return nullptr;
@@ -178,7 +179,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       distributed_(distributed(model_, options_)),
       replicas_(distributed_ ? nullptr : std::make_unique<parallel::ReplicatedModule>(model_, options_.devices)),
       optimizer_(options_.zero_stage > 0
-                     ? nullptr  // sharded_ at stage 1
+                     ? nullptr  // sharded_ at stages 1 and 2
                      : optimizer_for(distributed_ ? distributed_->replicated() : *replicas_, options_)),
       sharded_(sharded_for(distributed_.get(), options_)),
       schedules_(schedules_for(optimizer_.get(), sharded_.get(), options_)),
@@ -199,6 +200,16 @@ size_t Trainer::optimizer_state_bytes_per_device() const {
   if (optimizer_ != nullptr) return parallel::optimizer_state_bytes(optimizer_->optimizer(0));
   size_t most = 0;
   for (size_t d = 0; d < sharded_->size(); ++d) most = std::max(most, sharded_->optimizer_state_bytes(d));
+  return most;
+}
+
+size_t Trainer::gradient_bytes_per_device() const {
+  const parallel::ReplicatedModule& replicated = distributed_ ? distributed_->replicated() : *replicas_;
+  size_t most = 0;
+  for (size_t d = 0; d < replicated.size(); ++d) {
+    const Tensor& buffer = replicated.gradient_buffer(d);
+    most = std::max(most, static_cast<size_t>(buffer.numel()) * element_size(buffer.dtype()));
+  }
   return most;
 }
 

@@ -30,7 +30,7 @@ SetupFacts Trainer::facts_of_this_fit(const std::string& test_data) const {
   facts["test data"] = test_data;
   std::vector<Tensor> state = model_->parameters();
   std::string steps;
-  // At zero_stage 1 each process holds the state of other shards: only the parameters and counters are compared.
+  // At zero_stage 1 and 2 each process holds the state of other shards: only the parameters and counters are compared.
   for (const optim::ParameterState& parameter :
        optimizer_ != nullptr ? optimizer_->state_dict().parameters : std::vector<optim::ParameterState>{}) {
     steps += std::to_string(parameter.step) + ",";
@@ -78,9 +78,9 @@ SetupFacts Trainer::setup() const {
 }
 
 // Note [Checkpoints at any world size]: a checkpoint holds the optimizer state in the plain optimizer's form, one
-// entry per parameter, whatever the stage and device count that wrote it. At zero_stage 1 saving gathers it from the
-// shards (a collective: every process saves) and resuming gives each device its chunks under its own layout, so a
-// run resumes at another world size, sharded or not (tandem/parallel/sharded_state.h).
+// entry per parameter, whatever the stage and device count that wrote it. At zero_stage 1 and 2 saving gathers it
+// from the shards (a collective: every process saves) and resuming gives each device its chunks under its own layout,
+// so a run resumes at another world size, sharded or not (tandem/parallel/sharded_state.h).
 void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
   Checkpoint checkpoint;

@@ -179,8 +179,8 @@ std::vector<double> parse_channel_values(const char* flag, const std::string& te
   std::stringstream list(text);
   for (std::string value; std::getline(list, value, ',') && static_cast<int64_t>(values.size()) <= channels;) {
     values.push_back(parse_real(flag, value));
-    check(!positive || values.back() > 0.0, std::string(flag) + " must hold positive values, got \"" + excerpt(value) +
-                                                "\"");
+    check(!positive || values.back() > 0.0,
+          std::string(flag) + " must hold positive values, got \"" + excerpt(value) + "\"");
   }
   check(static_cast<int64_t>(values.size()) == channels && !text.empty() && text.back() != ',',
         std::string(flag) + " takes one value per channel of --image-shape (" + std::to_string(channels) +
@@ -422,7 +422,7 @@ ParsedFlags parse_flags(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--zero", zero,
                  "ZeRO stage: 0 replicates the optimizer state on every device, 1 shards it over every device of "
-                 "every process (2, sharded gradients, is not supported yet)")
+                 "every process, 2 also shards the reduced gradients")
       ->capture_default_str();
   CLI::Option* optimizer_option =
       app.add_option("--optimizer", optimizer,
@@ -523,7 +523,6 @@ ParsedFlags parse_flags(int argc, char** argv) {
     flags.batch_size = parse_integer<int64_t>("--batch-size", batch_size, 1, kMaxBatchSize);
     flags.accumulate_steps = parse_integer<int64_t>("--accumulate", accumulate, 1, kMaxBatchSize);
     flags.zero_stage = parse_integer<int>("--zero", zero, 0, 2);
-    check(flags.zero_stage != 2, "--zero 2 (sharded gradients) is not supported yet; expected 0 or 1");
     const bool is_language_model = task == "language-model";
     flags.task = is_language_model ? trainers::Task::Regression : parse_task(task);
     const TaskDefaults& defaults =

@@ -221,6 +221,7 @@ void write_summary(const std::string& path, const FitResult& result, const Train
   summary["captured_steps"] = result.captured_steps;
   summary["zero_stage"] = trainer.options().zero_stage;
   summary["optimizer_state_bytes_per_device"] = trainer.optimizer_state_bytes_per_device();
+  summary["gradient_bytes_per_device"] = trainer.gradient_bytes_per_device();
   summary["setup"] = trainer.setup();  // the run's hyperparameters and data, as its checkpoints record them
   write_file_atomically(path, summary.dump(2) + "\n", "--summary-json");
 }

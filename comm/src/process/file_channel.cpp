@@ -691,7 +691,12 @@ class FileChannel final : public HostChannel {
     answered_ = true;
   }
 
+  // The abort watcher and a wait in progress on another thread may both find the record: the first reports it and
+  // ends the process, the other waits for that end, so the report is written once.
   [[noreturn]] void follow_abort() const {
+    if (following_abort_.exchange(true)) {
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     std::string record = job_.try_read_text(kAbortKey, kAbortTextLimit).value_or("");
     size_t newline = record.find('\n');
     std::string who = record.substr(0, newline);
@@ -737,6 +742,7 @@ class FileChannel final : public HostChannel {
   uint64_t next_round_ = 0;
   std::atomic<int64_t> waiting_for_{-1};                      // Note [Naming the rank waited for]; -1: no wait
   std::atomic<const CollectiveProgress*> progress_{nullptr};  // answer_progress's
+  mutable std::atomic<bool> following_abort_{false};          // follow_abort() is reporting the abort
   bool answered_ = false;                                     // abort watcher: progress.<rank> published
   RankProgress answered_progress_;                            // abort watcher: what it holds
   std::mutex watcher_mutex_;

@@ -1,8 +1,8 @@
 #pragma once
 // parallel: data parallelism over devices (torch.nn.parallel semantics, see docs/comm.md): differentiable
 // broadcast / reduce / scatter / gather, replicate, parallel_apply, data_parallel and DataParallel,
-// DistributedDataParallel with its sharded optimizers (ZeRO stage 1: ShardedSGD, ShardedAdam, ShardedAdamW), Join
-// (uneven inputs), convert_sync_batchnorm (batch statistics over every process), and the fast training path
+// DistributedDataParallel with its sharded optimizers (ZeRO stages 1 and 2: ShardedSGD, ShardedAdam, ShardedAdamW),
+// Join (uneven inputs), convert_sync_batchnorm (batch statistics over every process), and the fast training path
 // (ReplicatedModule with its GradientReducer, ReplicatedOptimizer and its SGD and Adam forms, and TrainingStep, the one
 // training step: eager, steps in backward, or one CUDA graph).
 

@@ -59,8 +59,10 @@ struct DistributedOptions {
   // ZeRO (Note [Sharded optimizer state] in sharded_optimizer.h): 0 replicates the optimizer state on every device;
   // 1 reduce-scatters each gradient bucket over every device of every process, so that each device's part of a
   // parallel::ShardedOptimizer updates only its shard of the parameters (with its shard of the state), and
-  // all-gathers the updated parameters; a plain optimizer over the parameters is then refused. 2 (each device also
-  // keeps only its shard of the reduced gradients) is not supported yet.
+  // all-gathers the updated parameters; a plain optimizer over the parameters is then refused. 2: as 1, and each
+  // device also keeps only its shard of the reduced gradients (Note [Staged gradient buckets] in
+  // gradient_reducer.h): the parameters' .grad stays undefined, and each bucket's gradients live in a staging tensor
+  // from its first gradient to its reduce-scatter.
   int zero_stage = 0;
 };
 
@@ -70,7 +72,7 @@ class DistributedDataParallel : public nn::Module {
   // DistributedDataParallel with a module of the same structure; rank 0's parameter values are broadcast to every
   // process (and replica) here. Errors: null module or group; those of ReplicatedModule; processes whose models
   // differ in parameter count or shapes (found through the group, naming the first difference); a zero_stage other
-  // than 0 or 1 (2 is not supported yet).
+  // than 0, 1 or 2.
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> group,
                           DistributedOptions options = {});
   ~DistributedDataParallel();

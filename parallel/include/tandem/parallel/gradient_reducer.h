@@ -81,6 +81,20 @@ struct GradientCollective {
   // gradient_layout.h), and each slice holds the reduction only on the chunk its device owns, local gradients
   // elsewhere. Gradients then cannot accumulate onto reduced values (prepare_to_accumulate() refuses).
   size_t scatter_devices = 0;
+  // With scatter_devices > 0: the world index of this process's first device (rank * local devices); local device r
+  // owns chunk scatter_first_device + r of every bucket (owned_gradients()).
+  size_t scatter_first_device = 0;
+  // Note [Staged gradient buckets] (DistributedOptions::zero_stage 2; requires scatter_devices > 0): no device holds
+  // the whole gradient. Each buffer is the device's shard, numel() / W elements: the owned chunks of every bucket one
+  // after another, in bucket order, where each reduction adds its chunk (so gradients accumulate in the shard until
+  // it is zeroed: zero_staged()). The parameters' .grad stays undefined; as backward accumulates a gradient, the
+  // reducer's hook adds it into its place in the bucket's staging tensor on that device (allocated, zeroed, by the
+  // bucket's first gradient) and clears the .grad, so the gradient's own memory goes back at once. A bucket's
+  // collective reduces the staging tensors (zeros for a replica that staged nothing), each device adds its owned
+  // chunk into its shard, and the staging tensors are released. So a device holds its shard, plus the staging tensors
+  // of the buckets that backward is filling or that wait for their collective, plus the gradients being accumulated;
+  // outside backward, only the shard. The collective runs with `run` (its reduction is done when the shard reads it).
+  bool shards_gradients = false;
 };
 
 class GradientReducer {
@@ -90,9 +104,10 @@ class GradientReducer {
   // Called once per step, by the first mark_ready of the step, on the thread that runs it (begin()).
   using FirstGradient = std::function<void()>;
 
-  // buffers[r] is replica r's flat buffer of `layout` (1-D, layout.numel() elements, contiguous), one per device.
+  // buffers[r] is replica r's flat buffer of `layout` (1-D, layout.numel() elements, contiguous), one per device;
+  // with collective.shards_gradients, its shard (1-D, layout.numel() / scatter_devices elements, contiguous, zeroed).
   // Errors: no buffers; a buffer of another shape, not contiguous, or on a device listed twice; a collective
-  // function missing.
+  // function missing; shards_gradients without scatter_devices.
   GradientReducer(GradientLayout layout, std::vector<Tensor> buffers, GradientCollective collective = {});
   ~GradientReducer();  // removes the hooks; joins the collectives of a step still open
   GradientReducer(const GradientReducer&) = delete;
@@ -104,7 +119,8 @@ class GradientReducer {
   const GradientCollective& collective() const { return collective_; }
 
   // Hooks every parameter of replica `replica` that has a place in the layout (parameters in layout order, on the
-  // replica's device): once backward has accumulated its gradient, the hook calls mark_ready(replica, parameter).
+  // replica's device): once backward has accumulated its gradient, the hook calls mark_ready(replica, parameter)
+  // (with shards_gradients, after moving the gradient into its bucket's staging tensor).
   // Errors: no such replica; hooks already installed for it; a parameter count or device that does not match.
   void install_hooks(size_t replica, const std::vector<Tensor>& parameters);
 
@@ -148,6 +164,15 @@ class GradientReducer {
   // Errors: a step open.
   void reduce();
   bool step_open() const { return open_; }
+  // Under a reduce-scatter (GradientCollective::scatter_devices > 0): the elements of `bucket` that local device
+  // `replica` owns, those its buffer holds the reduction of (a view of the buffer); and where they start in the
+  // bucket. Errors: no such replica or bucket; no reduce-scatter.
+  Tensor owned_gradients(size_t replica, size_t bucket) const;
+  int64_t owned_offset(size_t replica, size_t bucket) const;
+  // With GradientCollective::shards_gradients: zeroes the shards and drops the staged gradients not yet reduced
+  // (Note [Staged gradient buckets]); otherwise does nothing. Errors: a step open.
+  void zero_staged();
+
   // Whether any gradient reached the buffers in the open step (or, with none open, in the last one).
   bool step_received_gradients() const { return received_.load(std::memory_order_acquire); }
   // The parameters (indices, with a place in the buffers) that some replica running backward in the open (or last)
@@ -166,6 +191,10 @@ class GradientReducer {
   struct Step;  // the state of an overlapped step (gradient_reducer.cpp)
 
   bool nothing_to_reduce() const { return size() == 1 && !collective_.spans_processes; }
+  bool staged() const { return collective_.shards_gradients; }
+  void stage(size_t replica, size_t parameter, const Tensor& leaf);
+  void reduce_bucket(size_t bucket);
+  void check_owned(size_t replica, size_t bucket, const char* caller) const;
   void bucket_completed(Step& step, size_t bucket);
   void launch_bucket(Step& step, size_t bucket);
   void finish_overlapped_step();
@@ -173,7 +202,9 @@ class GradientReducer {
   GradientLayout layout_;
   std::vector<Tensor> buffers_;  // [replica]
   GradientCollective collective_;
-  std::vector<std::vector<Tensor>> bucket_slices_;  // [bucket][replica]: the bucket's slice of buffers_[replica]
+  // [bucket][replica]: the bucket's slice of buffers_[replica]; staged: its staging tensor (undefined when none)
+  std::vector<std::vector<Tensor>> bucket_slices_;
+  std::vector<int64_t> shard_offsets_;  // [bucket], staged: where the bucket's owned chunk lies in the shards
   struct Hook {
     Tensor parameter;
     uint64_t handle;

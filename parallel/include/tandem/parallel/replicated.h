@@ -40,7 +40,9 @@
 // a second backward after one forward, a backward that threw), the step is an Error naming the parameter and the
 // cause. With one device in one process there is nothing to reduce and nothing is refused. When the collective
 // reduce-scatters (DistributedOptions::zero_stage >= 1), every such step is refused: each device holds only its shard
-// of the reduction, which parallel::ShardedOptimizer reads from the buffers (check_gradients_reduced).
+// of the reduction, which parallel::ShardedOptimizer reads from the buffers (check_gradients_reduced). Under
+// zero_stage 2 the parameters' .grad stays undefined and no view is installed: the buffers are the devices' shards
+// (Note [Staged gradient buckets] in gradient_reducer.h).
 
 #include <cstddef>
 #include <functional>
@@ -215,8 +217,10 @@ class ReplicatedModule : public nn::Module {
   // processes (a process group sums on streams of its own), nor on a mix of CPU and CUDA devices.
   bool sums_on_comm_streams() const;
   // Replica d's flat gradient buffer (1-D, every parameter's gradient in parameters() order), its stale views zeroed
-  // first (Note [Zeroing by marking] in replicated.cpp).
+  // first (Note [Zeroing by marking] in replicated.cpp); with staged buckets (DistributedOptions::zero_stage 2), its
+  // shard of the reduced gradients (Note [Staged gradient buckets] in gradient_reducer.h).
   const Tensor& gradient_buffer(size_t replica) const;
+  const GradientReducer& gradient_reducer() const { return *reducer_; }
   // The check that every optimizer's step runs on the replicas' parameters (Note [Unreduced gradients are refused]),
   // for an optimizer that reads the gradient buffers instead (parallel::ShardedOptimizer): an Error naming `user`
   // and the cause while the buffers hold gradients that need a reduction.

@@ -1,7 +1,7 @@
 #pragma once
-// Sharded optimizers (ZeRO stage 1) for DistributedDataParallel with DistributedOptions::zero_stage = 1: every device
-// of every process holds the optimizer state of its own shard of the parameters only, about 1/N of it over N
-// devices, and is used as a plain optimizer is, PyTorch-style:
+// Sharded optimizers (ZeRO stages 1 and 2) for DistributedDataParallel with DistributedOptions::zero_stage = 1 or 2:
+// every device of every process holds the optimizer state of its own shard of the parameters only, about 1/N of it
+// over N devices, and is used as a plain optimizer is, PyTorch-style:
 //
 //   auto ddp = std::make_shared<parallel::DistributedDataParallel>(net, group, parallel::DistributedOptions{
 //       .zero_stage = 1});
@@ -18,7 +18,9 @@
 // parallel/src/distributed.cpp): global device g = rank * local devices + d owns chunk g of every bucket, and only
 // that chunk of its gradient buffer holds the reduction. Its part of the sharded optimizer is an ordinary
 // optim::Optimizer (built by the factory: optim::SGD, optim::Adam, optim::AdamW, so their update rules and kernels)
-// over one 1-D shard per bucket, each of the chunk's length, whose .grad is the owned chunk of the gradient buffer.
+// over one 1-D shard per bucket, each of the chunk's length, whose .grad is the owned chunk of the gradient buffer
+// (GradientReducer::owned_gradients; under stage 2 the buffer is the device's shard of the gradients, Note [Staged
+// gradient buckets] in gradient_reducer.h).
 // A step copies the replica's parameter elements that lie in each owned chunk into its shard (the padding stays
 // zero: its gradient is zero, so SGD, Adam and AdamW keep it zero), steps, and all-gathers every bucket's shards
 // over the group (one all_gather per bucket), writing each gathered bucket back into every parameter of the bucket

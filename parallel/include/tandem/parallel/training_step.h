@@ -72,6 +72,7 @@
 // Note [Falling back to the eager step]: where capture is impossible, step() runs the eager strategy instead, and
 // fallback_reason() says why: options.capture false; CPU devices
 // ("capture needs CUDA devices"); a batch with fewer rows than devices; an optimizer that cannot split its step;
+// gradients staged bucket by bucket (DistributedOptions::zero_stage 2);
 // max_graphs graphs held already; across processes, another process that cannot capture the step or whose capture
 // failed (Note [Capturing across processes]); and a step that does host work capture cannot record (random draws
 // made on the host, Tensor::randn or randint, which throw while a GPU's stream is captured; copies to the host such as
@@ -191,12 +192,13 @@ class TrainingStep {
   // optimizer state is sharded: the overload below).
   TrainingStep(DistributedDataParallel& model, ReplicatedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});
-  // Note [Training steps over shards]: ZeRO stage 1, a model with DistributedOptions::zero_stage 1 and its sharded
-  // optimizer. The backward reduce-scatters the buckets, max_grad_norm clips through
+  // Note [Training steps over shards]: ZeRO stages 1 and 2, a model with DistributedOptions::zero_stage 1 or 2 and
+  // its sharded optimizer. The backward reduce-scatters the buckets, max_grad_norm clips through
   // ShardedOptimizer::clip_grad_norm (the norm all-reduced over the shards), and the optimizer steps after the whole
   // reduction (never in backward) and all-gathers the parameters. All of it is captured as the replicated step is
   // (Note [Capturing a step]): the reduce-scatters, the norm's all-reduce and the all-gathers are recorded into the
-  // graph with the kernels, and ShardedOptimizer::prepare_replay / finish_replay run around each replay. Errors:
+  // graph with the kernels, and ShardedOptimizer::prepare_replay / finish_replay run around each replay; stage 2
+  // steps run eagerly (Note [Falling back to the eager step]). Errors:
   // those above but zero_stage; an optimizer built over another model.
   TrainingStep(DistributedDataParallel& model, ShardedOptimizer& optimizer, LossFunction loss = nn::mse_loss,
                TrainingStepOptions options = {});

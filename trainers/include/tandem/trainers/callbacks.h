@@ -138,7 +138,7 @@ class PlotWriter : public Callback {
 class CheckpointSaver : public Callback {
  public:
   CheckpointSaver(std::string path, int64_t every = 1);
-  bool on_every_rank() const override { return true; }  // a save is collective at zero_stage 1
+  bool on_every_rank() const override { return true; }  // a save is collective at zero_stage 1 and 2
   void on_epoch_end(const Trainer& trainer, const EpochReport& report) override;
 
  private:

@@ -120,10 +120,11 @@ struct TrainerOptions {
   // ZeRO (DistributedOptions::zero_stage of the group's DistributedDataParallel, docs/distributed.md): 0 replicates
   // the optimizer state on every device; 1 shards it over every device of every process (parallel::ShardedSGD, or a
   // parallel::ShardedOptimizer over the custom optimizer's factory, whose update must be elementwise: SGD, Adam,
-  // AdamW), with the same results to float rounding. Stage 1 needs a group (a group of one included). Not a setup
-  // fact: checkpoints hold the state per parameter, so a run resumes at any stage and world size (Note [Checkpoints
-  // at any world size] in trainer_checkpoint.cpp). Errors: a stage other than 0 or 1 (2, sharded gradients, is not
-  // supported yet).
+  // AdamW), with the same results to float rounding; 2 also shards the reduced gradients (Note [Staged gradient
+  // buckets] in tandem/parallel/gradient_reducer.h; its steps are not captured). Stages 1 and 2 need a group (a group
+  // of one included). Not a setup fact: checkpoints hold the state per parameter, so a run resumes at any stage and
+  // world size (Note [Checkpoints at any world size] in trainer_checkpoint.cpp). Errors: a stage other than 0, 1 or
+  // 2.
   int zero_stage = 0;
   optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};  // the optimizer, unless `optimizer` is set
   std::optional<CustomOptimizer> optimizer;            // another optimizer; `sgd` is then unused
@@ -227,8 +228,8 @@ class Trainer {
   ClassificationMetrics evaluate_classes(const TableDataset& data) const;
 
   // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
-  // nothing. Collective under a group at zero_stage 1, whose state it gathers from the shards (Note [Checkpoints at
-  // any world size] in trainer_checkpoint.cpp): every process calls it, as CheckpointSaver does.
+  // nothing. Collective under a group at zero_stage 1 or 2, whose state it gathers from the shards (Note [Checkpoints
+  // at any world size] in trainer_checkpoint.cpp): every process calls it, as CheckpointSaver does.
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
   // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
@@ -247,12 +248,15 @@ class Trainer {
   SetupFacts setup() const;
 
   const std::shared_ptr<nn::Module>& model() const { return model_; }  // the master, on devices[0]
-  // The replicated optimizer. Errors: zero_stage 1 (sharded_optimizer()).
+  // The replicated optimizer. Errors: zero_stage 1 or 2 (sharded_optimizer()).
   const parallel::ReplicatedOptimizer& optimizer() const;
   const parallel::ShardedOptimizer* sharded_optimizer() const { return sharded_.get(); }  // null at zero_stage 0
   // The bytes of optimizer state each device holds (the most over this process's devices): at zero_stage 0 the whole
-  // replicated state, at 1 its device's shards' (parallel::optimizer_state_bytes). 0 before the first step.
+  // replicated state, at 1 and 2 its device's shards' (parallel::optimizer_state_bytes). 0 before the first step.
   size_t optimizer_state_bytes_per_device() const;
+  // The bytes of gradient buffers each device holds between steps (the most over this process's devices): the whole
+  // flat buffer at zero_stage 0 and 1, the device's shard of it at 2.
+  size_t gradient_bytes_per_device() const;
   // The step every batch of fit() goes through (Note [Captured training steps] in trainer.cpp): its strategy,
   // graphs, captures and the last step's fallback reason.
   const parallel::TrainingStep& training_step() const { return *training_step_; }
@@ -354,7 +358,7 @@ class Trainer {
   std::unique_ptr<parallel::DistributedDataParallel> distributed_;  // with a group
   std::unique_ptr<parallel::ReplicatedModule> replicas_;            // without
   std::unique_ptr<parallel::ReplicatedOptimizer> optimizer_;        // at zero_stage 0
-  std::unique_ptr<parallel::ShardedOptimizer> sharded_;             // at zero_stage 1
+  std::unique_ptr<parallel::ShardedOptimizer> sharded_;             // at zero_stage 1 and 2
   std::vector<std::unique_ptr<optim::LRScheduler>> schedules_;      // options.lr_schedule over each replica's optimizer
   std::unique_ptr<parallel::TrainingStep> training_step_;           // every step (Note [Captured training steps])
   std::string capture_blocker_;                                     // why no step can be captured; "" when they may be
