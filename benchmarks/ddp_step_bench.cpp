@@ -3,13 +3,17 @@
 // SGD with momentum 0.9), eager and captured (parallel::TrainingStep over the same kind of DistributedDataParallel,
 // summing its gradients: each process replays its step as one CUDA graph), and prints rank 0's median steps as JSON
 // lines (median_ms: eager; captured_median_ms: captured, and captured_replayed false where its steps ran eagerly, as on
-// CPU devices, with the reason on stderr). With --zero-stages 0,1 every workload is also timed at ZeRO stage 1
+// CPU devices, with the reason on stderr). With --zero-stages 0,1,2 every workload is also timed at ZeRO stages 1
 // (DistributedOptions::zero_stage 1: the buckets reduce-scattered, parallel::ShardedSGD updating each device's shard,
-// the parameters all-gathered; eager and captured alike), one line per stage, each with the optimizer state held per
-// device (optimizer_state_bytes_per_device). benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's
-// DistributedDataParallel; benchmarks/ddp_suite.sh runs both and prints the comparison.
+// the parameters all-gathered; eager and captured alike) and 2 (the reduced gradients sharded too; its TrainingStep
+// runs eagerly), one line per stage, each with the optimizer state and the gradient buffers held per device between
+// steps (optimizer_state_bytes_per_device, gradient_bytes_per_device) and the most memory the first local device held
+// during one eager step (peak_allocated_bytes: MemoryStats, which on CPU devices counts the whole process).
+// benchmarks/torch_ddp_bench.py runs the same workloads under PyTorch's DistributedDataParallel;
+// benchmarks/ddp_suite.sh runs both and prints the comparison.
 //
 //   seed        Linear(10, 20) -> Linear(20, 1), global batch 4096                     (TANDEM_ALLOW_TF32 unset)
+//   mid         4 x Linear(1024, 1024) with ReLU between, global batch 1024, FP32 (small enough for CPU devices)
 //   wide        4 x Linear(4096, 4096) with ReLU between, global batch 8192, plain FP32 (TANDEM_ALLOW_TF32 unset)
 //   wide-tf32   the same with TF32 tensor-op GEMMs                                     (TANDEM_ALLOW_TF32=1)
 //   wide-bf16   the same in mixed precision, the model set to Precision::BFloat16: bfloat16 GEMM inputs, float32
@@ -31,8 +35,10 @@
 // workload runs in its own launch and the workload list must agree with the environment. (ProcessGroup::all_reduce
 // alone, beside raw NCCL: the nccl_mpi_allreduce benchmark.)
 //
-//   ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
-//                  [--zero-stages 0[,1]] [--steps N] [--jsonl PATH]
+//   ddp_step_bench [--workloads seed,mid,wide,wide-bf16 | wide-tf32] [--devices-per-process N] [--device-type cuda|cpu]
+//                  [--zero-stages 0[,1][,2]] [--bucket-mb N] [--steps N] [--jsonl PATH]
+//
+// --bucket-mb: the gradient buckets' size (DistributedOptions::bucket_size, 25 MiB by default as PyTorch's DDP).
 
 #include <tandem/comm/process_group.h>
 #include <tandem/parallel/distributed.h>
@@ -75,6 +81,8 @@ const std::vector<Workload>& workloads() {
   static const std::vector<Workload> all = {
       {"seed", "seed net, batch 4096", 4096, 10, 1, 50, 500, false, std::nullopt,
        [] { return trainers::make_mlp(10, 20); }},
+      {"mid", "mid MLP fp32, batch 1024", 1024, 1024, 1024, 2, 10, false, std::nullopt,
+       [] { return bench::mlp(1024); }},
       {"wide", "wide MLP fp32, batch 8192", 8192, 4096, 4096, 5, 30, false, std::nullopt, bench::wide_mlp},
       {"wide-tf32", "wide MLP TF32, batch 8192", 8192, 4096, 4096, 10, 100, true, std::nullopt, bench::wide_mlp},
       {"wide-bf16", "wide MLP bf16, batch 8192", 8192, 4096, 4096, 10, 100, false, Precision::BFloat16,
@@ -86,7 +94,7 @@ const std::vector<Workload>& workloads() {
 const Workload& find_workload(std::string_view key) {
   for (const Workload& workload : workloads())
     if (workload.key == key) return workload;
-  TANDEM_FAIL("--workloads names ", excerpt(key), " but expected seed, wide, wide-tf32 or wide-bf16");
+  TANDEM_FAIL("--workloads names ", excerpt(key), " but expected seed, mid, wide, wide-tf32 or wide-bf16");
 }
 
 bool tf32_allowed() {
@@ -99,7 +107,8 @@ struct Options {
   int devices_per_process = 1;
   DeviceType device_type = DeviceType::CUDA;
   std::vector<int> zero_stages = {0};
-  int steps = 0;  // 0: each workload's own count
+  int bucket_mb = 25;  // DistributedOptions::bucket_size, in MiB
+  int steps = 0;       // 0: each workload's own count
   std::string jsonl;
 };
 
@@ -123,23 +132,26 @@ Options parse(int argc, char** argv) {
   const auto zero_stages_flag = [&](std::string_view value) {
     options.zero_stages.clear();
     for (const std::string& stage : split_list(value)) {
-      TANDEM_CHECK(stage == "0" || stage == "1", "--zero-stages names ", excerpt(stage), " but expected 0 or 1");
-      options.zero_stages.push_back(stage == "1" ? 1 : 0);
+      TANDEM_CHECK(stage == "0" || stage == "1" || stage == "2", "--zero-stages names ", excerpt(stage),
+                   " but expected 0, 1 or 2");
+      options.zero_stages.push_back(stage[0] - '0');
     }
   };
   const auto device_type_flag = [&](std::string_view value) {
     TANDEM_CHECK(value == "cuda" || value == "cpu", "--device-type is ", excerpt(value), " but expected cuda or cpu");
     options.device_type = value == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   };
-  bench::parse_flags(argc, argv, "ddp_step_bench",
-                     "usage: ddp_step_bench [--workloads seed,wide,wide-bf16 | wide-tf32] [--devices-per-process N] "
-                     "[--device-type cuda|cpu] [--zero-stages 0[,1]] [--steps N] [--jsonl PATH]",
-                     {{"--workloads", workloads_flag},
-                      bench::int_flag("--devices-per-process", options.devices_per_process, 1, Device::kMaxCpuDevices),
-                      {"--device-type", device_type_flag},
-                      {"--zero-stages", zero_stages_flag},
-                      bench::int_flag("--steps", options.steps, 1, 1'000'000),
-                      bench::text_flag("--jsonl", options.jsonl)});
+  bench::parse_flags(
+      argc, argv, "ddp_step_bench",
+      "usage: ddp_step_bench [--workloads seed,mid,wide,wide-bf16 | wide-tf32] [--devices-per-process N] "
+      "[--device-type cuda|cpu] [--zero-stages 0[,1][,2]] [--bucket-mb N] [--steps N] [--jsonl PATH]",
+      {{"--workloads", workloads_flag},
+       bench::int_flag("--devices-per-process", options.devices_per_process, 1, Device::kMaxCpuDevices),
+       {"--device-type", device_type_flag},
+       {"--zero-stages", zero_stages_flag},
+       bench::int_flag("--bucket-mb", options.bucket_mb, 1, 1024),
+       bench::int_flag("--steps", options.steps, 1, 1'000'000),
+       bench::text_flag("--jsonl", options.jsonl)});
   return options;
 }
 
@@ -190,7 +202,7 @@ double median_step_ms(comm::ProcessGroup& group, int warmup, int steps, const st
   return bench::median(times);
 }
 
-// SGD with momentum 0.9 over a model at its ZeRO stage: replicated at 0, sharded at 1.
+// SGD with momentum 0.9 over a model at its ZeRO stage: replicated at 0, sharded at 1 and 2.
 class StageOptimizer {
  public:
   explicit StageOptimizer(parallel::DistributedDataParallel& ddp) {
@@ -220,7 +232,7 @@ class StageOptimizer {
 
 // One JSON line: rank 0's median step of `workload` at `zero_stage`, eager and captured.
 std::string time_workload(const Workload& workload, const std::shared_ptr<comm::ProcessGroup>& group, int zero_stage,
-                          int steps) {
+                          size_t bucket_size, int steps) {
   const std::vector<Device>& devices = group->devices();
   const auto shards = static_cast<int64_t>(group->world_devices());
   TANDEM_CHECK(workload.global_batch % shards == 0, "ddp_step_bench: global batch ", workload.global_batch, " of ",
@@ -234,29 +246,41 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   }
   double eager_ms = 0.0;
   size_t state_bytes = 0;
+  size_t gradient_bytes = 0;
+  size_t peak_bytes = 0;
   {
-    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group, {.zero_stage = zero_stage});
+    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group,
+                                          {.bucket_size = bucket_size, .zero_stage = zero_stage});
     StageOptimizer sgd(ddp);
     // Each local replica's loss is weighted by its share of the process's rows, so the sum over the local replicas
     // is the mean over the process's rows; the group's average over processes then gives the global batch's mean.
     const float share = 1.0f / static_cast<float>(devices.size());
-    eager_ms = median_step_ms(*group, workload.warmup, steps, [&] {
+    const auto step = [&] {
       sgd.zero_grad();
       ddp.forward_backward(inputs, [&](size_t replica, const Tensor& output) {
         const Tensor loss = nn::mse_loss(output, targets[replica]);
         return devices.size() == 1 ? loss : loss * share;
       });
       sgd.step();
-    });
+    };
+    eager_ms = median_step_ms(*group, workload.warmup, steps, step);
     state_bytes = sgd.state_bytes_per_device();
+    const Tensor& gradients = ddp.replicated().gradient_buffer(0);
+    gradient_bytes = static_cast<size_t>(gradients.numel()) * element_size(gradients.dtype());
+    bench::synchronize(devices);
+    reset_peak_memory_stats(devices.front());
+    step();
+    bench::synchronize(devices);
+    peak_bytes = memory_stats(devices.front()).peak_allocated_bytes;
   }
   // The same steps captured: TrainingStep weights each replica's loss by its share of the global batch, and the group
   // sums the gradients over the processes, which gives the same global batch's mean.
   double captured_ms = 0.0;
   bool replayed = false;
   {
-    parallel::DistributedDataParallel ddp(model_of(workload, devices.front()), group,
-                                          {.reduction = comm::ReduceOp::Sum, .zero_stage = zero_stage});
+    parallel::DistributedDataParallel ddp(
+        model_of(workload, devices.front()), group,
+        {.bucket_size = bucket_size, .reduction = comm::ReduceOp::Sum, .zero_stage = zero_stage});
     StageOptimizer sgd(ddp);
     parallel::TrainingStep captured = sgd.training_step(ddp);
     const parallel::TrainingBatch batch{.inputs = inputs, .labels = targets, .global_rows = workload.global_batch};
@@ -273,7 +297,9 @@ std::string time_workload(const Workload& workload, const std::shared_ptr<comm::
   line << "{\"framework\": \"tandem\", \"processes\": " << group->size()
        << ", \"devices_per_process\": " << devices.size() << ", \"device_type\": \""
        << (devices.front().is_cuda() ? "cuda" : "cpu") << "\", \"workload\": \"" << workload.key << "\", \"title\": \""
-       << workload.title << "\", \"zero_stage\": " << zero_stage << ", \"optimizer_state_bytes_per_device\": " << state_bytes
+       << workload.title << "\", \"zero_stage\": " << zero_stage << ", \"bucket_mb\": " << bucket_size / (1 << 20)
+       << ", \"optimizer_state_bytes_per_device\": " << state_bytes
+       << ", \"gradient_bytes_per_device\": " << gradient_bytes << ", \"peak_allocated_bytes\": " << peak_bytes
        << ", \"global_batch\": " << workload.global_batch << ", \"warmup\": " << workload.warmup
        << ", \"steps\": " << steps << ", \"median_ms\": " << eager_ms << ", \"captured_median_ms\": " << captured_ms
        << ", \"captured_replayed\": " << (replayed ? "true" : "false") << "}";
@@ -285,7 +311,8 @@ std::vector<std::string> measure(const Options& options, const std::vector<Workl
   std::vector<std::string> lines;
   for (const Workload& workload : chosen) {
     for (const int zero_stage : options.zero_stages) {
-      lines.push_back(time_workload(workload, group, zero_stage, options.steps > 0 ? options.steps : workload.steps));
+      lines.push_back(time_workload(workload, group, zero_stage, static_cast<size_t>(options.bucket_mb) << 20,
+                                    options.steps > 0 ? options.steps : workload.steps));
       if (group->rank() == 0) {
         std::cerr << "ddp_step_bench: measured " << workload.title << ", ZeRO stage " << zero_stage << "\n";
       }
