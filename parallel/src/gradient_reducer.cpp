@@ -72,6 +72,7 @@ GradientReducer::GradientReducer(GradientLayout layout, std::vector<Tensor> buff
     for (size_t r = 0; r < buffers_.size(); ++r) bucket_slices_.back()[r] = layout_.bucket_view(buffers_[r], b);
   }
   hooks_.resize(buffers_.size());
+  parameters_.resize(buffers_.size());
   arrived_.assign(buffers_.size(), std::vector<char>(layout_.parameter_count(), 0));
 }
 
@@ -96,6 +97,7 @@ void GradientReducer::install_hooks(size_t replica, const std::vector<Tensor>& p
                  parameters[i].defined() ? "on " + parameters[i].device().str() : std::string("undefined"),
                  " but the replica's buffer is on ", device);
   }
+  parameters_[replica] = parameters;
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!layout_.has_place(i)) continue;
     const uint64_t handle = parameters[i].register_post_accumulate_grad_hook([this, replica, i](const Tensor& leaf) {
@@ -145,6 +147,9 @@ void GradientReducer::begin(size_t active, BucketStarted started, FirstGradient 
   first_gradient_ = std::move(first_gradient);
   active_ = active;
   open_ = true;
+  if (staged() && !bucket_slices_.empty()) {
+    for (size_t r = 0; r < active; ++r) stage_ahead(r, 0);  // Note [Staged gradient buckets]
+  }
   // A single bucket cannot overlap anything: its all-reduce can only start once every backward has finished. It is
   // summed by finish(), without the per-gradient bookkeeping of an overlapped step. Nor is there anything to
   // overlap with one replica in one process.
@@ -282,20 +287,53 @@ void GradientReducer::reduce() {
 // One bucket's collective, with `run`. Staged: over the staging tensors (zeros for a replica that staged nothing),
 // whose owned chunks are then added into the shards, and which are released.
 void GradientReducer::reduce_bucket(size_t bucket) {
-  std::vector<Tensor>& staging = bucket_slices_[bucket];
   if (staged()) {
-    for (size_t r = 0; r < staging.size(); ++r) {
-      if (!staging[r].defined()) staging[r] = Tensor::zeros({layout_.buckets()[bucket].length}, buffers_[r].device());
-    }
+    for (size_t r = 0; r < size(); ++r) (void)staging(r, bucket);
   }
-  std::vector<Tensor> slices = staging;
+  std::vector<Tensor> slices = bucket_slices_[bucket];
   collective_.run(slices);
   if (!staged()) return;
   NoGradGuard no_grad;
   const int64_t chunk = owned_gradients(0, bucket).numel();
-  for (size_t r = 0; r < staging.size(); ++r) {
-    owned_gradients(r, bucket).add_(staging[r].narrow(0, owned_offset(r, bucket), chunk));
-    staging[r] = Tensor();
+  for (size_t r = 0; r < size(); ++r) {
+    owned_gradients(r, bucket).add_(slices[r].narrow(0, owned_offset(r, bucket), chunk));
+  }
+  drop_staging(bucket);
+}
+
+// Replica `replica`'s staging tensor of `bucket`, allocated (zeroed) when it has none.
+Tensor& GradientReducer::staging(size_t replica, size_t bucket) {
+  Tensor& staging = bucket_slices_[bucket][replica];
+  if (!staging.defined()) staging = Tensor::zeros({layout_.buckets()[bucket].length}, buffers_[replica].device());
+  return staging;
+}
+
+// Note [Staged gradient buckets]: the bucket's staging tensor on the replica's device, with its views installed as
+// .grad on the parameters that hold none, for backward to accumulate into. On the thread running that replica's
+// backward (or before it starts).
+void GradientReducer::stage_ahead(size_t replica, size_t bucket) {
+  if (bucket_slices_[bucket][replica].defined() || parameters_[replica].empty()) return;
+  const Tensor& tensor = staging(replica, bucket);
+  const int64_t start = layout_.buckets()[bucket].start;
+  for (const size_t i : layout_.bucket_parameters(bucket)) {
+    const Tensor& parameter = parameters_[replica][i];
+    if (parameter.impl()->grad != nullptr) continue;
+    parameter.set_grad(tensor.narrow(0, layout_.offset(i) - start, parameter.numel()).view(parameter.shape()));
+  }
+}
+
+// Drops the bucket's staging tensors and the views of them that its parameters hold as .grad.
+void GradientReducer::drop_staging(size_t bucket) {
+  for (size_t r = 0; r < size(); ++r) {
+    Tensor& tensor = bucket_slices_[bucket][r];
+    if (!tensor.defined()) continue;
+    for (const size_t i : layout_.bucket_parameters(bucket)) {
+      if (parameters_[r].empty()) break;
+      const Tensor& parameter = parameters_[r][i];
+      const TensorImpl* grad = parameter.impl()->grad.get();
+      if (grad != nullptr && grad->storage == tensor.impl()->storage) parameter.set_grad(Tensor());
+    }
+    tensor = Tensor();
   }
 }
 
@@ -306,11 +344,17 @@ void GradientReducer::stage(size_t replica, size_t parameter, const Tensor& leaf
   if (step_ != nullptr && arrived_[replica][parameter]) return;
   NoGradGuard no_grad;
   const size_t bucket = layout_.bucket_of(parameter);
-  Tensor& staging = bucket_slices_[bucket][replica];
-  if (!staging.defined()) staging = Tensor::zeros({layout_.buckets()[bucket].length}, buffers_[replica].device());
+  // The next bucket, unless this replica has sent it gradients in this step already (it may have been reduced).
+  const size_t next = bucket + 1;
+  if (next < bucket_slices_.size() &&
+      (step_ == nullptr || step_->missing[next][replica] == layout_.buckets()[next].parameters)) {
+    stage_ahead(replica, next);
+  }
+  Tensor place =
+      staging(replica, bucket).narrow(0, layout_.offset(parameter) - layout_.buckets()[bucket].start, leaf.numel());
   const Tensor gradient = leaf.grad();
-  staging.narrow(0, layout_.offset(parameter) - layout_.buckets()[bucket].start, gradient.numel())
-      .add_(gradient.reshape({gradient.numel()}));
+  if (gradient.impl()->storage == place.impl()->storage) return;  // accumulated into its place
+  place.add_(gradient.reshape({gradient.numel()}));
   leaf.set_grad(Tensor());
 }
 
@@ -341,7 +385,7 @@ void GradientReducer::zero_staged() {
   if (!staged()) return;
   NoGradGuard no_grad;
   for (Tensor& shard : buffers_) shard.zero_();
-  for (std::vector<Tensor>& staging : bucket_slices_) std::fill(staging.begin(), staging.end(), Tensor());
+  for (size_t b = 0; b < bucket_slices_.size(); ++b) drop_staging(b);
 }
 
 }  // namespace tandem::parallel

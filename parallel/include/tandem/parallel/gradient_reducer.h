@@ -87,12 +87,15 @@ struct GradientCollective {
   // Note [Staged gradient buckets] (DistributedOptions::zero_stage 2; requires scatter_devices > 0): no device holds
   // the whole gradient. Each buffer is the device's shard, numel() / W elements: the owned chunks of every bucket one
   // after another, in bucket order, where each reduction adds its chunk (so gradients accumulate in the shard until
-  // it is zeroed: zero_staged()). The parameters' .grad stays undefined; as backward accumulates a gradient, the
-  // reducer's hook adds it into its place in the bucket's staging tensor on that device (allocated, zeroed, by the
-  // bucket's first gradient) and clears the .grad, so the gradient's own memory goes back at once. A bucket's
-  // collective reduces the staging tensors (zeros for a replica that staged nothing), each device adds its owned
-  // chunk into its shard, and the staging tensors are released. So a device holds its shard, plus the staging tensors
-  // of the buckets that backward is filling or that wait for their collective, plus the gradients being accumulated;
+  // it is zeroed: zero_staged()). Between steps the parameters hold no .grad. Backward fills a staging tensor per
+  // bucket and device (zeroed, the bucket's length), allocated one bucket ahead of backward: bucket 0's when a step
+  // opens, bucket b + 1's when bucket b's first gradient arrives. The parameters of a staged bucket get their views
+  // of it as .grad, so backward accumulates into the staging tensor in place (a linear layer writes its weight
+  // gradient there directly, Note [Gradient buffers] in core). A gradient that lands elsewhere (a bucket reached out
+  // of order, a .grad replaced) is added into its place by the reducer's hook, and its own .grad dropped at once. A
+  // bucket's collective reduces the staging tensors (zeros for a replica that staged nothing), each device adds its
+  // owned chunk into its shard, and the views and staging tensors are dropped. So a device holds its shard, plus the
+  // staging tensors of the buckets that backward is filling, the next one, and those waiting for their collective;
   // outside backward, only the shard. The collective runs with `run` (its reduction is done when the shard reads it).
   bool shards_gradients = false;
 };
@@ -193,6 +196,9 @@ class GradientReducer {
   bool nothing_to_reduce() const { return size() == 1 && !collective_.spans_processes; }
   bool staged() const { return collective_.shards_gradients; }
   void stage(size_t replica, size_t parameter, const Tensor& leaf);
+  Tensor& staging(size_t replica, size_t bucket);
+  void stage_ahead(size_t replica, size_t bucket);
+  void drop_staging(size_t bucket);
   void reduce_bucket(size_t bucket);
   void check_owned(size_t replica, size_t bucket, const char* caller) const;
   void bucket_completed(Step& step, size_t bucket);
@@ -209,12 +215,13 @@ class GradientReducer {
     Tensor parameter;
     uint64_t handle;
   };
-  std::vector<std::vector<Hook>> hooks_;  // [replica]
-  bool open_ = false;                     // between begin() and finish() / abandon()
-  size_t active_ = 0;                     // replicas running backward in the open (or last) step
-  std::unique_ptr<Step> step_;            // set while an overlapped step is open
-  std::atomic<bool> summed_{false};       // the buffers hold sums, no gradient accumulated since
-  std::atomic<bool> unreduced_{false};    // holds_unreduced_gradients(), before asking nothing_to_reduce()
+  std::vector<std::vector<Hook>> hooks_;         // [replica]
+  std::vector<std::vector<Tensor>> parameters_;  // [replica][parameter], staged: the hooked parameters
+  bool open_ = false;                            // between begin() and finish() / abandon()
+  size_t active_ = 0;                            // replicas running backward in the open (or last) step
+  std::unique_ptr<Step> step_;                   // set while an overlapped step is open
+  std::atomic<bool> summed_{false};              // the buffers hold sums, no gradient accumulated since
+  std::atomic<bool> unreduced_{false};           // holds_unreduced_gradients(), before asking nothing_to_reduce()
   // Per step (begin() resets them): which gradients came, whether any did, and begin()'s first_gradient.
   std::vector<std::vector<char>> arrived_;  // [replica][parameter]; each replica's thread writes its own row
   std::atomic<bool> received_{false};
