@@ -1,6 +1,7 @@
 #include "tandem/optim/optimizer_state.h"
 
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -76,26 +77,45 @@ bool split_name(std::string_view rest, size_t count, size_t& index, std::string&
 
 }  // namespace
 
-void write_optimizer_state(const OptimizerState& state, TensorFile& file) {
-  TANDEM_CHECK(!file.metadata.contains(kOptimizerStateKey),
-               "write_optimizer_state: the file already holds an optimizer ", "state (metadata \"", kOptimizerStateKey,
-               "\")");
-  Json steps = Json::array();
+std::string optimizer_tensor_name(size_t parameter, const std::string& slot) {
+  return std::string(kTensorPrefix) + std::to_string(parameter) + "." + slot;
+}
+
+StreamedOptimizerState streamed(const OptimizerState& state) {
+  StreamedOptimizerState out{state.kind, state.version, {}, {}};
   for (size_t i = 0; i < state.parameters.size(); ++i) {
     const ParameterState& parameter = state.parameters[i];
     TANDEM_CHECK(parameter.step >= 0 && parameter.step <= kMaxSteps, "write_optimizer_state: parameter ", i,
                  " has step ", parameter.step, " but expected a count in [0, ", kMaxSteps, "]");
-    steps.push_back(parameter.step);
+    out.steps.push_back(parameter.step);
     std::set<std::string> slots;
     for (const auto& [slot, tensor] : parameter.tensors) {
       TANDEM_CHECK(!slot.empty() && slots.insert(slot).second, "write_optimizer_state: parameter ", i,
                    " has an empty or repeated slot name \"", excerpt(slot), "\"");
       TANDEM_CHECK(tensor.defined(), "write_optimizer_state: parameter ", i, " slot ", excerpt(slot), " is undefined");
-      file.tensors.emplace_back(std::string(kTensorPrefix) + std::to_string(i) + "." + slot, tensor);
+      out.slots.push_back({i, slot, {optimizer_tensor_name(i, slot), tensor.dtype(), tensor.shape(), [tensor = tensor] {
+                                       return tensor;
+                                     }}});
     }
   }
-  const Json meta = {{"format", kFormat}, {"kind", state.kind}, {"version", state.version}, {"steps", steps}};
-  file.metadata[kOptimizerStateKey] = meta.dump();
+  return out;
+}
+
+void drain(const StreamedOptimizerState& state) {
+  for (const StreamedSlot& slot : state.slots) slot.tensor.values();
+}
+
+void add_optimizer_metadata(const StreamedOptimizerState& state, std::map<std::string, std::string>& metadata) {
+  TANDEM_CHECK(!metadata.contains(kOptimizerStateKey), "write_optimizer_state: the file already holds an optimizer ",
+               "state (metadata \"", kOptimizerStateKey, "\")");
+  const Json meta = {{"format", kFormat}, {"kind", state.kind}, {"version", state.version}, {"steps", state.steps}};
+  metadata[kOptimizerStateKey] = meta.dump();
+}
+
+void write_optimizer_state(const OptimizerState& state, TensorFile& file) {
+  const StreamedOptimizerState stream = streamed(state);
+  add_optimizer_metadata(stream, file.metadata);
+  for (const StreamedSlot& slot : stream.slots) file.tensors.emplace_back(slot.tensor.name, slot.tensor.values());
 }
 
 OptimizerState read_optimizer_state(TensorFile& file, const std::string& source) {

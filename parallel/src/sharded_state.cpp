@@ -1,6 +1,7 @@
 #include "tandem/parallel/sharded_state.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "tandem/core/error.h"
 #include "tandem/core/grad_mode.h"
@@ -27,29 +28,57 @@ std::vector<std::vector<Place>> places_by_bucket(const GradientLayout& layout) {
 
 }  // namespace
 
-optim::OptimizerState gather_optimizer_state(const ShardedOptimizer& optimizer) {
-  NoGradGuard no_grad;
+optim::StreamedOptimizerState stream_optimizer_state(const ShardedOptimizer& optimizer) {
   ReplicatedModule& replicated = optimizer.model().replicated();
-  const GradientLayout& layout = replicated.gradient_layout();
   const std::vector<Tensor> master = replicated.module()->parameters();
-  const std::vector<std::vector<Place>> places = places_by_bucket(layout);
-  std::vector<optim::OptimizerState> local;
-  for (size_t d = 0; d < optimizer.size(); ++d) local.push_back(optimizer.optimizer(d).state_dict());
-  optim::OptimizerState state{local[0].kind, local[0].version, std::vector<optim::ParameterState>(master.size())};
+  const std::vector<std::vector<Place>> places = places_by_bucket(replicated.gradient_layout());
+  // The devices' shards, and the bucket slot gathered last, shared by the sources of its parameters: one bucket
+  // slot of the whole state on the host at a time.
+  struct Shards {
+    std::vector<optim::OptimizerState> local;
+    size_t bucket = 0, slot = 0;
+    Tensor gathered;
+  };
+  auto shards = std::make_shared<Shards>();
+  for (size_t d = 0; d < optimizer.size(); ++d) shards->local.push_back(optimizer.optimizer(d).state_dict());
+  const optim::OptimizerState& first = shards->local[0];
+  optim::StreamedOptimizerState state{first.kind, first.version, std::vector<int64_t>(master.size(), 0), {}};
+  const auto gather = [group = optimizer.model().group(), shards](size_t b, size_t s) {
+    if (shards->gathered.defined() && shards->bucket == b && shards->slot == s) return shards->gathered;
+    NoGradGuard no_grad;
+    shards->gathered = Tensor();  // dropped before the next one is gathered
+    std::vector<Tensor> mine;
+    for (const optim::OptimizerState& device : shards->local) mine.push_back(device.parameters[b].tensors[s].second);
+    shards->gathered = group->all_gather(mine)[0].to(Device::cpu());
+    shards->bucket = b;
+    shards->slot = s;
+    return shards->gathered;
+  };
   for (size_t b = 0; b < places.size(); ++b) {
-    const optim::ParameterState& first = local[0].parameters[b];
-    for (size_t s = 0; s < first.tensors.size(); ++s) {
-      std::vector<Tensor> mine;
-      for (const optim::OptimizerState& device : local) mine.push_back(device.parameters[b].tensors[s].second);
-      const Tensor bucket = optimizer.model().group()->all_gather(mine)[0].to(Device::cpu());
+    const optim::ParameterState& shard = first.parameters[b];
+    for (const Place& place : places[b]) state.steps[place.parameter] = shard.step;
+    for (size_t s = 0; s < shard.tensors.size(); ++s) {
       for (const Place& place : places[b]) {
-        const Tensor& parameter = master[place.parameter];
-        optim::ParameterState& out = state.parameters[place.parameter];
-        out.step = first.step;
-        out.tensors.emplace_back(first.tensors[s].first,
-                                 bucket.narrow(0, place.offset, parameter.numel()).reshape(parameter.shape()).clone());
+        const Shape& shape = master[place.parameter].shape();
+        const std::string& slot = shard.tensors[s].first;
+        state.slots.push_back(
+            {place.parameter, slot,
+             TensorSource{optim::optimizer_tensor_name(place.parameter, slot), shard.tensors[s].second.dtype(), shape,
+                          [gather, b, s, offset = place.offset, shape] {
+                            return gather(b, s).narrow(0, offset, numel_of(shape)).reshape(shape);
+                          }}});
       }
     }
+  }
+  return state;
+}
+
+optim::OptimizerState gather_optimizer_state(const ShardedOptimizer& optimizer) {
+  const optim::StreamedOptimizerState stream = stream_optimizer_state(optimizer);
+  optim::OptimizerState state{stream.kind, stream.version, std::vector<optim::ParameterState>(stream.steps.size())};
+  for (size_t i = 0; i < stream.steps.size(); ++i) state.parameters[i].step = stream.steps[i];
+  for (const optim::StreamedSlot& slot : stream.slots) {
+    state.parameters[slot.parameter].tensors.emplace_back(slot.slot, slot.tensor.values().clone());
   }
   return state;
 }

@@ -363,6 +363,23 @@ TEST_F(AtomicFileTest, WriteFailureKeepsTheOldFileAndRemovesTheTempFile) {
   EXPECT_EQ(listing(), std::vector<std::string>{"file"});
 }
 
+TEST_F(AtomicFileTest, OverwriteReplacesBytesAlreadyWritten) {
+  const std::string file = path("file");
+  AtomicFile pieces(file, "test");
+  pieces.write(std::string_view("header:????;"));
+  pieces.write(std::string_view("data"));
+  pieces.overwrite(7, "seal", 4);
+  pieces.write(std::string_view("!"));  // the end of the file stays where writing goes on
+  EXPECT_ERROR(pieces.overwrite(15, "xyz", 3),
+               "test: cannot write '" + file + "': overwrite of 3 bytes at offset 15 but only 17 bytes are written");
+  EXPECT_ERROR(pieces.overwrite(18, "", 0), "overwrite of 0 bytes at offset 18");
+  pieces.overwrite(17, "", 0);
+  pieces.commit();
+  EXPECT_EQ(read_file(file), "header:seal;data!");
+  EXPECT_ERROR(pieces.overwrite(0, "h", 1), "overwrite after commit()");
+  EXPECT_EQ(listing(), std::vector<std::string>{"file"});
+}
+
 TEST_F(AtomicFileTest, UseAfterCommitIsAnError) {
   AtomicFile file(path("file"), "test");
   file.commit();

@@ -31,9 +31,8 @@ TEST(SerializeTest, WritesTheSafetensorsLayout) {
   ScratchDir dir;
   std::string path = dir.file("linear.safetensors");
   save(known_linear(), path);
-  std::string header =
-      R"({"weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},)"
-      R"("bias":{"dtype":"F32","shape":[3],"data_offsets":[24,36]},"__metadata__":{"format":"pt"}})";
+  std::string header = R"({"weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},)"
+                       R"("bias":{"dtype":"F32","shape":[3],"data_offsets":[24,36]},"__metadata__":{"format":"pt"}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   EXPECT_EQ(read_bytes(path), le64(header.size()) + header + float_bytes({1, 2, 3, 4, 5, 6, -1, -2, -3}));
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"linear.safetensors"});  // no temporary file left
@@ -78,6 +77,107 @@ TEST(SerializeTest, SaveTensorsRoundTripsValuesAndMetadata) {
   EXPECT_ERROR(save_tensors({{"", matrix}}, path), "save_tensors: tensor 0 has an empty name");
   EXPECT_ERROR(save_tensors({{"__metadata__", matrix}}, path), "is named '__metadata__'");
   EXPECT_ERROR(save_tensors({{"u", Tensor()}}, path), "save_tensors: tensor 'u' is undefined");
+}
+
+// Sources that record when they are asked.
+struct AskedSources {
+  std::vector<std::string> asked;
+  TensorSource source(const std::string& name, Tensor values) {
+    return {name, values.dtype(), values.shape(), [this, name, values] {
+              asked.push_back(name);
+              return values;
+            }};
+  }
+};
+
+HeaderSeal seal_of(std::string value) {
+  return {value.size(),
+          [](std::string_view placeholder) {
+            return std::map<std::string, std::string>{{"a", "before"},
+                                                      {"sealed", "{\"checksum\":\"" + std::string(placeholder) + "\"}"},
+                                                      {"z", "after 0000"}};
+          },
+          [value] { return value; }};
+}
+
+TEST(SerializeTest, StreamedTensorsAreAskedForInOrderAndSealTheHeader) {
+  ScratchDir dir;
+  const std::string streamed = dir.file("streamed.safetensors");
+  const std::string whole = dir.file("whole.safetensors");
+  manual_seed(2);
+  const Tensor matrix = Tensor::randn({3, 4});
+  const Tensor labels = Tensor::from_vector(std::vector<int64_t>{7, -1}, {2});
+  AskedSources sources;
+  save_tensors_streamed(
+      {sources.source("m", matrix), sources.source("labels", labels), sources.source("t", matrix.t())}, streamed,
+      seal_of("0123abcd"));
+  EXPECT_EQ(sources.asked, (std::vector<std::string>{"m", "labels", "t"}));
+  // The bytes of save_tensors with the seal's value in the placeholder's place.
+  save_tensors({{"m", matrix}, {"labels", labels}, {"t", matrix.t()}}, whole, seal_of("0123abcd").metadata("0123abcd"));
+  EXPECT_EQ(read_bytes(streamed), read_bytes(whole));
+  const TensorFile file = load_tensors(streamed);
+  EXPECT_EQ(file.metadata.at("sealed"), R"({"checksum":"0123abcd"})");
+  EXPECT_EQ(file.metadata.at("z"), "after 0000");
+  expect_close(file.tensors[2].second, matrix.t(), 0, 0);
+
+  const auto refused = [&](const std::vector<TensorSource>& tensors, const HeaderSeal& seal, const std::string& error) {
+    EXPECT_ERROR(save_tensors_streamed(tensors, streamed, seal), error);
+    EXPECT_EQ(read_bytes(streamed), read_bytes(whole));  // the old file stays
+  };
+  refused({{"m", DType::Float32, {4, 3}, [&] { return matrix; }}}, seal_of("0123abcd"),
+          "save_tensors_streamed: tensor 'm' was declared float32 [4, 3] but its values are float32 [3, 4]");
+  refused({{"m", DType::Int64, {3, 4}, [&] { return matrix; }}}, seal_of("0123abcd"), "declared int64 [3, 4]");
+  refused({{"m", DType::Float32, {3, 4}, [] { return Tensor(); }}}, seal_of("0123abcd"), "its values are undefined");
+  HeaderSeal short_value = seal_of("0123abcd");
+  short_value.value = [] { return std::string("0123"); };
+  refused({sources.source("m", matrix)}, short_value, "the seal's value \"0123\" is not 8 letters and digits");
+  HeaderSeal ignored = seal_of("0123abcd");
+  ignored.metadata = [](std::string_view) { return std::map<std::string, std::string>{{"a", "b"}}; };
+  refused({sources.source("m", matrix)}, ignored, "the seal's placeholder must appear exactly once in the metadata");
+  HeaderSeal twice = seal_of("0123abcd");
+  twice.metadata = [](std::string_view placeholder) {
+    return std::map<std::string, std::string>{{"a", std::string(placeholder)}, {"b", std::string(placeholder)}};
+  };
+  refused({sources.source("m", matrix)}, twice, "the seal's placeholder must appear exactly once");
+  HeaderSeal quoted = seal_of("0123abcd");
+  quoted.value = [] { return std::string("0123abc\""); };
+  refused({sources.source("m", matrix)}, quoted, "is not 8 letters and digits");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"streamed.safetensors", "whole.safetensors"}));
+}
+
+// Sources that are collectives stay in step across processes: a failed write still asks every source once, and a
+// source that fails ends the asking.
+TEST(SerializeTest, AFailedStreamedWriteStillAsksEverySource) {
+  ScratchDir dir;
+  const Tensor values = Tensor::ones({2});
+  AskedSources sources;
+  const std::vector<TensorSource> three = {sources.source("a", values), sources.source("b", values),
+                                           sources.source("c", values)};
+  EXPECT_ERROR(save_tensors_streamed(three, dir.file("missing/dir/file"), seal_of("00000000")),
+               "save_tensors_streamed: cannot write");
+  EXPECT_EQ(sources.asked, (std::vector<std::string>{"a", "b", "c"}));
+
+  sources.asked.clear();
+  std::vector<TensorSource> mismatched = three;
+  mismatched[1].shape = {3};
+  EXPECT_ERROR(save_tensors_streamed(mismatched, dir.file("file"), seal_of("00000000")), "tensor 'b' was declared");
+  EXPECT_EQ(sources.asked, (std::vector<std::string>{"a", "b", "c"}));
+
+  sources.asked.clear();
+  std::vector<TensorSource> failing = three;
+  failing[1].values = [&]() -> Tensor {
+    sources.asked.push_back("b fails");
+    TANDEM_FAIL("the gather failed");
+  };
+  EXPECT_ERROR(save_tensors_streamed(failing, dir.file("file"), seal_of("00000000")), "the gather failed");
+  EXPECT_EQ(sources.asked, (std::vector<std::string>{"a", "b fails"}));
+
+  sources.asked.clear();
+  std::vector<TensorSource> repeated = three;
+  repeated[2].name = "a";
+  EXPECT_ERROR(save_tensors_streamed(repeated, dir.file("file"), seal_of("00000000")), "two tensors are named 'a'");
+  EXPECT_EQ(sources.asked, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(dir.entries().empty());
 }
 
 class SerializeDeviceTest : public testing::EveryDevice {};
@@ -176,13 +276,15 @@ TEST_F(LoadErrorTest, MissingTruncatedAndMalformedFiles) {
   EXPECT_ERROR(load(fc, dir_.file("absent.safetensors")),
                "load: '" + dir_.file("absent.safetensors") + "': cannot open the file: No such file or directory");
   expect_load_error(std::string("\x10\0\0\0\0", 5),
-                    "load: '" + path_ + "': the file is truncated: it has 5 bytes, but a safetensors file starts "
-                    "with an 8-byte header length");
+                    "load: '" + path_ +
+                        "': the file is truncated: it has 5 bytes, but a safetensors file starts "
+                        "with an 8-byte header length");
   expect_load_error(le64(1000) + std::string(24, ' '),
                     "the header length 1000 runs past the end of the file (24 bytes follow the length)");
   expect_load_error(safetensors_file("{\"weight\": {\"dtype\": ", ""), "the header is not valid JSON: ");
   expect_load_error(safetensors_file("[1, 2]", ""), "the header is not a JSON object");
-  expect_load_error(safetensors_file(R"({"__metadata__":{"step":7}})", ""), "__metadata__ entry 'step' is 7, not a string");
+  expect_load_error(safetensors_file(R"({"__metadata__":{"step":7}})", ""),
+                    "__metadata__ entry 'step' is 7, not a string");
 }
 
 TEST_F(LoadErrorTest, BadEntries) {
@@ -200,31 +302,30 @@ TEST_F(LoadErrorTest, BadEntries) {
                     "tensor 'weight' has data_offsets [0, 400] outside the data section of 36 bytes");
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 8) + "," + bias + "}", data),
                     "tensor 'weight' has data_offsets [0, 8] (8 bytes) but its shape [3, 2] needs 24 bytes");
-  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 20, 32) +
-                                         "}",
-                                     data),
-                    "tensors 'weight' [0, 24] and 'bias' [20, 32] overlap in the data section");
+  expect_load_error(
+      safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 20, 32) + "}", data),
+      "tensors 'weight' [0, 24] and 'bias' [20, 32] overlap in the data section");
 }
 
 TEST_F(LoadErrorTest, NamesAndShapesMustMatchTheModule) {
   std::string data = weight_and_bias_data();
   expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "}", data.substr(0, 24)),
                     "load: checkpoint has no tensor 'bias'");
-  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) +
-                                         "," + entry("extra", "[]", 32, 36) + "}",
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) + "," +
+                                         entry("extra", "[]", 32, 36) + "}",
                                      data),
                     "overlap");
-  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[2]", 24, 32) +
-                                         "," + entry("extra", "[]", 32, 36) + "}",
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[2]", 24, 32) + "," +
+                                         entry("extra", "[]", 32, 36) + "}",
                                      data),
                     "load: 'bias' has shape [2] in the file but [3] in the module");
-  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) +
-                                         "," + entry("extra", "[0]", 36, 36) + "}",
+  expect_load_error(safetensors_file("{" + entry("weight", "[3,2]", 0, 24) + "," + entry("bias", "[3]", 24, 36) + "," +
+                                         entry("extra", "[0]", 36, 36) + "}",
                                      data),
                     "load: checkpoint has a tensor 'extra' that Linear does not have");
-  expect_load_error(safetensors_file("{" + entry("weight", "[2,3]", 0, 24) + "," + entry("bias", "[3]", 24, 36) + "}",
-                                     data),
-                    "load: 'weight' has shape [2, 3] in the file but [3, 2] in the module");
+  expect_load_error(
+      safetensors_file("{" + entry("weight", "[2,3]", 0, 24) + "," + entry("bias", "[3]", 24, 36) + "}", data),
+      "load: 'weight' has shape [2, 3] in the file but [3, 2] in the module");
 }
 
 }  // namespace

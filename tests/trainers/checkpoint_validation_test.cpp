@@ -240,6 +240,30 @@ TEST_F(CheckpointValidation, NonFiniteWeightsAreBlamedOnTheFile) {
   EXPECT_CONTAINS(resume_error(edited_), "holds nan at element 7 of parameter 1.weight; the checkpoint is corrupt");
 }
 
+// Version 5 files (checksums over the tensors in name order) still resume, each version verified by its own checksum.
+TEST_F(CheckpointValidation, Version5FilesAreVerifiedByTheirOwnChecksum) {
+  Trainer reference = seed_net();
+  reference.load_checkpoint(good_);
+  const std::string version5 = checkpoint_checksum(file_, 5);
+  ASSERT_NE(version5, checkpoint_checksum(file_));
+  EXPECT_EQ(checkpoint_checksum(file_), state_["checksum"]);
+  nlohmann::json state = state_;
+  state["version"] = 5;
+  state["checksum"] = version5;
+  Trainer resumed = seed_net();
+  resumed.load_checkpoint(with_state(state));
+  EXPECT_EQ(parameter_values(resumed), parameter_values(reference));
+  EXPECT_EQ(resumed.epoch(), reference.epoch());
+  EXPECT_EQ(load_checkpoint(edited_).version, 5);
+  state["checksum"] = state_["checksum"];  // version 6's checksum of the same data
+  EXPECT_CONTAINS(resume_error(with_state(state)), "' is damaged: its data's checksum is " + version5);
+  state = state_;
+  state["checksum"] = version5;
+  EXPECT_CONTAINS(resume_error(with_state(state)), "' is damaged");
+  EXPECT_ERROR(checkpoint_checksum(file_, 4), "checkpoint_checksum: version 4 but checkpoints have checksums of "
+                                              "versions 5 to 6");
+}
+
 // Note [Checkpoint checksums]: values are not taken for damage. A model whose buffer holds -inf on purpose (a mask)
 // and NaN (a statistic not computed yet) resumes from the checkpoint tandem wrote, with those values.
 TEST_F(CheckpointValidation, ACheckpointTandemWroteAlwaysLoadsWhateverItsValues) {
@@ -417,7 +441,7 @@ TEST_F(CheckpointValidation, CorruptOptimizerStateIsRefused) {
   edited = file_;
   edited.tensors.emplace_back("momentum.0.weight", Tensor::zeros({20, 10}));
   save_sealed(edited);
-  EXPECT_CONTAINS(resume_error(edited_), "has an unexpected tensor \"momentum.0.weight\" for a version 5 checkpoint");
+  EXPECT_CONTAINS(resume_error(edited_), "has an unexpected tensor \"momentum.0.weight\" for a version 6 checkpoint");
 
   edited = file_;
   for (auto& [name, tensor] : edited.tensors) {
@@ -427,9 +451,9 @@ TEST_F(CheckpointValidation, CorruptOptimizerStateIsRefused) {
   EXPECT_CONTAINS(resume_error(edited_), "has the slot \"exp_avg\" but expected at most one \"momentum_buffer\"");
 
   nlohmann::json state = state_;
-  state["version"] = 6;
+  state["version"] = 7;
   EXPECT_CONTAINS(resume_error(with_state(state)),
-                  "version 6 but expected \"tandem-trainer-checkpoint\" version 3 to 5");
+                  "version 7 but expected \"tandem-trainer-checkpoint\" version 3 to 6");
 }
 
 TEST_F(CheckpointValidation, AnotherSetupIsRefusedWithTheDifferences) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -154,10 +155,9 @@ LanguageModelProgress read_language_model(const MetadataReader& read, const Json
 void read_metadata(const std::string& text, const std::string& path, Checkpoint& checkpoint) {
   const MetadataReader read("load_checkpoint: '" + path + "': metadata " + kMetadataKey + ": ");
   const Json state = json::parse_untrusted(text, read.where());
-  read.expect_object(
-      state, "the metadata",
-      {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer", "language_model", "setup",
-       "checksum"});
+  read.expect_object(state, "the metadata",
+                     {"format", "version", "epoch", "step", "generator", "shuffle_state", "standardizer",
+                      "language_model", "setup", "checksum"});
   const std::string format = read.string(state, "format");
   const uint64_t version = read.count(state, "version", std::numeric_limits<int64_t>::max());
   TANDEM_CHECK(
@@ -202,7 +202,8 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
                  checkpoint.epoch, ") and shuffle_state (", checkpoint.shuffle_state, ") must be 0");
     checkpoint.language_model = read_language_model(read, state, checkpoint.step);
   } else {
-    const Json& s = read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
+    const Json& s =
+        read.object(state, "standardizer", {"feature_mean", "feature_scale", "target_mean", "target_scale"});
     Standardizer& standardizer = checkpoint.standardizer;
     standardizer.feature_mean = read.numbers(s, "feature_mean", /*positive_only=*/false);
     standardizer.feature_scale = read.numbers(s, "feature_scale", /*positive_only=*/true);
@@ -222,48 +223,113 @@ void read_metadata(const std::string& text, const std::string& path, Checkpoint&
   }
 }
 
-}  // namespace
+// Note [Checkpoint checksums]: a checkpoint records, when it is written, an FNV-1a hash of its data: every tensor (its
+// name, dtype, shape and bytes) and the optimizer's metadata. A resume computes it again and refuses a file whose data
+// changed since (a damaged disk, a truncated copy, a hand edit), before anything is applied. So no value is taken for
+// a sign of damage: a buffer that holds -inf or NaN on purpose (a causal mask) loads as it was written. Files of
+// versions before 5 have no checksum; for them the resume still refuses non-finite values.
+//   - Version 6 hashes each tensor on its own (add_tensor) and then, in name order, each name with its tensor's hash,
+//     then the optimizer's metadata: the writer hashes every tensor as it streams past (Note [Sealed headers] in
+//     nn/src/serialize.cpp puts the result in the header that precedes them), in whatever order the file holds them.
+//   - Version 5's checksum, still verified, hashes the names and data of all tensors one after another in name
+//     order, which needs them all at once.
 
-// Note [Checkpoint checksums]: a checkpoint records, when it is written, an FNV-1a hash of its data: every tensor in
-// name order (its name, dtype, shape and bytes) and the optimizer's metadata. A resume computes it again and refuses
-// a file whose data changed since (a damaged disk, a truncated copy, a hand edit), before anything is applied. So no
-// value is taken for a sign of damage: a buffer that holds -inf or NaN on purpose (a causal mask) loads as it was
-// written. Files of versions before 5 have no checksum; for them the resume still refuses non-finite values.
-std::string checkpoint_checksum(const TensorFile& file) {
-  const std::vector<std::pair<std::string, Tensor>>& tensors = file.tensors;
-  const std::map<std::string, std::string>& metadata = file.metadata;
-  std::vector<const std::pair<std::string, Tensor>*> sorted;
-  for (const auto& entry : tensors) sorted.push_back(&entry);
-  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
-  Fnv1a hash;
-  const auto add_text = [&](const std::string& text) {
-    hash.add(text);
-    hash.add("", 1);  // a NUL after each text, so that ("ab", "c") and ("a", "bc") differ
-  };
-  for (const auto* entry : sorted) {
-    add_text(entry->first);
-    add_tensor(hash, entry->second);
-  }
-  const auto optimizer = metadata.find(kOptimizerMetadataKey);
-  add_text(optimizer == metadata.end() ? std::string() : optimizer->second);
+void add_text(Fnv1a& hash, const std::string& text) {
+  hash.add(text);
+  hash.add("", 1);  // a NUL after each text, so that ("ab", "c") and ("a", "bc") differ
+}
+
+std::string hex_of(const Fnv1a& hash) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash.value()));
   return hex;
 }
 
-void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
-  TANDEM_CHECK(checkpoint.version == kCheckpointVersion && checkpoint.momentum_buffers.empty(),
-               "save_checkpoint: got a version ", checkpoint.version, " checkpoint",
-               checkpoint.momentum_buffers.empty() ? "" : " with momentum_buffers", " but only version ",
-               kCheckpointVersion, " (the optimizer's state in `optimizer`) is written");
-  TensorFile file;
-  for (const auto& [name, tensor] : checkpoint.model_state) {
-    file.tensors.emplace_back(std::string(kModelPrefix) + name, tensor);
+uint64_t tensor_hash(const Tensor& tensor) {
+  Fnv1a hash;
+  add_tensor(hash, tensor);
+  return hash.value();
+}
+
+// Version 6's checksum of tensors hashed by name.
+std::string combined_checksum(const std::map<std::string, uint64_t>& tensor_hashes,
+                              const std::string& optimizer_metadata) {
+  Fnv1a hash;
+  for (const auto& [name, value] : tensor_hashes) {
+    add_text(hash, name);
+    hash.add_word(value);
   }
-  optim::write_optimizer_state(checkpoint.optimizer, file);
+  add_text(hash, optimizer_metadata);
+  return hex_of(hash);
+}
+
+std::string optimizer_metadata_of(const std::map<std::string, std::string>& metadata) {
+  const auto optimizer = metadata.find(kOptimizerMetadataKey);
+  return optimizer == metadata.end() ? std::string() : optimizer->second;
+}
+
+constexpr size_t kChecksumDigits = 16;
+
+}  // namespace
+
+std::string checkpoint_checksum(const TensorFile& file, int64_t version) {
+  TANDEM_CHECK(version == kFirstVersionWithChecksum || version == kCheckpointVersion, "checkpoint_checksum: version ",
+               version, " but checkpoints have checksums of versions ", kFirstVersionWithChecksum, " to ",
+               kCheckpointVersion);
+  if (version == kCheckpointVersion) {
+    std::map<std::string, uint64_t> hashes;
+    for (const auto& [name, tensor] : file.tensors) hashes[name] = tensor_hash(tensor);
+    return combined_checksum(hashes, optimizer_metadata_of(file.metadata));
+  }
+  std::vector<const std::pair<std::string, Tensor>*> sorted;
+  for (const auto& entry : file.tensors) sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  Fnv1a hash;
+  for (const auto* entry : sorted) {
+    add_text(hash, entry->first);
+    add_tensor(hash, entry->second);
+  }
+  add_text(hash, optimizer_metadata_of(file.metadata));
+  return hex_of(hash);
+}
+
+void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
+  save_checkpoint(checkpoint, optim::streamed(checkpoint.optimizer), path);
+}
+
+void save_checkpoint(const Checkpoint& checkpoint, const optim::StreamedOptimizerState& optimizer,
+                     const std::string& path) {
+  try {
+    TANDEM_CHECK(checkpoint.version == kCheckpointVersion && checkpoint.momentum_buffers.empty(),
+                 "save_checkpoint: got a version ", checkpoint.version, " checkpoint",
+                 checkpoint.momentum_buffers.empty() ? "" : " with momentum_buffers", " but only version ",
+                 kCheckpointVersion, " (the optimizer's state in `optimizer`) is written");
+  } catch (const Error&) {
+    optim::drain(optimizer);
+    throw;
+  }
+  // Every tensor is hashed on the host as it goes to the file.
+  auto hashes = std::make_shared<std::map<std::string, uint64_t>>();
+  const auto hashed = [&hashes](const TensorSource& source) {
+    TensorSource out = source;
+    out.values = [hashes, name = source.name, values = source.values] {
+      Tensor host = values().to(Device::cpu());
+      (*hashes)[name] = tensor_hash(host);
+      return host;
+    };
+    return out;
+  };
+  std::vector<TensorSource> tensors;
+  for (const auto& [name, tensor] : checkpoint.model_state) {
+    tensors.push_back(hashed(
+        {std::string(kModelPrefix) + name, tensor.dtype(), tensor.shape(), [tensor = tensor] { return tensor; }}));
+  }
+  for (const optim::StreamedSlot& slot : optimizer.slots) tensors.push_back(hashed(slot.tensor));
+  std::map<std::string, std::string> metadata;
+  optim::add_optimizer_metadata(optimizer, metadata);
+
   Json device_counters = Json::object();
   for (const auto& [device, counter] : checkpoint.generator.device_counters) device_counters[device.str()] = counter;
-  const Standardizer& s = checkpoint.standardizer;
   Json state = {
       {"format", kFormat},
       {"version", kCheckpointVersion},
@@ -275,7 +341,6 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
         {"device_counters", device_counters}}},
       {"shuffle_state", checkpoint.shuffle_state},
       {"setup", checkpoint.setup},
-      {"checksum", checkpoint_checksum(file)},
   };
   if (const std::optional<LanguageModelProgress>& progress = checkpoint.language_model) {
     Json evaluations = Json::array();
@@ -285,13 +350,22 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
     state["language_model"] = {
         {"train_draws", progress->train_draws}, {"eval_draws", progress->eval_draws}, {"evaluations", evaluations}};
   } else {
+    const Standardizer& s = checkpoint.standardizer;
     state["standardizer"] = {{"feature_mean", s.feature_mean},
                              {"feature_scale", s.feature_scale},
                              {"target_mean", s.target_mean},
                              {"target_scale", s.target_scale}};
   }
-  file.metadata[kMetadataKey] = state.dump();
-  save_tensors(file.tensors, path, file.metadata);
+  const HeaderSeal seal{kChecksumDigits,
+                        [&](std::string_view placeholder) {
+                          std::map<std::string, std::string> sealed = metadata;
+                          Json with_checksum = state;
+                          with_checksum["checksum"] = std::string(placeholder);
+                          sealed[kMetadataKey] = with_checksum.dump();
+                          return sealed;
+                        },
+                        [&] { return combined_checksum(*hashes, metadata.at(kOptimizerMetadataKey)); }};
+  save_tensors_streamed(tensors, path, seal);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -301,7 +375,8 @@ Checkpoint load_checkpoint(const std::string& path) {
                "' is a tensor file but not a trainer checkpoint (no \"", kMetadataKey, "\" metadata)");
   Checkpoint checkpoint;
   read_metadata(entry->second, path, checkpoint);
-  if (checkpoint.version >= kFirstVersionWithChecksum) checkpoint.checksum = checkpoint_checksum(file);
+  if (checkpoint.version >= kFirstVersionWithChecksum)
+    checkpoint.checksum = checkpoint_checksum(file, checkpoint.version);
   const bool with_optimizer_state = checkpoint.version >= 4;
   if (with_optimizer_state) checkpoint.optimizer = optim::read_optimizer_state(file, "load_checkpoint: '" + path + "'");
   for (auto& [name, tensor] : file.tensors) {

@@ -79,18 +79,19 @@ SetupFacts Trainer::setup() const {
 
 // Note [Checkpoints at any world size]: a checkpoint holds the optimizer state in the plain optimizer's form, one
 // entry per parameter, whatever the stage and device count that wrote it. At zero_stage 1 and 2 saving gathers it
-// from the shards (a collective: every process saves) and resuming gives each device its chunks under its own layout,
-// so a run resumes at another world size, sharded or not (tandem/parallel/sharded_state.h).
+// from the shards one bucket slot at a time, as rank 0 writes it (a collective: every process saves, and the others
+// take part in each gather), so no process ever holds the whole state; resuming gives each device its chunks under
+// its own layout, so a run resumes at another world size, sharded or not (tandem/parallel/sharded_state.h).
 void Trainer::save_checkpoint(const std::string& path) const {
   TANDEM_CHECK(standardizer_.has_value(), "Trainer::save_checkpoint: nothing to save before fit()");
-  Checkpoint checkpoint;
-  // The gather is the collective every process takes part in; what only the file needs, rank 0 alone copies.
-  if (sharded_ != nullptr) checkpoint.optimizer = parallel::gather_optimizer_state(*sharded_);
+  const optim::StreamedOptimizerState optimizer =
+      sharded_ != nullptr ? parallel::stream_optimizer_state(*sharded_) : optim::StreamedOptimizerState{};
   if (!primary()) {
+    optim::drain(optimizer);                             // the gathers rank 0 writes from
     last_checkpoint_ = WrittenCheckpoint{path, epoch_};  // rank 0's file, which holds this process's state too
     return;
   }
-  if (sharded_ == nullptr) checkpoint.optimizer = optimizer_->state_dict();
+  Checkpoint checkpoint;
   checkpoint.model_state = checkpoint_restore::model_state(*model_);
   checkpoint.epoch = epoch_;
   checkpoint.step = step_;
@@ -98,7 +99,12 @@ void Trainer::save_checkpoint(const std::string& path) const {
   checkpoint.shuffle_state = shuffle_state_;
   checkpoint.standardizer = *standardizer_;
   checkpoint.setup = setup();
-  trainers::save_checkpoint(checkpoint, path);
+  if (sharded_ != nullptr) {
+    trainers::save_checkpoint(checkpoint, optimizer, path);
+  } else {
+    checkpoint.optimizer = optimizer_->state_dict();
+    trainers::save_checkpoint(checkpoint, path);
+  }
   last_checkpoint_ = WrittenCheckpoint{path, epoch_};
 }
 

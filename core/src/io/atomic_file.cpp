@@ -33,14 +33,27 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t size) {
   check_open("write");
+  write_at(data, size, -1);
+  written_ += size;
+}
+
+void AtomicFile::overwrite(size_t offset, const void* data, size_t size) {
+  check_open("overwrite");
+  TANDEM_CHECK(offset <= written_ && size <= written_ - offset, cannot_write(), ": overwrite of ", size,
+               " bytes at offset ", offset, " but only ", written_, " bytes are written");
+  write_at(data, size, static_cast<off_t>(offset));
+}
+
+void AtomicFile::write_at(const void* data, size_t size, off_t offset) {
   const char* bytes = static_cast<const char*>(data);
   while (size > 0) {
-    const ssize_t written = ::write(fd_, bytes, size);
+    const ssize_t written = offset < 0 ? ::write(fd_, bytes, size) : ::pwrite(fd_, bytes, size, offset);
     const int error = written < 0 ? errno : ENOSPC;  // a write that takes nothing has found no room
     if (written < 0 && error == EINTR) continue;
     if (written <= 0) fail("writing '" + temp_path_ + "'", error);
     bytes += written;
     size -= static_cast<size_t>(written);
+    if (offset >= 0) offset += written;
   }
 }
 

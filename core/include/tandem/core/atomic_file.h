@@ -16,6 +16,8 @@
 // Temp files are named ".<name>.tandem-tmp.<hostname>.<pid>.<counter>"; one left behind by a killed process is
 // removed by the next writer of the same name on the same host.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -38,6 +40,9 @@ class AtomicFile {
   // its old contents. Error after commit() or after an earlier failure.
   void write(const void* data, size_t size);
   void write(std::string_view text);
+  // Replaces `size` bytes already written, from `offset` on (a value that becomes known only after the data that
+  // follows it, such as a checksum in a header). Error as write(), and when the range reaches past the bytes written.
+  void overwrite(size_t offset, const void* data, size_t size);
   // fsyncs the data, gives the temp file the target's permission bits (an existing target's mode; a new file gets
   // 0666 & ~umask like any created file), renames it over the real target and fsyncs the directory. An Error before
   // the rename leaves the target untouched and removes the temp file; an Error from the directory sync says that
@@ -48,6 +53,8 @@ class AtomicFile {
  private:
   std::string cannot_write() const;  // the start of every error message
   void check_open(const char* operation) const;
+  // Writes all `size` bytes at the end of the file (offset < 0) or from `offset` on.
+  void write_at(const void* data, size_t size, off_t offset);
   void copy_target_permissions();
   void sync_directory() const;
   void discard() noexcept;  // closes and removes the temp file
@@ -59,7 +66,8 @@ class AtomicFile {
   std::string directory_;  // target_'s directory, where the temp file lives
   std::string temp_path_;  // empty once the temp file is gone (renamed or removed)
   std::string caller_;
-  int fd_ = -1;  // open on temp_path_ until commit() or a failure
+  int fd_ = -1;         // open on temp_path_ until commit() or a failure
+  size_t written_ = 0;  // bytes written so far
   bool committed_ = false;
 };
 

@@ -13,12 +13,13 @@
 // Reads treat every file as hostile and are as strict as the reference loader: only a regular file is opened (a
 // FIFO, a directory or a device is refused without blocking); the header is at most 100,000,000 bytes, a JSON
 // object of valid UTF-8 that nests at most 64 levels and repeats no key in any object; it describes at most
-// 1,000,000 tensors, each {"dtype": "F32" | "I64" | "BF16", "shape": [at most 64 sizes], "data_offsets": [begin, end]} with no other
-// key, whose byte range matches its shape; sorted, the ranges cover the data section exactly (no gap, no overlap, no
-// trailing bytes); "__metadata__" maps strings to strings. Each tensor's bytes are read straight into its storage:
-// loading holds the header once and the tensors' data once (plus a small record per tensor). A file that cannot be
-// read is a tandem::Error "<function>: '<path>': ..." that quotes untrusted text with excerpt().
+// 1,000,000 tensors, each {"dtype": "F32" | "I64" | "BF16", "shape": [at most 64 sizes], "data_offsets": [begin, end]}
+// with no other key, whose byte range matches its shape; sorted, the ranges cover the data section exactly (no gap, no
+// overlap, no trailing bytes); "__metadata__" maps strings to strings. Each tensor's bytes are read straight into its
+// storage: loading holds the header once and the tensors' data once (plus a small record per tensor). A file that
+// cannot be read is a tandem::Error "<function>: '<path>': ..." that quotes untrusted text with excerpt().
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -53,6 +54,29 @@ struct TensorFile {
 // Tensors: defined, unique non-empty names other than "__metadata__"; any device.
 void save_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
                   const std::map<std::string, std::string>& metadata = {});
+// A tensor that save_tensors_streamed writes: what the header says of it, known before any data is written, and the
+// function that gives its values (of that dtype and shape, on any device) when the writer reaches it.
+struct TensorSource {
+  std::string name;
+  DType dtype = DType::Float32;
+  Shape shape;
+  std::function<Tensor()> values;
+};
+// A metadata value that depends on the data written after the header, such as its checksum (Note [Sealed headers]
+// in serialize.cpp): `metadata` gives the file's metadata with `placeholder` (`length` digits) standing once for the
+// value somewhere in it, and `value`, called after the last tensor is written, the value itself: that many letters and digits.
+struct HeaderSeal {
+  size_t length = 0;
+  std::function<std::map<std::string, std::string>(std::string_view placeholder)> metadata;
+  std::function<std::string()> value;
+};
+// Writes the file that save_tensors would, the tensors in the order given, asking each source for its values only
+// when the writer reaches them and dropping them once written: the file never needs all its tensors in memory at
+// once (a sharded optimizer state gathered one bucket at a time). Every source is asked exactly once, in order,
+// whether or not the write succeeds: after an error the writer still asks the sources it has not reached (unless a
+// source threw), then throws, so sources that are collectives stay in step across processes. Errors as save_tensors',
+// and values of another dtype or shape than their source declared.
+void save_tensors_streamed(const std::vector<TensorSource>& tensors, const std::string& path, const HeaderSeal& seal);
 // Reads a file as described at the top. Errors: the file cannot be opened or read, is not a regular file, shrinks
 // while being read, or breaks any rule of the format or the limits above; running out of host memory.
 TensorFile load_tensors(const std::string& path);

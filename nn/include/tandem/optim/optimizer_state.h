@@ -10,6 +10,7 @@
 // they stay exact however long a run is.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,30 @@ struct OptimizerState {
 // Adds `state` to `file` as described at the top. Errors: a negative step, an undefined tensor, an empty or
 // repeated slot name, or a file that already holds an optimizer state.
 void write_optimizer_state(const OptimizerState& state, TensorFile& file);
+// An optimizer state in its file form, its tensors given one at a time (a sharded state gathered bucket by bucket,
+// for nn::save_tensors_streamed): the step counts up front, then each slot's tensor as a source named
+// optimizer_tensor_name(parameter, slot).
+struct StreamedSlot {
+  size_t parameter = 0;
+  std::string slot;  // "exp_avg", "momentum_buffer", ...
+  TensorSource tensor;
+};
+struct StreamedOptimizerState {
+  std::string kind;
+  int64_t version = 1;
+  std::vector<int64_t> steps;       // one per parameter
+  std::vector<StreamedSlot> slots;  // in the order their sources must be asked
+};
+// "optimizer.<parameter>.<slot>", the name of a slot's tensor in the file form.
+std::string optimizer_tensor_name(size_t parameter, const std::string& slot);
+// `state` as sources over the tensors it holds. Errors as write_optimizer_state's.
+StreamedOptimizerState streamed(const OptimizerState& state);
+// Asks every source of `state` once, in order, dropping the values: what a process that writes nothing does to keep in
+// step with the one that writes, when the sources are collectives.
+void drain(const StreamedOptimizerState& state);
+// Adds the metadata entry "tandem.optimizer" of `state`. Error: `metadata` already has one.
+void add_optimizer_metadata(const StreamedOptimizerState& state, std::map<std::string, std::string>& metadata);
+
 // Takes the optimizer state out of `file` (removes its tensors and metadata entry) and returns it, tensors on the
 // CPU. Treats the file as hostile: the metadata must be exactly the object above (at most 1,000,000 parameters,
 // kind at most 200 characters, integers in range), every "optimizer." tensor name must be

@@ -17,6 +17,12 @@ namespace tandem::parallel {
 
 // Collective (every process calls it). Tensors on the CPU. A parameter without a place in the layout has no state.
 optim::OptimizerState gather_optimizer_state(const ShardedOptimizer& optimizer);
+// The same state a tensor at a time, for writing it without holding all of it (Trainer::save_checkpoint): the slots
+// of one bucket after another, each of its parameters in turn. Asking the first source of a bucket's slot gathers
+// that slot (a collective: every process asks every source, in order) and drops the slot gathered before, so the host
+// holds one bucket slot of the whole state at a time. The sources read the shards as they are now: ask them before
+// the next step.
+optim::StreamedOptimizerState stream_optimizer_state(const ShardedOptimizer& optimizer);
 // Every local device takes its chunks of `state`. Everything is checked before any state changes. Errors: a parameter
 // count other than the model's, a slot of another shape than its parameter's, parameters of one bucket with
 // different step counts or slots, and load_state_dict's own.
