@@ -164,7 +164,7 @@ std::vector<TensorSource> sources_of(const std::vector<std::pair<std::string, Te
   for (const auto& [name, tensor] : tensors) {
     sources.push_back({name, tensor.defined() ? tensor.dtype() : DType::Float32,
                        tensor.defined() ? tensor.shape() : Shape{},
-                       tensor.defined() ? std::function<Tensor()>([tensor] { return tensor; }) : nullptr});
+                       tensor.defined() ? std::function<Tensor()>([values = tensor] { return values; }) : nullptr});
   }
   return sources;
 }

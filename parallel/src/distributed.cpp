@@ -35,12 +35,17 @@ GradientCollective collective_of(const std::shared_ptr<comm::ProcessGroup>& grou
 // bucket's ready markers (on CPU devices it completes there, as the group's all-reduce does), and its work has
 // nothing left to join. The buckets go in the fixed order of Note [Fixed bucket order] (spans_processes), even in
 // one process: the group's collective is not comm's, which has no reduce-scatter. Under zero_stage 2 the slices are
-// the buckets' staging tensors (Note [Staged gradient buckets] in gradient_reducer.h).
+// the buckets' staging tensors (Note [Staged gradient buckets] in gradient_reducer.h), which only their owned chunks
+// outlive: they are reduced in place (ProcessGroup::reduce_scatter_in_place), the rest of each left unspecified.
 GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessGroup>& group, comm::ReduceOp reduction,
                                             int zero_stage) {
   const size_t first_device = static_cast<size_t>(group->rank()) * group->devices().size();
   GradientCollective collective;
-  collective.run = [group, reduction, first_device](std::vector<Tensor>& slices) {
+  collective.run = [group, reduction, first_device, staged = zero_stage == 2](std::vector<Tensor>& slices) {
+    if (staged) {
+      (void)group->reduce_scatter_in_place(slices, reduction);  // the staging tensors are dropped afterwards
+      return;
+    }
     const std::vector<Tensor> chunks = group->reduce_scatter(slices, reduction);
     NoGradGuard no_grad;
     for (size_t d = 0; d < slices.size(); ++d) {

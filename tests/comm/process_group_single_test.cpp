@@ -83,6 +83,14 @@ TEST_P(SingleProcessGroup, BroadcastAllGatherAndReduceScatterMatchComm) {
     EXPECT_EQ(chunks[i].shape(), Shape({2, 3}));
     testing::expect_close(chunks[i], sum.narrow(0, static_cast<int64_t>(2 * i), 2));
   }
+  std::vector<Tensor> in_place = rows;
+  for (Tensor& t : in_place) t = t.clone();
+  const std::vector<Tensor> views = group->reduce_scatter_in_place(in_place);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor own = in_place[i].narrow(0, static_cast<int64_t>(2 * i), 2);
+    EXPECT_EQ(views[i].data_ptr(), own.data_ptr());
+    testing::expect_close(own, sum.narrow(0, static_cast<int64_t>(2 * i), 2));
+  }
   group->barrier();
 }
 

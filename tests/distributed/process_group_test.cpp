@@ -132,12 +132,34 @@ TEST_P(DistributedGroup, ReduceScatterLeavesEachDeviceItsChunkOfTheSum) {
   }
 }
 
+// In place, each device's chunk of its own tensor holds what reduce_scatter returns, and is returned as a view of it.
+TEST_P(DistributedGroup, ReduceScatterInPlaceLeavesTheChunkInTheTensor) {
+  const int64_t rows = 2, cols = 3;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+    std::vector<Tensor> tensors = per_device({rows * world(), cols}, ramp);
+    const std::vector<Tensor> chunks = group_->reduce_scatter_in_place(tensors, op);
+    const double divisor = op == ReduceOp::Sum ? 1.0 : group_->size();
+    const std::vector<double> all = sum_of_ramps(world(), rows * world() * cols, divisor);
+    ASSERT_EQ(chunks.size(), tensors.size());
+    for (int i = 0; i < local(); ++i) {
+      const auto first = all.begin() + global(i) * rows * cols;
+      expect_values(chunks[i], std::vector<double>(first, first + rows * cols), {rows, cols});
+      expect_values(tensors[i].narrow(0, global(i) * rows, rows), std::vector<double>(first, first + rows * cols),
+                    {rows, cols});
+      EXPECT_EQ(chunks[i].data_ptr(), tensors[i].narrow(0, global(i) * rows, rows).data_ptr());
+    }
+  }
+  std::vector<Tensor> odd_rows = per_device({2 * world() + 1, 3}, ramp);
+  EXPECT_ERROR(group_->reduce_scatter_in_place(odd_rows), "ProcessGroup::reduce_scatter_in_place: dim 0 has size ");
+}
+
 TEST_P(DistributedGroup, ZeroElementTensorsNeedNoCommunication) {
   std::vector<Tensor> tensors = per_device({0, 3}, ramp);
   group_->all_reduce(tensors);
   group_->broadcast(tensors, group_->size() - 1);
   EXPECT_EQ(group_->all_gather(tensors)[0].shape(), Shape({0, 3}));
   EXPECT_EQ(group_->reduce_scatter(tensors)[0].shape(), Shape({0, 3}));
+  EXPECT_EQ(group_->reduce_scatter_in_place(tensors)[0].shape(), Shape({0, 3}));
 }
 
 // Rank 0 reaches the barrier 300 ms after the others: they must wait for it there.

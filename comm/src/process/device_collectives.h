@@ -35,6 +35,16 @@ class DeviceCollectives {
   virtual void all_gather(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) = 0;
   // outputs[i] = the reduction over every device of chunk (global rank of device i) of the inputs (dim 0).
   virtual void reduce_scatter(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, ReduceOp op) = 0;
+  // reduce_scatter whose inputs may be overwritten: chunks[i], the view of tensors[i] at device i's global chunk,
+  // receives what outputs[i] would, and the rest of tensors[i] is left unspecified. This form reduces into new
+  // outputs and copies them in; a backend that can reduce in place overrides it.
+  virtual void reduce_scatter_in_place(const std::vector<Tensor>& tensors, const std::vector<Tensor>& chunks,
+                                       ReduceOp op) {
+    std::vector<Tensor> outputs;
+    for (const Tensor& chunk : chunks) outputs.push_back(Tensor::empty(chunk.shape(), chunk.device()));
+    reduce_scatter(tensors, outputs, op);
+    for (size_t i = 0; i < chunks.size(); ++i) Tensor(chunks[i]).copy_(outputs[i]);
+  }
   // Returns once the work issued on the local devices before it is complete (host wait, bounded by the watchdog).
   virtual void synchronize() = 0;
   // Hands the work issued so far on the local devices' compute streams to the watchdog as one launch named `name` (a

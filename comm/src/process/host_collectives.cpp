@@ -106,6 +106,14 @@ class HostCollectives final : public DeviceCollectives {
     backend_.copy(chunks, outputs);
   }
 
+  // The all-reduce of the tensors themselves: each chunk is a view of its reduced tensor.
+  void reduce_scatter_in_place(const std::vector<Tensor>& tensors, const std::vector<Tensor>& chunks,
+                               ReduceOp op) override {
+    (void)chunks;
+    std::lock_guard lock(mutex_);
+    reduce(tensors, op);
+  }
+
   void synchronize() override { wait_for_devices(devices_); }
 
  private:

@@ -52,6 +52,18 @@ void check_tensors(const std::vector<Tensor>& tensors, const std::vector<Device>
   }
 }
 
+// The rows of each device's chunk, after reduce_scatter's checks.
+int64_t scattered_rows(const std::vector<Tensor>& tensors, const std::vector<Device>& devices, size_t world_devices,
+                       const char* fn) {
+  check_tensors(tensors, devices, fn);
+  TANDEM_CHECK(tensors[0].dim() > 0, fn,
+               ": the tensors are 0-dim but expected at least one dimension to scatter along");
+  const auto world = static_cast<int64_t>(world_devices);
+  TANDEM_CHECK(tensors[0].size(0) % world == 0, fn, ": dim 0 has size ", tensors[0].size(0),
+               " but expected a multiple of world_devices() = ", world);
+  return tensors[0].size(0) / world;
+}
+
 // One empty tensor per device of `tensors`' shape with dim 0 of `rows`.
 std::vector<Tensor> outputs_like(const std::vector<Tensor>& tensors, int64_t rows) {
   Shape shape = tensors[0].shape();
@@ -244,18 +256,23 @@ std::vector<Tensor> ProcessGroup::all_gather(const std::vector<Tensor>& tensors)
 }
 
 std::vector<Tensor> ProcessGroup::reduce_scatter(const std::vector<Tensor>& tensors, ReduceOp op) {
-  constexpr const char* fn = "ProcessGroup::reduce_scatter";
-  check_tensors(tensors, devices_, fn);
-  TANDEM_CHECK(tensors[0].dim() > 0, fn,
-               ": the tensors are 0-dim but expected at least one dimension to scatter "
-               "along");
-  const auto world = static_cast<int64_t>(world_devices());
-  TANDEM_CHECK(tensors[0].size(0) % world == 0, fn, ": dim 0 has size ", tensors[0].size(0),
-               " but expected a multiple of world_devices() = ", world);
+  const int64_t rows = scattered_rows(tensors, devices_, world_devices(), "ProcessGroup::reduce_scatter");
   NoGradGuard no_grad;
-  std::vector<Tensor> outputs = outputs_like(tensors, tensors[0].size(0) / world);
+  std::vector<Tensor> outputs = outputs_like(tensors, rows);
   if (outputs[0].numel() > 0) impl_->collectives().reduce_scatter(tensors, outputs, op);
   return outputs;
+}
+
+std::vector<Tensor> ProcessGroup::reduce_scatter_in_place(std::vector<Tensor>& tensors, ReduceOp op) {
+  const int64_t rows = scattered_rows(tensors, devices_, world_devices(), "ProcessGroup::reduce_scatter_in_place");
+  NoGradGuard no_grad;
+  std::vector<Tensor> chunks;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto global = static_cast<int64_t>(static_cast<size_t>(rank()) * tensors.size() + i);
+    chunks.push_back(tensors[i].narrow(0, global * rows, rows));
+  }
+  if (chunks[0].numel() > 0) impl_->collectives().reduce_scatter_in_place(tensors, chunks, op);
+  return chunks;
 }
 
 void ProcessGroup::barrier() {

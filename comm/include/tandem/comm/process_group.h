@@ -140,6 +140,11 @@ class ProcessGroup {
   // every device of chunk g (n rows), where g is the global rank of that device. Errors: as all_reduce; dim 0 not
   // divisible by world_devices().
   std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum);
+  // reduce_scatter without new outputs: each device's result lands in its own chunk of its tensor, which is returned
+  // as a view (tensors[i].narrow(0, g * n, n)), and the rest of each tensor holds unspecified values afterwards (on CPU
+  // devices the whole reduction, on CUDA devices the local values). For inputs that are dropped after the reduction
+  // (ZeRO stage 2's staged buckets). Errors: as reduce_scatter.
+  std::vector<Tensor> reduce_scatter_in_place(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum);
   // Returns once every process has called it (and the work issued on this process's devices before it is done).
   void barrier();
 
