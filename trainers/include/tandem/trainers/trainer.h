@@ -228,8 +228,9 @@ class Trainer {
   ClassificationMetrics evaluate_classes(const TableDataset& data) const;
 
   // Rank 0 of the group writes the checkpoint (atomically); the other processes, whose state is the same, write
-  // nothing. Collective under a group at zero_stage 1 or 2, whose state it gathers from the shards (Note [Checkpoints
-  // at any world size] in trainer_checkpoint.cpp): every process calls it, as CheckpointSaver does.
+  // nothing. Collective under a group at zero_stage 1 or 2, whose state it gathers from the shards one bucket slot at a
+  // time as rank 0 writes it (Note [Checkpoints at any world size] in trainer_checkpoint.cpp): every process calls it,
+  // as CheckpointSaver does.
   void save_checkpoint(const std::string& path) const;
   // Restores a checkpoint written by save_checkpoint; fit() then continues. Collective under a group: every process
   // reads the file (on a file system they share) and rank 0's parameters are then broadcast to every process. All or
