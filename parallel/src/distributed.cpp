@@ -43,7 +43,7 @@ GradientCollective scattering_collective_of(const std::shared_ptr<comm::ProcessG
   GradientCollective collective;
   collective.run = [group, reduction, first_device, staged = zero_stage == 2](std::vector<Tensor>& slices) {
     if (staged) {
-      (void)group->reduce_scatter_in_place(slices, reduction);  // the staging tensors are dropped afterwards
+      group->reduce_scatter_in_place(slices, reduction);  // the staging tensors are dropped afterwards
       return;
     }
     const std::vector<Tensor> chunks = group->reduce_scatter(slices, reduction);

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <limits>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -308,13 +307,13 @@ void save_checkpoint(const Checkpoint& checkpoint, const optim::StreamedOptimize
     optim::drain(optimizer);
     throw;
   }
-  // Every tensor is hashed on the host as it goes to the file.
-  auto hashes = std::make_shared<std::map<std::string, uint64_t>>();
+  // Every tensor is hashed on the host as it goes to the file (the sources are asked within this call).
+  std::map<std::string, uint64_t> hashes;
   const auto hashed = [&hashes](const TensorSource& source) {
     TensorSource out = source;
-    out.values = [hashes, name = source.name, values = source.values] {
+    out.values = [&hashes, name = source.name, values = source.values] {
       Tensor host = values().to(Device::cpu());
-      (*hashes)[name] = tensor_hash(host);
+      hashes[name] = tensor_hash(host);
       return host;
     };
     return out;
@@ -364,7 +363,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const optim::StreamedOptimize
                           sealed[kMetadataKey] = with_checksum.dump();
                           return sealed;
                         },
-                        [&] { return combined_checksum(*hashes, metadata.at(kOptimizerMetadataKey)); }};
+                        [&] { return combined_checksum(hashes, metadata.at(kOptimizerMetadataKey)); }};
   save_tensors_streamed(tensors, path, seal);
 }
 
